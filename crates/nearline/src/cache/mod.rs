@@ -1,0 +1,1 @@
+//! Caches: what the search memory budget holds.

@@ -1,0 +1,10 @@
+//! Vector data: element types, vector files (fbin/u8bin/i8bin, fvecs/bvecs/ivecs,
+//! npy), memory-mapped matrices and exact ground truth.
+
+pub mod dtype;
+pub mod files;
+pub mod groundtruth;
+pub mod matrix;
+
+pub use files::{read_ground_truth, write_ground_truth, GroundTruth, VectorFileFormat};
+pub use matrix::{Matrix, MatrixView};

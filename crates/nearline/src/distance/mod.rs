@@ -1,0 +1,85 @@
+//! Metrics and distance kernels.
+//!
+//! Internally every metric is a *distance* (smaller is closer):
+//! * `L2`: squared Euclidean distance;
+//! * `InnerProduct`: the negated inner product;
+//! * `Cosine`: `1 - cos(a, b)`; vectors are normalised once on ingest (data at
+//!   build time, queries before search), so it is computed as `1 - dot`.
+//!
+//! Users see squared L2 distances, inner products and cosine similarities:
+//! [`Metric::to_user`] converts.
+
+pub mod kernels;
+
+use crate::data::dtype::Element;
+use serde::{Deserialize, Serialize};
+
+/// A similarity metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    L2,
+    #[serde(rename = "ip")]
+    InnerProduct,
+    Cosine,
+}
+
+impl Metric {
+    /// Parses `l2`, `ip` (or `mips`, `inner_product`), `cosine`.
+    pub fn parse(s: &str) -> crate::Result<Metric> {
+        match s.to_ascii_lowercase().as_str() {
+            "l2" | "euclidean" | "sqeuclidean" => Ok(Metric::L2),
+            "ip" | "mips" | "inner_product" | "dot" => Ok(Metric::InnerProduct),
+            "cosine" | "angular" => Ok(Metric::Cosine),
+            other => Err(crate::Error::arg(format!(
+                "unknown metric {other:?}: expected \"l2\", \"ip\" or \"cosine\""
+            ))),
+        }
+    }
+    /// Short name used in manifests and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::L2 => "l2",
+            Metric::InnerProduct => "ip",
+            Metric::Cosine => "cosine",
+        }
+    }
+    /// Internal distance (smaller is closer). Cosine expects normalised inputs.
+    #[inline]
+    pub fn distance<T: Element>(self, a: &[T], b: &[T]) -> f32 {
+        match self {
+            Metric::L2 => T::l2_sq(a, b),
+            Metric::InnerProduct => -T::dot(a, b),
+            Metric::Cosine => 1.0 - T::dot(a, b),
+        }
+    }
+    /// Converts an internal distance to what users see: squared L2 distance,
+    /// inner product, or cosine similarity.
+    #[inline]
+    pub fn to_user(self, d: f32) -> f32 {
+        match self {
+            Metric::L2 => d,
+            Metric::InnerProduct => -d,
+            Metric::Cosine => 1.0 - d,
+        }
+    }
+    /// Whether larger user-facing values are closer (scores rather than distances).
+    pub fn higher_is_closer(self) -> bool {
+        !matches!(self, Metric::L2)
+    }
+}
+
+impl std::fmt::Display for Metric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Normalises `v` to unit length in place; zero vectors stay zero.
+pub fn normalize(v: &mut [f32]) {
+    let n = kernels::dot_f32(v, v).sqrt();
+    if n > 0.0 {
+        let inv = 1.0 / n;
+        v.iter_mut().for_each(|x| *x *= inv);
+    }
+}

@@ -1,0 +1,56 @@
+//! Point spaces: what a graph build needs to know about the points.
+
+use crate::data::dtype::Element;
+use crate::data::matrix::MatrixView;
+use crate::distance::Metric;
+
+/// Distances between the points of a build, by internal id.
+pub trait PointDistance: Sync {
+    /// Number of points.
+    fn n(&self) -> usize;
+    /// Build distance between points `a` and `b` (smaller is closer, >= 0
+    /// up to rounding, suitable for the robust-prune rule).
+    fn dist(&self, a: u32, b: u32) -> f32;
+}
+
+/// A [`PointDistance`] over the rows of a matrix.
+///
+/// L2 and cosine (normalised data) use squared L2. Inner product uses the
+/// MIPS-to-L2 reduction: each point gets an extra coordinate
+/// `sqrt(M² − |x|²)` (M the largest norm), computed on the fly from the
+/// precomputed norms, so build distances are metric and prunable while their
+/// order for a query (extra coordinate 0) is the inner-product order.
+pub struct MatrixSpace<'a, T: Element> {
+    data: MatrixView<'a, T>,
+    /// Extra coordinate per point (inner product only).
+    extra: Option<Vec<f32>>,
+}
+
+impl<'a, T: Element> MatrixSpace<'a, T> {
+    /// A space over `data` for `metric`; runs on the caller's rayon pool.
+    pub fn new(data: MatrixView<'a, T>, metric: Metric) -> Self {
+        let _ = metric;
+        MatrixSpace { data, extra: None }
+    }
+    /// The underlying rows.
+    pub fn data(&self) -> MatrixView<'a, T> {
+        self.data
+    }
+}
+
+impl<T: Element> PointDistance for MatrixSpace<'_, T> {
+    fn n(&self) -> usize {
+        self.data.n()
+    }
+    #[inline]
+    fn dist(&self, a: u32, b: u32) -> f32 {
+        let d = T::l2_sq(self.data.row(a as usize), self.data.row(b as usize));
+        match &self.extra {
+            Some(e) => {
+                let x = e[a as usize] - e[b as usize];
+                d + x * x
+            }
+            None => d,
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Building and opening an index.

@@ -1,0 +1,27 @@
+//! The I/O engine: owned aligned buffers, O_DIRECT files and the engines
+//! behind one contract (`submit` / `poll` / `wait`).
+//!
+//! Contract:
+//! * `submit(token, offset, buf)` queues a read of `buf.len()` bytes at byte
+//!   `offset`; the engine owns `buf` until the read's completion is reaped.
+//! * `poll(out, max)` appends up to `max` finished reads without blocking.
+//! * `wait(min, out)` blocks until at least `min` reads (bounded by the number
+//!   in flight) have finished and appends them.
+//! * Dropping an engine first waits for every read in flight, so no buffer is
+//!   ever freed while the kernel may still write into it.
+//!
+//! Engines: io_uring (one ring per worker), pread (synchronous fallback,
+//! chosen when io_uring cannot be set up or forced with
+//! `NEARLINE_IO=pread`), and a fake engine for tests that completes out of
+//! order, with delays, and can fail reads.
+
+pub mod buffer;
+pub mod engine;
+pub mod fake;
+pub mod pread;
+#[cfg(target_os = "linux")]
+pub mod uring;
+
+pub use buffer::{AlignedBuf, BufferPool, ALIGN};
+pub use engine::{open_direct, Completion, EngineKind, IoEngine};
+pub use fake::{FakeEngine, FakeOptions};

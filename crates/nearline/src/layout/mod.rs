@@ -1,0 +1,1 @@
+//! Index format: manifest, sections, page files and record placement.

@@ -1,0 +1,1 @@
+//! Presets and the automatic choice.

@@ -1,0 +1,1 @@
+//! Query execution: executors, worker pool, statistics.
