@@ -37,7 +37,10 @@ pub mod scalar {
             .sum::<u32>() as f32
     }
     pub fn dot_u8(a: &[u8], b: &[u8]) -> f32 {
-        a.iter().zip(b).map(|(&x, &y)| x as u32 * y as u32).sum::<u32>() as f32
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| x as u32 * y as u32)
+            .sum::<u32>() as f32
     }
     pub fn l2_i8(a: &[i8], b: &[i8]) -> f32 {
         a.iter()
@@ -49,7 +52,10 @@ pub mod scalar {
             .sum::<i32>() as f32
     }
     pub fn dot_i8(a: &[i8], b: &[i8]) -> f32 {
-        a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum::<i32>() as f32
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| x as i32 * y as i32)
+            .sum::<i32>() as f32
     }
 }
 
@@ -84,4 +90,9 @@ pub fn l2_i8(a: &[i8], b: &[i8]) -> f32 {
 #[inline]
 pub fn dot_i8(a: &[i8], b: &[i8]) -> f32 {
     scalar::dot_i8(a, b)
+}
+
+/// Name of the kernel level selected for this CPU.
+pub fn simd_level() -> &'static str {
+    "scalar"
 }

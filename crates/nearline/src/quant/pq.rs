@@ -64,7 +64,10 @@ impl PqCodebook {
     /// Parses [`Self::to_bytes`] output; `path` is named in errors.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
         let _ = bytes;
-        Err(Error::format(path, "PqCodebook::from_bytes: not implemented yet"))
+        Err(Error::format(
+            path,
+            "PqCodebook::from_bytes: not implemented yet",
+        ))
     }
 }
 
