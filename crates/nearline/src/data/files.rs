@@ -4,10 +4,17 @@
 //! `.fvecs/.bvecs/.ivecs` (each row: int32 d, then d values), `.npy` (2-D,
 //! C order, dtype <f4, <f2, |u1, |i1). Ground truth: DiskANN format
 //! (int32 n, int32 k, n·k u32 ids, n·k f32 distances) or `.ivecs` (ids only).
+//!
+//! All integers and values are little-endian, as written by DiskANN, the
+//! big-ann-benchmarks tools and NumPy on every common platform.
 
 use crate::data::dtype::{DType, Element};
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::{Error, Result};
+use rayon::prelude::*;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// On-disk container of a vector file.
@@ -28,39 +35,787 @@ pub struct VectorFileInfo {
     pub dtype: DType,
     pub n: usize,
     pub dim: usize,
-    /// Byte offset of row 0 when the rows are contiguous (Bin, Npy).
+    /// Byte offset of row 0 when the rows are contiguous (Bin, Npy); for Vecs
+    /// the offset of row 0's values (4, after its dimension prefix).
     pub data_offset: usize,
     /// Whether rows are contiguous (memory-mappable as a matrix).
     pub contiguous: bool,
+}
+
+/// Extensions accepted for vector files, for error messages.
+pub const SUPPORTED_EXTENSIONS: &str =
+    ".fbin, .f16bin, .hbin, .u8bin, .i8bin, .bin (dtype from the caller, default float32), .fvecs, .bvecs, .npy";
+
+/// What a file's extension says about its container and element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Bin family; `None` for a bare `.bin` (dtype from the caller).
+    Bin(Option<DType>),
+    Vecs(DType),
+    Ivecs,
+    Npy,
+}
+
+fn kind_of(path: &Path) -> Result<Kind> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(|e| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    Ok(match ext.as_str() {
+        "fbin" => Kind::Bin(Some(DType::F32)),
+        "f16bin" | "hbin" => Kind::Bin(Some(DType::F16)),
+        "u8bin" => Kind::Bin(Some(DType::U8)),
+        "i8bin" => Kind::Bin(Some(DType::I8)),
+        "bin" => Kind::Bin(None),
+        "fvecs" => Kind::Vecs(DType::F32),
+        "bvecs" => Kind::Vecs(DType::U8),
+        "ivecs" => Kind::Ivecs,
+        "npy" => Kind::Npy,
+        _ => {
+            let shown = if ext.is_empty() {
+                "no extension".to_string()
+            } else {
+                format!("extension .{ext}")
+            };
+            return Err(Error::format(
+                path,
+                format!("unknown vector file type ({shown}): supported extensions are {SUPPORTED_EXTENSIONS}"),
+            ));
+        }
+    })
+}
+
+fn ivecs_not_vectors(path: &Path) -> Error {
+    Error::format(
+        path,
+        "an .ivecs file holds int32 ids (for example ground truth), not vectors: \
+         use read_ground_truth, or store vectors as .fvecs, .bvecs, .fbin, .u8bin, .i8bin or .npy",
+    )
+}
+
+fn open_len(path: &Path) -> Result<(File, u64)> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    Ok((file, len))
+}
+
+fn read_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset)
+        .map_err(|e| Error::io(path, e))
+}
+
+fn le_i32(b: &[u8]) -> i32 {
+    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn dtype_mismatch(path: &Path, file: DType, wanted: DType, who: &str) -> Error {
+    Error::format(
+        path,
+        format!("file holds {file} vectors, but {who} {wanted}"),
+    )
 }
 
 /// Reads the header of a vector file. The format comes from the extension;
 /// `dtype_hint` is needed for a bare `.bin` (defaults to float32) and, if
 /// given, must agree with what the file says.
 pub fn probe(path: &Path, dtype_hint: Option<DType>) -> Result<VectorFileInfo> {
-    let _ = (path, dtype_hint);
-    Err(Error::arg("probe: not implemented yet"))
+    let kind = kind_of(path)?;
+    let (file, len) = open_len(path)?;
+    let info = match kind {
+        Kind::Ivecs => return Err(ivecs_not_vectors(path)),
+        Kind::Bin(ext_dtype) => probe_bin(
+            &file,
+            path,
+            len,
+            ext_dtype.or(dtype_hint).unwrap_or(DType::F32),
+        )?,
+        Kind::Vecs(dtype) => probe_vecs(&file, path, len, dtype)?,
+        Kind::Npy => probe_npy(&file, path, len)?,
+    };
+    if let Some(hint) = dtype_hint {
+        if hint != info.dtype {
+            return Err(dtype_mismatch(
+                path,
+                info.dtype,
+                hint,
+                "the requested dtype is",
+            ));
+        }
+    }
+    Ok(info)
 }
+
+/// `8 + n·d·size`, or an overflow error.
+fn bin_size(path: &Path, header: usize, n: usize, d: usize, dtype: DType) -> Result<u64> {
+    n.checked_mul(d)
+        .and_then(|x| x.checked_mul(dtype.size()))
+        .and_then(|x| x.checked_add(header))
+        .map(|x| x as u64)
+        .ok_or_else(|| Error::format(path, format!("n={n} × d={d} overflows the address space")))
+}
+
+fn check_exact_size(
+    path: &Path,
+    len: u64,
+    expected: u64,
+    n: usize,
+    d: usize,
+    dtype: DType,
+) -> Result<()> {
+    if len > expected {
+        Err(Error::format(
+            path,
+            format!(
+                "trailing bytes: expected exactly {expected} bytes for n={n} d={d} {dtype}, found {len} ({} extra)",
+                len - expected
+            ),
+        ))
+    } else if len < expected {
+        Err(Error::format(
+            path,
+            format!("truncated: expected {expected} bytes for n={n} d={d} {dtype}, found {len}"),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn probe_bin(file: &File, path: &Path, len: u64, dtype: DType) -> Result<VectorFileInfo> {
+    if len == 0 {
+        return Err(Error::format(
+            path,
+            "file is empty: expected an 8-byte header (int32 n, int32 d) followed by the vectors",
+        ));
+    }
+    if len < 8 {
+        return Err(Error::format(
+            path,
+            format!("header is {len} bytes, expected 8 (int32 n, int32 d)"),
+        ));
+    }
+    let mut h = [0u8; 8];
+    read_at(file, path, &mut h, 0)?;
+    let (n, d) = (le_i32(&h[0..4]), le_i32(&h[4..8]));
+    if n < 0 {
+        return Err(Error::format(
+            path,
+            format!("header field n (number of vectors) is {n}, expected n >= 0"),
+        ));
+    }
+    if d < 1 {
+        return Err(Error::format(
+            path,
+            format!("header field d (dimension) is {d}, expected d >= 1"),
+        ));
+    }
+    let (n, d) = (n as usize, d as usize);
+    let expected = bin_size(path, 8, n, d, dtype)?;
+    check_exact_size(path, len, expected, n, d, dtype)?;
+    Ok(VectorFileInfo {
+        format: VectorFileFormat::Bin,
+        dtype,
+        n,
+        dim: d,
+        data_offset: 8,
+        contiguous: true,
+    })
+}
+
+/// Number of rows whose prefix [`probe`] spot-checks in a vecs file.
+const VECS_SPOT_CHECKS: usize = 64;
+
+fn probe_vecs(file: &File, path: &Path, len: u64, dtype: DType) -> Result<VectorFileInfo> {
+    if len == 0 {
+        return Err(Error::format(
+            path,
+            "file is empty: a vecs file needs at least one row (int32 d, then d values) to know its dimension",
+        ));
+    }
+    if len < 4 {
+        return Err(Error::format(
+            path,
+            format!("file is {len} bytes, shorter than one int32 row prefix"),
+        ));
+    }
+    let mut h = [0u8; 4];
+    read_at(file, path, &mut h, 0)?;
+    let d = le_i32(&h);
+    if d < 1 {
+        return Err(Error::format(
+            path,
+            format!("row 0: dimension prefix is {d}, expected d >= 1"),
+        ));
+    }
+    let d = d as usize;
+    let row = (4 + d as u64 * dtype.size() as u64) as u64;
+    if len % row != 0 {
+        return Err(Error::format(
+            path,
+            format!(
+                "size {len} bytes is not a multiple of the row size {row} (int32 d={d} + {d} {dtype} values): \
+                 the file is truncated or its rows have different dimensions"
+            ),
+        ));
+    }
+    let n = (len / row) as usize;
+    // Spot-check evenly spaced rows, always including the last one;
+    // `open_vectors` checks every row.
+    let checks = n.min(VECS_SPOT_CHECKS);
+    for j in 1..=checks {
+        let r = if checks == 1 {
+            n - 1
+        } else {
+            (n - 1) * j / checks
+        };
+        read_at(file, path, &mut h, r as u64 * row)?;
+        check_vecs_prefix(path, r, le_i32(&h), d)?;
+    }
+    Ok(VectorFileInfo {
+        format: VectorFileFormat::Vecs,
+        dtype,
+        n,
+        dim: d,
+        data_offset: 4,
+        contiguous: false,
+    })
+}
+
+fn vecs_prefix_error(path: &Path, row: usize, found: i32, d: usize) -> Error {
+    Error::format(
+        path,
+        format!("row {row}: dimension prefix is {found}, expected {d} (the dimension of row 0)"),
+    )
+}
+
+fn check_vecs_prefix(path: &Path, row: usize, found: i32, d: usize) -> Result<()> {
+    if found < 0 || found as usize != d {
+        return Err(vecs_prefix_error(path, row, found, d));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// NumPy .npy
+
+const NPY_MAGIC: &[u8; 6] = b"\x93NUMPY";
+
+/// A value in the `.npy` header dictionary.
+#[derive(Debug, Clone, PartialEq)]
+enum PyValue {
+    Str(String),
+    Bool(bool),
+    Tuple(Vec<i64>),
+}
+
+/// A tiny parser for the Python dict literal of a `.npy` header.
+struct HeaderParser<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> HeaderParser<'a> {
+    fn skip_ws(&mut self) {
+        while self.pos < self.s.len() && self.s[self.pos].is_ascii_whitespace() {
+            self.pos += 1;
+        }
+    }
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_ws();
+        self.s.get(self.pos).copied()
+    }
+    fn expect(&mut self, c: u8) -> std::result::Result<(), String> {
+        match self.peek() {
+            Some(x) if x == c => {
+                self.pos += 1;
+                Ok(())
+            }
+            Some(x) => Err(format!(
+                "expected '{}' at byte {}, found '{}'",
+                c as char, self.pos, x as char
+            )),
+            None => Err(format!(
+                "expected '{}', found the end of the header",
+                c as char
+            )),
+        }
+    }
+    fn string(&mut self) -> std::result::Result<String, String> {
+        let q = match self.peek() {
+            Some(q @ (b'\'' | b'"')) => q,
+            _ => return Err(format!("expected a quoted string at byte {}", self.pos)),
+        };
+        self.pos += 1;
+        let start = self.pos;
+        while self.pos < self.s.len() && self.s[self.pos] != q {
+            self.pos += 1;
+        }
+        if self.pos >= self.s.len() {
+            return Err("unterminated string".into());
+        }
+        let out = String::from_utf8_lossy(&self.s[start..self.pos]).into_owned();
+        self.pos += 1;
+        Ok(out)
+    }
+    fn int(&mut self) -> std::result::Result<i64, String> {
+        self.skip_ws();
+        let start = self.pos;
+        if self.pos < self.s.len() && self.s[self.pos] == b'-' {
+            self.pos += 1;
+        }
+        while self.pos < self.s.len() && self.s[self.pos].is_ascii_digit() {
+            self.pos += 1;
+        }
+        // Python 2 era writers emit `10L`.
+        let text = std::str::from_utf8(&self.s[start..self.pos]).unwrap_or("");
+        let v = text
+            .parse::<i64>()
+            .map_err(|_| format!("expected an integer at byte {start}"))?;
+        if self.pos < self.s.len() && self.s[self.pos] == b'L' {
+            self.pos += 1;
+        }
+        Ok(v)
+    }
+    fn value(&mut self) -> std::result::Result<PyValue, String> {
+        match self.peek() {
+            Some(b'\'' | b'"') => Ok(PyValue::Str(self.string()?)),
+            Some(b'(') => {
+                self.pos += 1;
+                let mut items = Vec::new();
+                loop {
+                    if self.peek() == Some(b')') {
+                        self.pos += 1;
+                        break;
+                    }
+                    items.push(self.int()?);
+                    match self.peek() {
+                        Some(b',') => self.pos += 1,
+                        Some(b')') => {}
+                        _ => {
+                            return Err(format!(
+                                "expected ',' or ')' in the shape tuple at byte {}",
+                                self.pos
+                            ))
+                        }
+                    }
+                }
+                Ok(PyValue::Tuple(items))
+            }
+            Some(b'T') if self.s[self.pos..].starts_with(b"True") => {
+                self.pos += 4;
+                Ok(PyValue::Bool(true))
+            }
+            Some(b'F') if self.s[self.pos..].starts_with(b"False") => {
+                self.pos += 5;
+                Ok(PyValue::Bool(false))
+            }
+            Some(b'[') => Err("structured (record) dtypes are not supported".into()),
+            _ => Err(format!("unsupported value at byte {}", self.pos)),
+        }
+    }
+    fn dict(&mut self) -> std::result::Result<Vec<(String, PyValue)>, String> {
+        self.expect(b'{')?;
+        let mut out = Vec::new();
+        loop {
+            if self.peek() == Some(b'}') {
+                self.pos += 1;
+                break;
+            }
+            let key = self.string()?;
+            self.expect(b':')?;
+            let v = self.value()?;
+            out.push((key, v));
+            match self.peek() {
+                Some(b',') => self.pos += 1,
+                Some(b'}') => {}
+                _ => return Err(format!("expected ',' or '}}' at byte {}", self.pos)),
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn npy_dtype(path: &Path, descr: &str) -> Result<DType> {
+    match descr {
+        "<f4" => Ok(DType::F32),
+        "<f2" => Ok(DType::F16),
+        "|u1" | "<u1" | "u1" | "=u1" => Ok(DType::U8),
+        "|i1" | "<i1" | "i1" | "=i1" => Ok(DType::I8),
+        d if d.starts_with('>') => Err(Error::format(
+            path,
+            format!("npy dtype {d:?} is big-endian; save the array as little-endian (e.g. arr.astype('<f4'))"),
+        )),
+        d => Err(Error::format(
+            path,
+            format!("npy dtype {d:?} is not supported: expected '<f4' (float32), '<f2' (float16), '|u1' (uint8) or '|i1' (int8)"),
+        )),
+    }
+}
+
+fn probe_npy(file: &File, path: &Path, len: u64) -> Result<VectorFileInfo> {
+    if len < 10 {
+        return Err(Error::format(
+            path,
+            format!("npy file is {len} bytes, shorter than the 10-byte preamble (magic, version, header length)"),
+        ));
+    }
+    let mut pre = [0u8; 12];
+    let pre_len = if len >= 12 { 12 } else { 10 };
+    read_at(file, path, &mut pre[..pre_len], 0)?;
+    if &pre[..6] != NPY_MAGIC {
+        return Err(Error::format(
+            path,
+            "not a NumPy .npy file: magic bytes \\x93NUMPY missing",
+        ));
+    }
+    let major = pre[6];
+    let (hlen, hstart) = match major {
+        1 => (u16::from_le_bytes([pre[8], pre[9]]) as u64, 10u64),
+        2 | 3 => {
+            if pre_len < 12 {
+                return Err(Error::format(path, "npy header is truncated"));
+            }
+            (
+                u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]) as u64,
+                12u64,
+            )
+        }
+        v => {
+            return Err(Error::format(
+                path,
+                format!(
+                    "npy format version {v}.{} is not supported (expected 1.0, 2.0 or 3.0)",
+                    pre[7]
+                ),
+            ))
+        }
+    };
+    if hstart + hlen > len {
+        return Err(Error::format(
+            path,
+            format!("npy header length {hlen} runs past the end of the {len}-byte file"),
+        ));
+    }
+    if hlen > 1 << 20 {
+        return Err(Error::format(
+            path,
+            format!("npy header length {hlen} is implausibly large"),
+        ));
+    }
+    let mut header = vec![0u8; hlen as usize];
+    read_at(file, path, &mut header, hstart)?;
+    let entries = HeaderParser { s: &header, pos: 0 }
+        .dict()
+        .map_err(|m| Error::format(path, format!("cannot parse the npy header: {m}")))?;
+    let get = |k: &str| entries.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+    let descr = match get("descr") {
+        Some(PyValue::Str(s)) => s.clone(),
+        _ => {
+            return Err(Error::format(
+                path,
+                "npy header has no string field 'descr'",
+            ))
+        }
+    };
+    match get("fortran_order") {
+        Some(PyValue::Bool(false)) => {}
+        Some(PyValue::Bool(true)) => {
+            return Err(Error::format(
+                path,
+                "npy header field fortran_order is True, expected False (C order): save np.ascontiguousarray(arr)",
+            ))
+        }
+        _ => return Err(Error::format(path, "npy header has no boolean field 'fortran_order'")),
+    }
+    let shape = match get("shape") {
+        Some(PyValue::Tuple(t)) => t.clone(),
+        _ => return Err(Error::format(path, "npy header has no tuple field 'shape'")),
+    };
+    let dtype = npy_dtype(path, &descr)?;
+    if shape.len() != 2 {
+        return Err(Error::format(
+            path,
+            format!(
+                "npy array has {} dimensions (shape {shape:?}), expected 2 (n, d)",
+                shape.len()
+            ),
+        ));
+    }
+    let (n, d) = (shape[0], shape[1]);
+    if n < 0 || d < 1 {
+        return Err(Error::format(
+            path,
+            format!("npy shape ({n}, {d}): expected n >= 0 and d >= 1"),
+        ));
+    }
+    let (n, d) = (n as usize, d as usize);
+    let offset = (hstart + hlen) as usize;
+    let expected = bin_size(path, offset, n, d, dtype)?;
+    check_exact_size(path, len, expected, n, d, dtype)?;
+    Ok(VectorFileInfo {
+        format: VectorFileFormat::Npy,
+        dtype,
+        n,
+        dim: d,
+        data_offset: offset,
+        contiguous: true,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Reading
 
 /// Opens a vector file as a matrix of `T`: memory-mapped when its rows are
 /// contiguous, read into memory otherwise. Errors if the file's dtype is not `T`.
+///
+/// Every row prefix of a vecs file is checked; a wrong one names the row.
 pub fn open_vectors<T: Element>(path: &Path) -> Result<Matrix<T>> {
-    let _ = path;
-    Err(Error::arg("open_vectors: not implemented yet"))
+    let hint = match kind_of(path)? {
+        Kind::Bin(None) => Some(T::DTYPE),
+        _ => None,
+    };
+    let info = probe(path, hint)?;
+    if info.dtype != T::DTYPE {
+        return Err(dtype_mismatch(
+            path,
+            info.dtype,
+            T::DTYPE,
+            "it was opened as",
+        ));
+    }
+    if info.contiguous {
+        if info.n == 0 || info.data_offset % std::mem::align_of::<T>() == 0 {
+            Matrix::map_file(path, info.data_offset, info.n, info.dim)
+        } else {
+            // An unaligned npy header (old writers padded to 16 bytes only
+            // works for these types, but be safe): copy into memory.
+            read_contiguous_owned(path, &info)
+        }
+    } else {
+        read_vecs(path, &info)
+    }
+}
+
+fn read_contiguous_owned<T: Element>(path: &Path, info: &VectorFileInfo) -> Result<Matrix<T>> {
+    let (file, _) = open_len(path)?;
+    let mut data = vec![<T as bytemuck::Zeroable>::zeroed(); info.n * info.dim];
+    read_at(
+        &file,
+        path,
+        bytemuck::cast_slice_mut(&mut data),
+        info.data_offset as u64,
+    )?;
+    Matrix::from_vec(data, info.n, info.dim)
+}
+
+/// Rows per parallel task when copying/scanning.
+fn rows_per_task(dim: usize) -> usize {
+    (1 << 16) / dim.max(1) + 1
+}
+
+fn read_vecs<T: Element>(path: &Path, info: &VectorFileInfo) -> Result<Matrix<T>> {
+    let (file, len) = open_len(path)?;
+    let (n, d) = (info.n, info.dim);
+    let row_bytes = 4 + d * std::mem::size_of::<T>();
+    if len as usize != n * row_bytes {
+        return Err(Error::format(path, "file changed size while being read"));
+    }
+    // SAFETY: read-only private mapping of a file we only read; concurrent
+    // external truncation would raise SIGBUS, as with every mmap reader.
+    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| Error::io(path, e))?;
+    let mut data = vec![<T as bytemuck::Zeroable>::zeroed(); n * d];
+    let per = rows_per_task(d);
+    let bad = data
+        .par_chunks_mut(per * d)
+        .enumerate()
+        .map(|(ci, dst)| {
+            let first = ci * per;
+            for (j, out) in dst.chunks_exact_mut(d).enumerate() {
+                let r = first + j;
+                let src = &map[r * row_bytes..(r + 1) * row_bytes];
+                let prefix = le_i32(&src[..4]);
+                if prefix < 0 || prefix as usize != d {
+                    return Some((r, prefix));
+                }
+                bytemuck::cast_slice_mut::<T, u8>(out).copy_from_slice(&src[4..]);
+            }
+            None
+        })
+        .filter_map(|x| x)
+        .min_by_key(|&(r, _)| r);
+    if let Some((r, prefix)) = bad {
+        return Err(vecs_prefix_error(path, r, prefix, d));
+    }
+    Matrix::from_vec(data, n, d)
+}
+
+// ---------------------------------------------------------------------------
+// Writing
+
+fn create_for_write(path: &Path) -> Result<BufWriter<File>> {
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+            return Err(Error::io(
+                path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("directory {} does not exist", parent.display()),
+                ),
+            ));
+        }
+    }
+    let f = File::create(path).map_err(|e| Error::io(path, e))?;
+    Ok(BufWriter::with_capacity(1 << 20, f))
+}
+
+fn to_i32(path: &Path, field: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| {
+        Error::arg(format!(
+            "cannot write {}: {field}={v} does not fit the format's int32 field",
+            path.display()
+        ))
+    })
+}
+
+/// The `.npy` descr of a dtype.
+fn npy_descr(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::U8 => "|u1",
+        DType::I8 => "|i1",
+    }
+}
+
+/// A version-1 `.npy` preamble and header, padded with spaces and a final
+/// newline so the data starts at a multiple of 64 bytes.
+fn npy_header(dtype: DType, n: usize, d: usize) -> Vec<u8> {
+    let dict = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': ({n}, {d}), }}",
+        npy_descr(dtype)
+    );
+    let unpadded = 10 + dict.len() + 1;
+    let total = unpadded.div_ceil(64) * 64;
+    let hlen = total - 10;
+    let mut out = Vec::with_capacity(total);
+    out.extend_from_slice(NPY_MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    // A dict of three short fields is far below 65535 bytes.
+    out.extend_from_slice(&(hlen as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.resize(total - 1, b' ');
+    out.push(b'\n');
+    out
 }
 
 /// Writes vectors; the format comes from the extension and must match `T`.
+///
+/// `.bin` accepts any dtype; `.fvecs` needs float32 and `.bvecs` uint8 (and at
+/// least one row, since vecs files store the dimension in each row); `.npy`
+/// writes format version 1.0. The parent directory must exist.
 pub fn write_vectors<T: Element>(path: &Path, data: MatrixView<'_, T>) -> Result<()> {
-    let _ = (path, data);
-    Err(Error::arg("write_vectors: not implemented yet"))
-}
-
-/// Checks that every element is finite (float types); the error names the
-/// file (`what`) and the first offending row and column.
-pub fn check_finite<T: Element>(what: &str, data: MatrixView<'_, T>) -> Result<()> {
-    let _ = (what, data);
+    let kind = kind_of(path)?;
+    let (n, d) = (data.n(), data.dim());
+    let ext_dtype = match kind {
+        Kind::Ivecs => return Err(ivecs_not_vectors(path)),
+        Kind::Bin(dt) => dt,
+        Kind::Vecs(dt) => Some(dt),
+        Kind::Npy => None,
+    };
+    if let Some(dt) = ext_dtype {
+        if dt != T::DTYPE {
+            return Err(Error::arg(format!(
+                "cannot write {} vectors to {}: its extension means {dt}",
+                T::DTYPE,
+                path.display()
+            )));
+        }
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(data.as_slice());
+    let mut w = match kind {
+        Kind::Bin(_) => {
+            let (ni, di) = (to_i32(path, "n", n)?, to_i32(path, "d", d)?);
+            let mut w = create_for_write(path)?;
+            let mut h = [0u8; 8];
+            h[..4].copy_from_slice(&ni.to_le_bytes());
+            h[4..].copy_from_slice(&di.to_le_bytes());
+            w.write_all(&h).map_err(|e| Error::io(path, e))?;
+            w.write_all(bytes).map_err(|e| Error::io(path, e))?;
+            w
+        }
+        Kind::Vecs(_) => {
+            if n == 0 {
+                return Err(Error::arg(format!(
+                    "cannot write 0 vectors to {}: a vecs file stores the dimension in each row, \
+                     so an empty one could not be read back; use .fbin/.u8bin or .npy",
+                    path.display()
+                )));
+            }
+            let prefix = to_i32(path, "d", d)?.to_le_bytes();
+            let mut w = create_for_write(path)?;
+            let row_bytes = d * std::mem::size_of::<T>();
+            for row in bytes.chunks_exact(row_bytes) {
+                w.write_all(&prefix).map_err(|e| Error::io(path, e))?;
+                w.write_all(row).map_err(|e| Error::io(path, e))?;
+            }
+            w
+        }
+        Kind::Npy => {
+            let mut w = create_for_write(path)?;
+            w.write_all(&npy_header(T::DTYPE, n, d))
+                .map_err(|e| Error::io(path, e))?;
+            w.write_all(bytes).map_err(|e| Error::io(path, e))?;
+            w
+        }
+        Kind::Ivecs => return Err(ivecs_not_vectors(path)),
+    };
+    w.flush().map_err(|e| Error::io(path, e))?;
+    w.get_ref().sync_data().ok();
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// Validation
+
+/// Checks that every element is finite (float types); the error names the
+/// file (`what`) and the first offending row and column (0-based), as
+/// `"{what}: row R, column C is NaN"` (or `inf` / `-inf`).
+/// Integer types are always finite. Runs on the caller's rayon pool.
+pub fn check_finite<T: Element>(what: &str, data: MatrixView<'_, T>) -> Result<()> {
+    if !T::DTYPE.is_float() || data.n() == 0 {
+        return Ok(());
+    }
+    let d = data.dim();
+    let per = rows_per_task(d);
+    let bad = data
+        .as_slice()
+        .par_chunks(per * d)
+        .enumerate()
+        .find_map_first(|(ci, chunk)| {
+            chunk
+                .iter()
+                .position(|x| !x.to_f32().is_finite())
+                .map(|i| (ci * per + i / d, i % d, chunk[i].to_f32()))
+        });
+    match bad {
+        None => Ok(()),
+        Some((r, c, v)) => {
+            let what_is = if v.is_nan() {
+                "NaN"
+            } else if v > 0.0 {
+                "inf"
+            } else {
+                "-inf"
+            };
+            Err(Error::arg(format!(
+                "{what}: row {r}, column {c} is {what_is} (vectors must be finite)"
+            )))
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Ground truth
 
 /// Exact nearest neighbours of a query set.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,18 +825,184 @@ pub struct GroundTruth {
     /// Row-major `n × k` internal ids (row order of the base file).
     pub ids: Vec<u32>,
     /// Row-major `n × k` user-facing distances (squared L2, inner product or
-    /// cosine similarity), best first.
+    /// cosine similarity), best first. Empty when the file held ids only.
     pub distances: Vec<f32>,
 }
 
 /// Reads a ground-truth file (DiskANN binary format or `.ivecs`).
+///
+/// The DiskANN format is int32 n, int32 k, n·k uint32 ids, n·k float32
+/// distances: exactly `8 + 8·n·k` bytes. The ids-only variant of exactly
+/// `8 + 4·n·k` bytes is accepted too, as is `.ivecs` (per row: int32 k, then k
+/// int32 ids); for both, `distances` is left empty.
 pub fn read_ground_truth(path: &Path) -> Result<GroundTruth> {
-    let _ = path;
-    Err(Error::arg("read_ground_truth: not implemented yet"))
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let is_ivecs = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("ivecs"));
+    if is_ivecs {
+        return read_gt_ivecs(path, &bytes);
+    }
+    let len = bytes.len();
+    if len < 8 {
+        return Err(Error::format(
+            path,
+            if len == 0 {
+                "ground-truth file is empty: expected an 8-byte header (int32 n, int32 k)"
+                    .to_string()
+            } else {
+                format!("ground-truth header is {len} bytes, expected 8 (int32 n, int32 k)")
+            },
+        ));
+    }
+    let (n, k) = (le_i32(&bytes[0..4]), le_i32(&bytes[4..8]));
+    if n < 0 || k < 0 {
+        return Err(Error::format(
+            path,
+            format!("ground-truth header n={n}, k={k}: expected n >= 0 and k >= 0"),
+        ));
+    }
+    let (n, k) = (n as usize, k as usize);
+    let nk = n
+        .checked_mul(k)
+        .filter(|nk| {
+            nk.checked_mul(8)
+                .is_some_and(|b| b.checked_add(8).is_some())
+        })
+        .ok_or_else(|| {
+            Error::format(path, format!("ground-truth header n={n} × k={k} overflows"))
+        })?;
+    let full = 8 + 8 * nk;
+    let ids_only = 8 + 4 * nk;
+    if len != full && len != ids_only {
+        return Err(Error::format(
+            path,
+            format!(
+                "ground-truth file is {len} bytes; for n={n} k={k} expected exactly {full} \
+                 (ids and distances) or {ids_only} (ids only)"
+            ),
+        ));
+    }
+    let ids: Vec<u32> = bytes[8..8 + 4 * nk]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let distances: Vec<f32> = if len == full {
+        bytes[8 + 4 * nk..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(GroundTruth {
+        n,
+        k,
+        ids,
+        distances,
+    })
 }
 
-/// Writes a ground-truth file in DiskANN's binary format.
+fn read_gt_ivecs(path: &Path, bytes: &[u8]) -> Result<GroundTruth> {
+    if bytes.is_empty() {
+        return Ok(GroundTruth {
+            n: 0,
+            k: 0,
+            ids: Vec::new(),
+            distances: Vec::new(),
+        });
+    }
+    if bytes.len() < 4 {
+        return Err(Error::format(
+            path,
+            format!(
+                "file is {} bytes, shorter than one int32 row prefix",
+                bytes.len()
+            ),
+        ));
+    }
+    let k = le_i32(&bytes[..4]);
+    if k < 0 {
+        return Err(Error::format(
+            path,
+            format!("row 0: length prefix is {k}, expected k >= 0"),
+        ));
+    }
+    let k = k as usize;
+    let row = 4 + 4 * k;
+    if bytes.len() % row != 0 {
+        return Err(Error::format(
+            path,
+            format!(
+                "size {} bytes is not a multiple of the row size {row} (int32 k={k} + {k} int32 ids): \
+                 the file is truncated or its rows have different lengths",
+                bytes.len()
+            ),
+        ));
+    }
+    let n = bytes.len() / row;
+    let mut ids = Vec::with_capacity(n * k);
+    for (r, chunk) in bytes.chunks_exact(row).enumerate() {
+        let p = le_i32(&chunk[..4]);
+        if p < 0 || p as usize != k {
+            return Err(Error::format(
+                path,
+                format!("row {r}: length prefix is {p}, expected {k} (the length of row 0)"),
+            ));
+        }
+        for (c, b) in chunk[4..].chunks_exact(4).enumerate() {
+            let id = le_i32(b);
+            if id < 0 {
+                return Err(Error::format(
+                    path,
+                    format!("row {r}, column {c}: id {id} is negative"),
+                ));
+            }
+            ids.push(id as u32);
+        }
+    }
+    Ok(GroundTruth {
+        n,
+        k,
+        ids,
+        distances: Vec::new(),
+    })
+}
+
+/// Writes a ground-truth file in DiskANN's binary format. If `distances` is
+/// empty (ids-only ground truth, e.g. read from `.ivecs`), the ids-only variant
+/// is written, which [`read_ground_truth`] reads back.
 pub fn write_ground_truth(path: &Path, gt: &GroundTruth) -> Result<()> {
-    let _ = (path, gt);
-    Err(Error::arg("write_ground_truth: not implemented yet"))
+    let nk =
+        gt.n.checked_mul(gt.k)
+            .ok_or_else(|| Error::arg(format!("ground truth n={} × k={} overflows", gt.n, gt.k)))?;
+    if gt.ids.len() != nk {
+        return Err(Error::arg(format!(
+            "ground truth has {} ids, expected n × k = {} × {} = {nk}",
+            gt.ids.len(),
+            gt.n,
+            gt.k
+        )));
+    }
+    if !gt.distances.is_empty() && gt.distances.len() != nk {
+        return Err(Error::arg(format!(
+            "ground truth has {} distances, expected n × k = {} × {} = {nk} (or none)",
+            gt.distances.len(),
+            gt.n,
+            gt.k
+        )));
+    }
+    let (ni, ki) = (to_i32(path, "n", gt.n)?, to_i32(path, "k", gt.k)?);
+    let mut w = create_for_write(path)?;
+    let mut h = [0u8; 8];
+    h[..4].copy_from_slice(&ni.to_le_bytes());
+    h[4..].copy_from_slice(&ki.to_le_bytes());
+    w.write_all(&h).map_err(|e| Error::io(path, e))?;
+    w.write_all(bytemuck::cast_slice(&gt.ids))
+        .map_err(|e| Error::io(path, e))?;
+    w.write_all(bytemuck::cast_slice(&gt.distances))
+        .map_err(|e| Error::io(path, e))?;
+    w.flush().map_err(|e| Error::io(path, e))?;
+    Ok(())
 }
