@@ -587,8 +587,8 @@ pub fn open_vectors<T: Element>(path: &Path) -> Result<Matrix<T>> {
         if info.n == 0 || info.data_offset % std::mem::align_of::<T>() == 0 {
             Matrix::map_file(path, info.data_offset, info.n, info.dim)
         } else {
-            // An unaligned npy header (old writers padded to 16 bytes only
-            // works for these types, but be safe): copy into memory.
+            // A header whose length leaves the data misaligned for `T` (some
+            // third-party npy writers): copy into an aligned buffer.
             read_contiguous_owned(path, &info)
         }
     } else {
@@ -1005,4 +1005,577 @@ pub fn write_ground_truth(path: &Path, gt: &GroundTruth) -> Result<()> {
         .map_err(|e| Error::io(path, e))?;
     w.flush().map_err(|e| Error::io(path, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::f16;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+    use std::path::PathBuf;
+
+    fn tmp() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn err_text<T>(r: Result<T>) -> String {
+        match r {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn random<T: Element>(n: usize, d: usize, seed: u64) -> Vec<T> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n * d)
+            .map(|_| {
+                let v: f32 = match T::DTYPE {
+                    DType::F32 | DType::F16 => rng.random_range(-4.0f32..4.0),
+                    DType::U8 => rng.random_range(0..=255) as f32,
+                    DType::I8 => rng.random_range(-128..=127) as f32,
+                };
+                T::from_f32(v).unwrap()
+            })
+            .collect()
+    }
+
+    fn roundtrip<T: Element>(dir: &Path, name: &str, n: usize, d: usize, mapped: bool) {
+        let path = dir.join(name);
+        let data = random::<T>(n, d, n as u64 * 31 + d as u64);
+        let view = MatrixView::new(&data, n, d).unwrap();
+        write_vectors(&path, view).unwrap();
+        let hint = if name.to_ascii_lowercase().ends_with(".bin") {
+            Some(T::DTYPE)
+        } else {
+            None
+        };
+        let info = probe(&path, hint).unwrap();
+        assert_eq!((info.n, info.dim, info.dtype), (n, d, T::DTYPE), "{name}");
+        let m = open_vectors::<T>(&path).unwrap();
+        assert_eq!((m.n(), m.dim()), (n, d), "{name}");
+        assert_eq!(m.as_slice(), &data[..], "{name}");
+        if n > 0 {
+            assert_eq!(m.is_mapped(), mapped, "{name}");
+        }
+    }
+
+    #[test]
+    fn bin_roundtrip_every_dtype() {
+        let dir = tmp();
+        for &(n, d) in &[(0usize, 3usize), (1, 1), (37, 13), (200, 128)] {
+            roundtrip::<f32>(dir.path(), "a.fbin", n, d, true);
+            roundtrip::<f32>(dir.path(), "a.bin", n, d, true);
+            roundtrip::<f16>(dir.path(), "a.f16bin", n, d, true);
+            roundtrip::<f16>(dir.path(), "a.hbin", n, d, true);
+            roundtrip::<f16>(dir.path(), "b.bin", n, d, true);
+            roundtrip::<u8>(dir.path(), "a.u8bin", n, d, true);
+            roundtrip::<u8>(dir.path(), "c.bin", n, d, true);
+            roundtrip::<i8>(dir.path(), "a.i8bin", n, d, true);
+            roundtrip::<i8>(dir.path(), "d.BIN", n, d, true);
+        }
+        let info = probe(&dir.path().join("a.fbin"), None).unwrap();
+        assert_eq!(info.format, VectorFileFormat::Bin);
+        assert_eq!(info.data_offset, 8);
+        assert!(info.contiguous);
+    }
+
+    #[test]
+    fn vecs_roundtrip() {
+        let dir = tmp();
+        for &(n, d) in &[(1usize, 1usize), (50, 7), (300, 96)] {
+            roundtrip::<f32>(dir.path(), "a.fvecs", n, d, false);
+            roundtrip::<u8>(dir.path(), "a.bvecs", n, d, false);
+        }
+        let info = probe(&dir.path().join("a.fvecs"), None).unwrap();
+        assert_eq!(info.format, VectorFileFormat::Vecs);
+        assert!(!info.contiguous);
+        let len = std::fs::metadata(dir.path().join("a.bvecs")).unwrap().len();
+        assert_eq!(len, 300 * (4 + 96));
+    }
+
+    #[test]
+    fn npy_roundtrip_every_dtype() {
+        let dir = tmp();
+        for &(n, d) in &[(0usize, 5usize), (1, 1), (41, 17), (128, 100)] {
+            roundtrip::<f32>(dir.path(), "a.npy", n, d, true);
+            roundtrip::<f16>(dir.path(), "b.npy", n, d, true);
+            roundtrip::<u8>(dir.path(), "c.npy", n, d, true);
+            roundtrip::<i8>(dir.path(), "d.npy", n, d, true);
+        }
+        let info = probe(&dir.path().join("a.npy"), None).unwrap();
+        assert_eq!(info.format, VectorFileFormat::Npy);
+        assert_eq!(info.data_offset % 64, 0);
+        let bytes = std::fs::read(dir.path().join("a.npy")).unwrap();
+        assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00");
+        assert_eq!(bytes[info.data_offset - 1], b'\n');
+        let header = std::str::from_utf8(&bytes[10..info.data_offset]).unwrap();
+        assert!(
+            header.starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (128, 100), }")
+        );
+        for name in ["b.npy", "c.npy", "d.npy"] {
+            let b = std::fs::read(dir.path().join(name)).unwrap();
+            let want = match name {
+                "b.npy" => "'<f2'",
+                "c.npy" => "'|u1'",
+                _ => "'|i1'",
+            };
+            assert!(String::from_utf8_lossy(&b[..64]).contains(want), "{name}");
+        }
+    }
+
+    /// Builds an npy file by hand: `version`, header text (padded so the data
+    /// starts at `10/12 + header` rounded to `pad`), then `data`.
+    fn npy_file(path: &Path, version: u8, dict: &str, pad: usize, data: &[u8]) {
+        let pre = if version == 1 { 10 } else { 12 };
+        let mut header = dict.as_bytes().to_vec();
+        let total = (pre + header.len() + 1).div_ceil(pad) * pad;
+        header.resize(total - pre - 1, b' ');
+        header.push(b'\n');
+        let mut out = b"\x93NUMPY".to_vec();
+        out.extend_from_slice(&[version, 0]);
+        if version == 1 {
+            out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        } else {
+            out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        }
+        out.extend_from_slice(&header);
+        out.extend_from_slice(data);
+        std::fs::write(path, out).unwrap();
+    }
+
+    #[test]
+    fn npy_header_variants() {
+        let dir = tmp();
+        let p = dir.path().join("v.npy");
+        let vals: Vec<f32> = (0..6).map(|i| i as f32 * 0.5).collect();
+        let raw: &[u8] = bytemuck::cast_slice(&vals);
+        // Version 2 and 3, double quotes, no trailing comma, Python-2 longs.
+        for (ver, dict) in [
+            (
+                2u8,
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+            ),
+            (
+                3,
+                "{\"descr\": \"<f4\", \"shape\": (2L, 3L), \"fortran_order\": False}",
+            ),
+            (1, "{'fortran_order':False,'shape':(2,3),'descr':'<f4'}"),
+        ] {
+            npy_file(&p, ver, dict, 64, raw);
+            let m = open_vectors::<f32>(&p).unwrap();
+            assert_eq!((m.n(), m.dim()), (2, 3));
+            assert_eq!(m.as_slice(), &vals[..]);
+        }
+        // Data misaligned for f32 (no padding, odd header length): copied.
+        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}";
+        let dict = if (11 + dict.len()) % 4 == 0 {
+            format!("{dict} ")
+        } else {
+            dict.to_string()
+        };
+        npy_file(&p, 1, &dict, 1, raw);
+        let info = probe(&p, None).unwrap();
+        assert_ne!(info.data_offset % 4, 0);
+        let m = open_vectors::<f32>(&p).unwrap();
+        assert!(!m.is_mapped());
+        assert_eq!(m.as_slice(), &vals[..]);
+        // Every spelling of the byte types.
+        for descr in ["|u1", "<u1", "u1"] {
+            npy_file(
+                &p,
+                1,
+                &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (2, 2), }}"),
+                64,
+                &[1, 2, 3, 4],
+            );
+            assert_eq!(open_vectors::<u8>(&p).unwrap().as_slice(), &[1, 2, 3, 4]);
+        }
+        for descr in ["|i1", "<i1", "i1"] {
+            npy_file(
+                &p,
+                1,
+                &format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (1, 4), }}"),
+                64,
+                &[255, 2, 3, 4],
+            );
+            assert_eq!(open_vectors::<i8>(&p).unwrap().as_slice(), &[-1, 2, 3, 4]);
+        }
+    }
+
+    #[test]
+    fn npy_bad_inputs() {
+        let dir = tmp();
+        let p = dir.path().join("bad.npy");
+        let data = [0u8; 24];
+        let cases: [(&str, &[u8], &str); 9] = [
+            (
+                "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }",
+                &data,
+                "big-endian",
+            ),
+            (
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
+                &data,
+                "<f8",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+                &data,
+                "fortran_order is True",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
+                &data,
+                "1 dimensions",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 2, 3), }",
+                &data,
+                "3 dimensions",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 4), }",
+                &data,
+                "truncated: expected",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 3), }",
+                &data,
+                "trailing bytes",
+            ),
+            (
+                "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2, 3), }",
+                &data,
+                "structured",
+            ),
+            (
+                "{'descr': '<f4', 'shape': (2, 3), }",
+                &data,
+                "fortran_order",
+            ),
+        ];
+        for (dict, payload, want) in cases {
+            npy_file(&p, 1, dict, 64, payload);
+            let e = err_text(probe(&p, None));
+            assert!(e.contains(want), "{dict}: {e}");
+            assert!(e.contains("bad.npy"), "{e}");
+        }
+        std::fs::write(&p, b"\x93NUMPX\x01\x00\x10\x00{}").unwrap();
+        assert!(err_text(probe(&p, None)).contains("magic"));
+        std::fs::write(&p, b"\x93NUMPY\x04\x00\x10\x00{}").unwrap();
+        assert!(err_text(probe(&p, None)).contains("version 4"));
+        std::fs::write(&p, b"\x93NUMPY\x01\x00\xff\x00{}").unwrap();
+        assert!(err_text(probe(&p, None)).contains("past the end"));
+        std::fs::write(&p, b"\x93NUM").unwrap();
+        assert!(err_text(probe(&p, None)).contains("shorter"));
+        // Right file, wrong requested type.
+        npy_file(
+            &p,
+            1,
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+            64,
+            &data,
+        );
+        let e = err_text(open_vectors::<u8>(&p));
+        assert!(e.contains("float32") && e.contains("uint8"), "{e}");
+    }
+
+    fn bin_bytes(n: i32, d: i32, payload: usize) -> Vec<u8> {
+        let mut v = n.to_le_bytes().to_vec();
+        v.extend_from_slice(&d.to_le_bytes());
+        v.resize(8 + payload, 7);
+        v
+    }
+
+    #[test]
+    fn bin_bad_inputs() {
+        let dir = tmp();
+        let p = dir.path().join("x.fbin");
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (Vec::new(), "file is empty"),
+            (vec![1, 0, 0, 0, 2], "header is 5 bytes, expected 8"),
+            (bin_bytes(-1, 4, 0), "n (number of vectors) is -1"),
+            (bin_bytes(2, 0, 0), "d (dimension) is 0"),
+            (bin_bytes(2, -3, 0), "d (dimension) is -3"),
+            (
+                bin_bytes(2, 4, 31),
+                "truncated: expected 40 bytes for n=2 d=4 float32, found 39",
+            ),
+            (bin_bytes(2, 4, 33), "trailing bytes"),
+            (bin_bytes(i32::MAX, i32::MAX, 0), "truncated"),
+        ];
+        for (bytes, want) in cases {
+            std::fs::write(&p, &bytes).unwrap();
+            let e = err_text(probe(&p, None));
+            assert!(e.contains(want), "want {want:?}, got {e}");
+            assert!(e.contains("x.fbin"), "{e}");
+            assert!(open_vectors::<f32>(&p).is_err());
+        }
+        // n = 0 is a valid, empty file.
+        std::fs::write(&p, bin_bytes(0, 4, 0)).unwrap();
+        let m = open_vectors::<f32>(&p).unwrap();
+        assert_eq!((m.n(), m.dim()), (0, 4));
+    }
+
+    #[test]
+    fn dtype_disagreements() {
+        let dir = tmp();
+        let f = dir.path().join("a.fbin");
+        let data = random::<f32>(4, 4, 1);
+        write_vectors(&f, MatrixView::new(&data, 4, 4).unwrap()).unwrap();
+        let e = err_text(probe(&f, Some(DType::U8)));
+        assert!(e.contains("float32") && e.contains("uint8"), "{e}");
+        let e = err_text(open_vectors::<i8>(&f));
+        assert!(e.contains("float32") && e.contains("int8"), "{e}");
+        // A bare .bin takes its dtype from the hint (default float32).
+        let b = dir.path().join("a.bin");
+        let bytes = random::<u8>(3, 8, 2);
+        write_vectors(&b, MatrixView::new(&bytes, 3, 8).unwrap()).unwrap();
+        assert_eq!(probe(&b, Some(DType::U8)).unwrap().dtype, DType::U8);
+        let e = err_text(probe(&b, None));
+        assert!(e.contains("float32") && e.contains("truncated"), "{e}");
+        assert_eq!(open_vectors::<u8>(&b).unwrap().as_slice(), &bytes[..]);
+        // Writing: the extension's dtype must match.
+        let e = err_text(write_vectors(
+            &dir.path().join("z.u8bin"),
+            MatrixView::new(&data, 4, 4).unwrap(),
+        ));
+        assert!(e.contains("float32") && e.contains("uint8"), "{e}");
+        assert!(write_vectors(
+            &dir.path().join("z.bvecs"),
+            MatrixView::new(&data, 4, 4).unwrap()
+        )
+        .is_err());
+        assert!(write_vectors(
+            &dir.path().join("z.fvecs"),
+            MatrixView::new(&bytes, 3, 8).unwrap()
+        )
+        .is_err());
+        let e = err_text(open_vectors::<u8>(&dir.path().join("a.fbin")));
+        assert!(e.contains("uint8"));
+    }
+
+    #[test]
+    fn vecs_bad_inputs() {
+        let dir = tmp();
+        let p = dir.path().join("v.fvecs");
+        let d = 3usize;
+        let n = 500usize;
+        let mut bytes = Vec::new();
+        for r in 0..n {
+            bytes.extend_from_slice(&(d as i32).to_le_bytes());
+            for c in 0..d {
+                bytes.extend_from_slice(&((r * d + c) as f32).to_le_bytes());
+            }
+        }
+        std::fs::write(&p, &bytes).unwrap();
+        assert_eq!(
+            open_vectors::<f32>(&p).unwrap().row(499),
+            &[1497.0, 1498.0, 1499.0]
+        );
+        // A wrong prefix on a row the probe does not spot-check: open names it.
+        let row = 4 + 4 * d;
+        let mut bad = bytes.clone();
+        bad[3 * row..3 * row + 4].copy_from_slice(&4i32.to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        probe(&p, None).unwrap();
+        let e = err_text(open_vectors::<f32>(&p));
+        assert!(
+            e.contains("row 3: dimension prefix is 4, expected 3"),
+            "{e}"
+        );
+        // Two bad rows: the first is named.
+        bad[2 * row..2 * row + 4].copy_from_slice(&(-1i32).to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        assert!(err_text(open_vectors::<f32>(&p)).contains("row 2:"));
+        // The last row is always spot-checked by probe.
+        let mut bad = bytes.clone();
+        bad[(n - 1) * row..(n - 1) * row + 4].copy_from_slice(&9i32.to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        assert!(err_text(probe(&p, None)).contains("row 499"));
+        // Size not a multiple of the row size.
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(err_text(probe(&p, None)).contains("not a multiple of the row size 16"));
+        // Empty file, zero / negative dimension.
+        std::fs::write(&p, b"").unwrap();
+        assert!(err_text(probe(&p, None)).contains("empty"));
+        std::fs::write(&p, 0i32.to_le_bytes()).unwrap();
+        assert!(err_text(probe(&p, None)).contains("expected d >= 1"));
+        std::fs::write(&p, [1u8, 0]).unwrap();
+        assert!(err_text(probe(&p, None)).contains("shorter"));
+        // Writing zero rows to vecs is refused (unreadable result).
+        let e = err_text(write_vectors::<f32>(
+            &p,
+            MatrixView::new(&[], 0, 3).unwrap(),
+        ));
+        assert!(e.contains("0 vectors"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_paths() {
+        let dir = tmp();
+        let iv = dir.path().join("gt.ivecs");
+        std::fs::write(&iv, [1u8, 0, 0, 0, 5, 0, 0, 0]).unwrap();
+        let e = err_text(probe(&iv, None));
+        assert!(e.contains("int32 ids") && e.contains("ground truth"), "{e}");
+        assert!(open_vectors::<f32>(&iv).is_err());
+        let data = [1.0f32];
+        assert!(write_vectors(&iv, MatrixView::new(&data, 1, 1).unwrap()).is_err());
+        for name in ["x.csv", "noext"] {
+            let p = dir.path().join(name);
+            std::fs::write(&p, b"1,2").unwrap();
+            let e = err_text(probe(&p, None));
+            assert!(
+                e.contains(".fbin") && e.contains(".npy") && e.contains(".fvecs"),
+                "{e}"
+            );
+        }
+        let missing: PathBuf = dir.path().join("nope").join("a.fbin");
+        let e = err_text(write_vectors(
+            &missing,
+            MatrixView::new(&data, 1, 1).unwrap(),
+        ));
+        assert!(e.contains("does not exist"), "{e}");
+        assert!(matches!(
+            probe(&dir.path().join("absent.fbin"), None),
+            Err(Error::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn check_finite_names_first_bad_element() {
+        let d = 7;
+        let n = 30_000; // several parallel chunks
+        let mut v = vec![0.5f32; n * d];
+        check_finite("base.fbin", MatrixView::new(&v, n, d).unwrap()).unwrap();
+        v[25_000 * d + 1] = f32::INFINITY;
+        v[20_000 * d + 3] = f32::NAN;
+        let e = err_text(check_finite(
+            "base.fbin",
+            MatrixView::new(&v, n, d).unwrap(),
+        ));
+        assert!(e.contains("base.fbin: row 20000, column 3 is NaN"), "{e}");
+        v[20_000 * d + 3] = 0.0;
+        let e = err_text(check_finite("q", MatrixView::new(&v, n, d).unwrap()));
+        assert!(e.contains("q: row 25000, column 1 is inf"), "{e}");
+        v[2] = f32::NEG_INFINITY;
+        let e = err_text(check_finite("q", MatrixView::new(&v, n, d).unwrap()));
+        assert!(e.contains("q: row 0, column 2 is -inf"), "{e}");
+        let h = vec![f16::from_f32(1.0), f16::NAN, f16::ONE, f16::ONE];
+        let e = err_text(check_finite("h", MatrixView::new(&h, 2, 2).unwrap()));
+        assert!(e.contains("h: row 0, column 1 is NaN"), "{e}");
+        let h = vec![f16::ONE, f16::ONE, f16::ONE, f16::INFINITY];
+        assert!(
+            err_text(check_finite("h", MatrixView::new(&h, 2, 2).unwrap()))
+                .contains("row 1, column 1 is inf")
+        );
+        check_finite("u", MatrixView::new(&[255u8, 0], 1, 2).unwrap()).unwrap();
+        check_finite("i", MatrixView::new(&[-128i8, 0], 2, 1).unwrap()).unwrap();
+        check_finite::<f32>("e", MatrixView::new(&[], 0, 2).unwrap()).unwrap();
+    }
+
+    fn sample_gt(n: usize, k: usize) -> GroundTruth {
+        GroundTruth {
+            n,
+            k,
+            ids: (0..(n * k) as u32).map(|i| i * 7 % 1000).collect(),
+            distances: (0..n * k).map(|i| i as f32 * 0.25 - 3.0).collect(),
+        }
+    }
+
+    #[test]
+    fn ground_truth_file_roundtrip() {
+        let dir = tmp();
+        let p = dir.path().join("gt.bin");
+        for &(n, k) in &[(0usize, 10usize), (1, 1), (13, 10), (100, 100)] {
+            let gt = sample_gt(n, k);
+            write_ground_truth(&p, &gt).unwrap();
+            let len = std::fs::metadata(&p).unwrap().len() as usize;
+            assert_eq!(len, 8 + 8 * n * k);
+            assert_eq!(read_ground_truth(&p).unwrap(), gt);
+        }
+        // Ids only: written and read back with empty distances.
+        let mut gt = sample_gt(5, 3);
+        gt.distances.clear();
+        write_ground_truth(&p, &gt).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8 + 4 * 15);
+        assert_eq!(read_ground_truth(&p).unwrap(), gt);
+        // Inconsistent lengths are refused.
+        let mut bad = sample_gt(5, 3);
+        bad.ids.pop();
+        assert!(err_text(write_ground_truth(&p, &bad)).contains("14 ids"));
+        let mut bad = sample_gt(5, 3);
+        bad.distances.push(0.0);
+        assert!(err_text(write_ground_truth(&p, &bad)).contains("16 distances"));
+    }
+
+    #[test]
+    fn ground_truth_file_bad_sizes() {
+        let dir = tmp();
+        let p = dir.path().join("gt.bin");
+        let gt = sample_gt(4, 5);
+        write_ground_truth(&p, &gt).unwrap();
+        let good = std::fs::read(&p).unwrap();
+        let mut longer = good.clone();
+        longer.push(0);
+        std::fs::write(&p, &longer).unwrap();
+        let e = err_text(read_ground_truth(&p));
+        assert!(
+            e.contains("169 bytes") && e.contains("168") && e.contains("88"),
+            "{e}"
+        );
+        std::fs::write(&p, &good[..100]).unwrap();
+        assert!(read_ground_truth(&p).is_err());
+        std::fs::write(&p, &good[..6]).unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("expected 8"));
+        std::fs::write(&p, b"").unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("empty"));
+        std::fs::write(&p, bin_bytes(-2, 5, 0)).unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("n=-2"));
+        std::fs::write(&p, bin_bytes(i32::MAX, i32::MAX, 0)).unwrap();
+        assert!(read_ground_truth(&p).is_err());
+    }
+
+    #[test]
+    fn ground_truth_ivecs() {
+        let dir = tmp();
+        let p = dir.path().join("gt.ivecs");
+        let (n, k) = (6usize, 4usize);
+        let mut bytes = Vec::new();
+        for r in 0..n {
+            bytes.extend_from_slice(&(k as i32).to_le_bytes());
+            for c in 0..k {
+                bytes.extend_from_slice(&((r * 10 + c) as i32).to_le_bytes());
+            }
+        }
+        std::fs::write(&p, &bytes).unwrap();
+        let gt = read_ground_truth(&p).unwrap();
+        assert_eq!((gt.n, gt.k), (n, k));
+        assert_eq!(&gt.ids[4..8], &[10, 11, 12, 13]);
+        assert!(gt.distances.is_empty());
+        let row = 4 + 4 * k;
+        let mut bad = bytes.clone();
+        bad[2 * row..2 * row + 4].copy_from_slice(&3i32.to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("row 2: length prefix is 3, expected 4"));
+        let mut bad = bytes.clone();
+        bad[row + 8..row + 12].copy_from_slice(&(-1i32).to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("row 1, column 1: id -1"));
+        std::fs::write(&p, &bytes[..bytes.len() - 2]).unwrap();
+        assert!(err_text(read_ground_truth(&p)).contains("not a multiple"));
+    }
+
+    #[test]
+    fn npy_header_is_padded_to_64() {
+        for (n, d) in [(0usize, 1usize), (7, 3), (123_456_789, 4096)] {
+            for dt in [DType::F32, DType::F16, DType::U8, DType::I8] {
+                let h = npy_header(dt, n, d);
+                assert_eq!(h.len() % 64, 0);
+                assert_eq!(*h.last().unwrap(), b'\n');
+                assert_eq!(u16::from_le_bytes([h[8], h[9]]) as usize, h.len() - 10);
+            }
+        }
+    }
 }
