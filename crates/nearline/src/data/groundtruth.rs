@@ -265,3 +265,280 @@ impl<T: Element> Ctx<'_, T> {
         tops
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::dtype::DType;
+    use half::f16;
+    use proptest::prelude::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Random data; integer types use a narrow range so distances tie often.
+    fn random<T: Element>(n: usize, d: usize, seed: u64, spread: f32) -> Vec<T> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n * d)
+            .map(|_| {
+                let v: f32 = match T::DTYPE {
+                    DType::F32 | DType::F16 => rng.random_range(-spread..spread),
+                    DType::U8 => rng.random_range(0..=(spread as i32).min(255)) as f32,
+                    DType::I8 => rng
+                        .random_range(-(spread as i32).min(128)..=(spread as i32).min(127))
+                        as f32,
+                };
+                T::from_f32(v).unwrap()
+            })
+            .collect()
+    }
+
+    /// The obvious algorithm: every distance, full sort by (distance, id).
+    fn naive<T: Element>(
+        base: MatrixView<'_, T>,
+        queries: MatrixView<'_, T>,
+        k: usize,
+        metric: Metric,
+    ) -> (Vec<u32>, Vec<f32>) {
+        let norm = |r: &[T]| T::dot(r, r).sqrt();
+        let mut ids = Vec::new();
+        let mut dists = Vec::new();
+        for q in 0..queries.n() {
+            let qv = queries.row(q);
+            let mut all: Vec<(f32, u32)> = (0..base.n())
+                .map(|i| {
+                    let b = base.row(i);
+                    let d = match metric {
+                        Metric::L2 => T::l2_sq(qv, b),
+                        Metric::InnerProduct => -T::dot(qv, b),
+                        Metric::Cosine => {
+                            let den = norm(qv) * norm(b);
+                            1.0 - if den > 0.0 { T::dot(qv, b) / den } else { 0.0 }
+                        }
+                    };
+                    (d, i as u32)
+                })
+                .collect();
+            all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            for &(d, i) in &all[..k] {
+                ids.push(i);
+                dists.push(metric.to_user(d));
+            }
+        }
+        (ids, dists)
+    }
+
+    fn check<T: Element>(n: usize, nq: usize, d: usize, k: usize, spread: f32, seed: u64) {
+        let base = random::<T>(n, d, seed, spread);
+        let queries = random::<T>(nq, d, seed ^ 0xabcdef, spread);
+        let bv = MatrixView::new(&base, n, d).unwrap();
+        let qv = MatrixView::new(&queries, nq, d).unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let gt = compute_ground_truth(bv, qv, k, metric).unwrap();
+            let (ids, dists) = naive(bv, qv, k, metric);
+            assert_eq!((gt.n, gt.k), (nq, k));
+            assert_eq!(
+                gt.ids,
+                ids,
+                "{:?} {metric} n={n} nq={nq} d={d} k={k}",
+                T::DTYPE
+            );
+            assert_eq!(gt.distances, dists, "{:?} {metric}", T::DTYPE);
+        }
+    }
+
+    #[test]
+    fn matches_naive_every_dtype_and_metric() {
+        check::<f32>(700, 23, 16, 10, 1.0, 1);
+        check::<f16>(500, 9, 12, 7, 2.0, 2);
+        check::<u8>(900, 17, 8, 25, 255.0, 3);
+        check::<i8>(900, 17, 8, 25, 127.0, 4);
+    }
+
+    #[test]
+    fn ties_broken_by_smaller_id() {
+        // Values in {0, 1, 2} on 3 dimensions: massive ties everywhere.
+        check::<u8>(2000, 40, 3, 50, 2.0, 5);
+        check::<i8>(2000, 40, 3, 50, 1.0, 6);
+        // Every base vector identical: ids must be 0..k in order.
+        let base = vec![1.5f32; 300 * 4];
+        let q = vec![0.0f32, 1.0, 2.0, 3.0];
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let gt = compute_ground_truth(
+                MatrixView::new(&base, 300, 4).unwrap(),
+                MatrixView::new(&q, 1, 4).unwrap(),
+                20,
+                metric,
+            )
+            .unwrap();
+            assert_eq!(gt.ids, (0..20).collect::<Vec<u32>>(), "{metric}");
+        }
+    }
+
+    #[test]
+    fn independent_of_thread_count_and_splitting() {
+        // Few queries (the base is split across tasks) and many queries.
+        let (n, d) = (20_000, 8);
+        let base = random::<f32>(n, d, 9, 1.0);
+        let bv = MatrixView::new(&base, n, d).unwrap();
+        for nq in [1usize, 3, 600] {
+            let queries = random::<f32>(nq, d, 10 + nq as u64, 1.0);
+            let qv = MatrixView::new(&queries, nq, d).unwrap();
+            let mut results = Vec::new();
+            for threads in [1, 2, 5] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                results
+                    .push(pool.install(|| compute_ground_truth(bv, qv, 16, Metric::L2).unwrap()));
+            }
+            assert_eq!(results[0], results[1]);
+            assert_eq!(results[0], results[2]);
+            if nq <= 3 {
+                let (ids, dists) = naive(bv, qv, 16, Metric::L2);
+                assert_eq!(results[0].ids, ids);
+                assert_eq!(results[0].distances, dists);
+            }
+        }
+    }
+
+    #[test]
+    fn user_facing_distances_sorted_best_first() {
+        let (n, nq, d, k) = (400, 5, 6, 30);
+        let base = random::<f32>(n, d, 11, 1.0);
+        let queries = random::<f32>(nq, d, 12, 1.0);
+        let bv = MatrixView::new(&base, n, d).unwrap();
+        let qv = MatrixView::new(&queries, nq, d).unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let gt = compute_ground_truth(bv, qv, k, metric).unwrap();
+            for q in 0..nq {
+                let row = &gt.distances[q * k..(q + 1) * k];
+                for w in row.windows(2) {
+                    if metric.higher_is_closer() {
+                        assert!(w[0] >= w[1], "{metric}: {row:?}");
+                    } else {
+                        assert!(w[0] <= w[1], "{metric}: {row:?}");
+                    }
+                }
+                // The reported value is the real one for that id.
+                let id = gt.ids[q * k] as usize;
+                let (a, b) = (qv.row(q), bv.row(id));
+                let want = match metric {
+                    Metric::L2 => f32::l2_sq(a, b),
+                    Metric::InnerProduct => f32::dot(a, b),
+                    Metric::Cosine => {
+                        f32::dot(a, b) / (f32::dot(a, a).sqrt() * f32::dot(b, b).sqrt())
+                    }
+                };
+                assert!(
+                    (row[0] - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "{metric}"
+                );
+                if metric == Metric::Cosine {
+                    assert!(row.iter().all(|s| (-1.0001..=1.0001).contains(s)));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cosine_does_not_need_normalised_input_and_zero_vectors_score_zero() {
+        // Same directions, different lengths; row 2 is zero.
+        let base = vec![10.0f32, 0.0, 0.0, 0.1, 0.0, 0.0, -3.0, 0.0];
+        let q = vec![2.0f32, 0.0];
+        let gt = compute_ground_truth(
+            MatrixView::new(&base, 4, 2).unwrap(),
+            MatrixView::new(&q, 1, 2).unwrap(),
+            4,
+            Metric::Cosine,
+        )
+        .unwrap();
+        // Row 0 (parallel) = 1, rows 1 (orthogonal) and 2 (zero) = 0, row 3 = -1.
+        assert_eq!(gt.ids, vec![0, 1, 2, 3]);
+        assert_eq!(gt.distances, vec![1.0, 0.0, 0.0, -1.0]);
+        let zq = vec![0.0f32, 0.0];
+        let gt = compute_ground_truth(
+            MatrixView::new(&base, 4, 2).unwrap(),
+            MatrixView::new(&zq, 1, 2).unwrap(),
+            2,
+            Metric::Cosine,
+        )
+        .unwrap();
+        assert_eq!(gt.ids, vec![0, 1]);
+        assert_eq!(gt.distances, vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn argument_errors() {
+        let base = vec![0.0f32; 10 * 4];
+        let bv = MatrixView::new(&base, 10, 4).unwrap();
+        let q3 = vec![0.0f32; 3];
+        let q4 = vec![0.0f32; 4];
+        let e = compute_ground_truth(bv, MatrixView::new(&q3, 1, 3).unwrap(), 1, Metric::L2)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("dimension 3") && e.contains("dimension 4"),
+            "{e}"
+        );
+        let q = MatrixView::new(&q4, 1, 4).unwrap();
+        let e = compute_ground_truth(bv, q, 11, Metric::L2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("k=11") && e.contains("(10)"), "{e}");
+        assert!(compute_ground_truth(bv, q, 0, Metric::L2).is_err());
+        let gt = compute_ground_truth(bv, q, 10, Metric::L2).unwrap();
+        assert_eq!(gt.ids, (0..10).collect::<Vec<u32>>());
+        let empty =
+            compute_ground_truth(bv, MatrixView::new(&[], 0, 4).unwrap(), 5, Metric::L2).unwrap();
+        assert_eq!(
+            (empty.n, empty.k, empty.ids.len(), empty.distances.len()),
+            (0, 5, 0, 0)
+        );
+    }
+
+    #[test]
+    fn key_packing_orders_like_total_cmp() {
+        let vals = [
+            f32::NEG_INFINITY,
+            -1e30,
+            -1.0,
+            -1e-30,
+            -0.0,
+            0.0,
+            1e-30,
+            0.5,
+            1.0,
+            1e30,
+            f32::INFINITY,
+        ];
+        for w in vals.windows(2) {
+            assert!(f32_key(w[0]) < f32_key(w[1]), "{} {}", w[0], w[1]);
+        }
+        for v in vals {
+            assert_eq!(key_f32(f32_key(v)).to_bits(), v.to_bits());
+        }
+        assert!(pack(1.0, 5) < pack(1.0, 6));
+        assert!(pack(1.0, u32::MAX) < pack(1.5, 0));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn prop_matches_naive(
+            n in 1usize..300,
+            nq in 0usize..12,
+            d in 1usize..20,
+            kfrac in 0.0f64..1.0,
+            seed in any::<u64>(),
+            byte in any::<bool>(),
+        ) {
+            let k = 1 + ((n - 1) as f64 * kfrac) as usize;
+            if byte {
+                check::<u8>(n, nq, d, k, 3.0, seed);
+            } else {
+                check::<f32>(n, nq, d, k, 1.0, seed);
+            }
+        }
+    }
+}
