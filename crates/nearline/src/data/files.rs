@@ -248,8 +248,8 @@ fn probe_vecs(file: &File, path: &Path, len: u64, dtype: DType) -> Result<Vector
         ));
     }
     let d = d as usize;
-    let row = (4 + d as u64 * dtype.size() as u64) as u64;
-    if len % row != 0 {
+    let row = 4 + d as u64 * dtype.size() as u64;
+    if !len.is_multiple_of(row) {
         return Err(Error::format(
             path,
             format!(
@@ -584,7 +584,7 @@ pub fn open_vectors<T: Element>(path: &Path) -> Result<Matrix<T>> {
         ));
     }
     if info.contiguous {
-        if info.n == 0 || info.data_offset % std::mem::align_of::<T>() == 0 {
+        if info.n == 0 || info.data_offset.is_multiple_of(std::mem::align_of::<T>()) {
             Matrix::map_file(path, info.data_offset, info.n, info.dim)
         } else {
             // A header whose length leaves the data misaligned for `T` (some
@@ -931,7 +931,7 @@ fn read_gt_ivecs(path: &Path, bytes: &[u8]) -> Result<GroundTruth> {
     }
     let k = k as usize;
     let row = 4 + 4 * k;
-    if bytes.len() % row != 0 {
+    if !bytes.len().is_multiple_of(row) {
         return Err(Error::format(
             path,
             format!(
@@ -1169,7 +1169,7 @@ mod tests {
         }
         // Data misaligned for f32 (no padding, odd header length): copied.
         let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}";
-        let dict = if (11 + dict.len()) % 4 == 0 {
+        let dict = if (11 + dict.len()).is_multiple_of(4) {
             format!("{dict} ")
         } else {
             dict.to_string()
