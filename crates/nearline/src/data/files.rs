@@ -652,9 +652,18 @@ fn read_vecs<T: Element>(path: &Path, info: &VectorFileInfo) -> Result<Matrix<T>
 // ---------------------------------------------------------------------------
 // Writing
 
-fn create_for_write(path: &Path) -> Result<BufWriter<File>> {
-    if let Some(parent) = path.parent() {
-        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+/// Writes `path` through a temporary file in the same directory that is
+/// renamed over it once complete: readers that have the old file mapped keep
+/// their contents, and a failed write leaves no half-written file behind.
+/// The parent directory must exist.
+fn write_file(
+    path: &Path,
+    body: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<()>,
+) -> Result<()> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        if !parent.is_dir() {
             return Err(Error::io(
                 path,
                 std::io::Error::new(
@@ -664,8 +673,27 @@ fn create_for_write(path: &Path) -> Result<BufWriter<File>> {
             ));
         }
     }
-    let f = File::create(path).map_err(|e| Error::io(path, e))?;
-    Ok(BufWriter::with_capacity(1 << 20, f))
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::arg(format!("cannot write {}: not a file path", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let tmp = path.with_file_name(tmp_name);
+    let file = File::create(&tmp).map_err(|e| Error::io(path, e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let written = body(&mut w).and_then(|()| w.flush());
+    drop(w);
+    let done = written.and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = done {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io(path, e));
+    }
+    Ok(())
 }
 
 fn to_i32(path: &Path, field: &str, v: usize) -> Result<i32> {
@@ -732,16 +760,14 @@ pub fn write_vectors<T: Element>(path: &Path, data: MatrixView<'_, T>) -> Result
         }
     }
     let bytes: &[u8] = bytemuck::cast_slice(data.as_slice());
-    let mut w = match kind {
+    match kind {
         Kind::Bin(_) => {
             let (ni, di) = (to_i32(path, "n", n)?, to_i32(path, "d", d)?);
-            let mut w = create_for_write(path)?;
-            let mut h = [0u8; 8];
-            h[..4].copy_from_slice(&ni.to_le_bytes());
-            h[4..].copy_from_slice(&di.to_le_bytes());
-            w.write_all(&h).map_err(|e| Error::io(path, e))?;
-            w.write_all(bytes).map_err(|e| Error::io(path, e))?;
-            w
+            write_file(path, |w| {
+                w.write_all(&ni.to_le_bytes())?;
+                w.write_all(&di.to_le_bytes())?;
+                w.write_all(bytes)
+            })
         }
         Kind::Vecs(_) => {
             if n == 0 {
@@ -752,26 +778,21 @@ pub fn write_vectors<T: Element>(path: &Path, data: MatrixView<'_, T>) -> Result
                 )));
             }
             let prefix = to_i32(path, "d", d)?.to_le_bytes();
-            let mut w = create_for_write(path)?;
             let row_bytes = d * std::mem::size_of::<T>();
-            for row in bytes.chunks_exact(row_bytes) {
-                w.write_all(&prefix).map_err(|e| Error::io(path, e))?;
-                w.write_all(row).map_err(|e| Error::io(path, e))?;
-            }
-            w
+            write_file(path, |w| {
+                for row in bytes.chunks_exact(row_bytes) {
+                    w.write_all(&prefix)?;
+                    w.write_all(row)?;
+                }
+                Ok(())
+            })
         }
-        Kind::Npy => {
-            let mut w = create_for_write(path)?;
-            w.write_all(&npy_header(T::DTYPE, n, d))
-                .map_err(|e| Error::io(path, e))?;
-            w.write_all(bytes).map_err(|e| Error::io(path, e))?;
-            w
-        }
-        Kind::Ivecs => return Err(ivecs_not_vectors(path)),
-    };
-    w.flush().map_err(|e| Error::io(path, e))?;
-    w.get_ref().sync_data().ok();
-    Ok(())
+        Kind::Npy => write_file(path, |w| {
+            w.write_all(&npy_header(T::DTYPE, n, d))?;
+            w.write_all(bytes)
+        }),
+        Kind::Ivecs => Err(ivecs_not_vectors(path)),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -994,17 +1015,12 @@ pub fn write_ground_truth(path: &Path, gt: &GroundTruth) -> Result<()> {
         )));
     }
     let (ni, ki) = (to_i32(path, "n", gt.n)?, to_i32(path, "k", gt.k)?);
-    let mut w = create_for_write(path)?;
-    let mut h = [0u8; 8];
-    h[..4].copy_from_slice(&ni.to_le_bytes());
-    h[4..].copy_from_slice(&ki.to_le_bytes());
-    w.write_all(&h).map_err(|e| Error::io(path, e))?;
-    w.write_all(bytemuck::cast_slice(&gt.ids))
-        .map_err(|e| Error::io(path, e))?;
-    w.write_all(bytemuck::cast_slice(&gt.distances))
-        .map_err(|e| Error::io(path, e))?;
-    w.flush().map_err(|e| Error::io(path, e))?;
-    Ok(())
+    write_file(path, |w| {
+        w.write_all(&ni.to_le_bytes())?;
+        w.write_all(&ki.to_le_bytes())?;
+        w.write_all(bytemuck::cast_slice(&gt.ids))?;
+        w.write_all(bytemuck::cast_slice(&gt.distances))
+    })
 }
 
 #[cfg(test)]
@@ -1441,6 +1457,28 @@ mod tests {
             probe(&dir.path().join("absent.fbin"), None),
             Err(Error::Io { .. })
         ));
+    }
+
+    #[test]
+    fn rewrite_keeps_mapped_readers_and_leaves_no_temp_files() {
+        let dir = tmp();
+        let p = dir.path().join("a.fbin");
+        let old = random::<f32>(64, 8, 3);
+        write_vectors(&p, MatrixView::new(&old, 64, 8).unwrap()).unwrap();
+        let mapped = open_vectors::<f32>(&p).unwrap();
+        assert!(mapped.is_mapped());
+        let new = random::<f32>(2, 8, 4);
+        write_vectors(&p, MatrixView::new(&new, 2, 8).unwrap()).unwrap();
+        assert_eq!(mapped.as_slice(), &old[..]);
+        assert_eq!(open_vectors::<f32>(&p).unwrap().as_slice(), &new[..]);
+        write_ground_truth(&dir.path().join("gt.bin"), &sample_gt(2, 2)).unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec!["a.fbin", "gt.bin"], "{names:?}");
     }
 
     #[test]

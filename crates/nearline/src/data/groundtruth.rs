@@ -522,6 +522,44 @@ mod tests {
         assert!(pack(1.0, u32::MAX) < pack(1.5, 0));
     }
 
+    /// Throughput probe, not a correctness test: run with
+    /// `cargo test --release -p nearline gt_throughput -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn gt_throughput() {
+        let (n, nq, d, k) = (100_000, 400, 128, 100);
+        let base = random::<f32>(n, d, 21, 1.0);
+        let queries = random::<f32>(nq, d, 22, 1.0);
+        let bv = MatrixView::new(&base, n, d).unwrap();
+        let qv = MatrixView::new(&queries, nq, d).unwrap();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let t = std::time::Instant::now();
+            let gt = compute_ground_truth(bv, qv, k, metric).unwrap();
+            let s = t.elapsed().as_secs_f64();
+            println!(
+                "{metric}: {n} x {nq} x d{d}, k={k}: {s:.2} s, {:.1} M pairs/s on {} threads",
+                (n * nq) as f64 / s / 1e6,
+                rayon::current_num_threads()
+            );
+            assert_eq!(gt.ids.len(), nq * k);
+        }
+        // Baseline: the bare kernel over the same pairs, no blocking, no top-k.
+        let t = std::time::Instant::now();
+        let total: f64 = (0..nq)
+            .into_par_iter()
+            .map(|q| {
+                (0..n)
+                    .map(|i| f32::l2_sq(qv.row(q), bv.row(i)) as f64)
+                    .sum::<f64>()
+            })
+            .sum();
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "bare l2 kernel, same pairs: {s:.2} s, {:.1} M pairs/s ({total:.0})",
+            (n * nq) as f64 / s / 1e6
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(24))]
         #[test]
