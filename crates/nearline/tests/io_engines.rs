@@ -236,3 +236,114 @@ fn auto_picks_a_working_engine() {
     e.wait(1, &mut out).unwrap();
     check_page(&out[0], &fx.data, ALIGN as u64);
 }
+
+/// Random 4 KiB reads per second through each engine at several queue depths
+/// on a 1 GiB file. Run in release on a real disk:
+/// `NEARLINE_BENCH_DIR=/work cargo test -p nearline --release --test io_engines -- --ignored --nocapture bench`
+#[test]
+#[ignore]
+fn bench_random_4k_reads() {
+    use nearline::io::uring::UringEngine;
+    use std::time::{Duration, Instant};
+
+    const SIZE: u64 = 1 << 30;
+    const PAGES: u64 = SIZE / ALIGN as u64;
+    let dir = std::env::var("NEARLINE_BENCH_DIR").unwrap_or_else(|_| ".".into());
+    let path = std::path::Path::new(&dir).join("nearline-io-bench.bin");
+    {
+        let mut f = std::fs::File::create(&path).unwrap();
+        let chunk: Vec<u8> = (0..(8 << 20))
+            .map(|i: usize| (i * 131 >> 5) as u8)
+            .collect();
+        for _ in 0..SIZE / chunk.len() as u64 {
+            f.write_all(&chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+    }
+    let (file, direct) = open_direct(&path).unwrap();
+    let file = Arc::new(file);
+    eprintln!("file {} direct={direct}", path.display());
+    let secs = Duration::from_millis(1500);
+
+    fn thread_cpu() -> f64 {
+        // SAFETY: getrusage writes into the zeroed struct we own.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointer to a rusage struct.
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        tv(ru.ru_utime) + tv(ru.ru_stime)
+    }
+    let run = |mut e: IoEngine, qd: usize, seed: u64| -> (f64, f64) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut out = Vec::with_capacity(qd);
+        let mut done = 0u64;
+        for t in 0..qd as u64 {
+            e.submit(
+                t,
+                rng.random_range(0..PAGES) * ALIGN as u64,
+                AlignedBuf::new(ALIGN),
+            )
+            .unwrap();
+        }
+        let start = Instant::now();
+        let cpu0 = thread_cpu();
+        while start.elapsed() < secs {
+            e.wait(1, &mut out).unwrap();
+            for c in out.drain(..) {
+                assert_eq!(*c.result.as_ref().unwrap(), ALIGN);
+                done += 1;
+                e.submit(c.token, rng.random_range(0..PAGES) * ALIGN as u64, c.buf)
+                    .unwrap();
+            }
+        }
+        let rate = done as f64 / start.elapsed().as_secs_f64();
+        let cpu_us = (thread_cpu() - cpu0) * 1e6 / done as f64;
+        e.drain(&mut out).unwrap();
+        (rate, cpu_us)
+    };
+
+    // Two rounds, so that drift of a shared disk shows up in the figures.
+    for round in 0..2 {
+        eprintln!("round {round}");
+        for qd in [1usize, 8, 32, 64] {
+            for fixed in [true, false] {
+                let e = IoEngine::Uring(
+                    UringEngine::with_options(Arc::clone(&file), qd as u32, fixed).unwrap(),
+                );
+                let (rate, cpu) = run(e, qd, qd as u64);
+                eprintln!(
+                    "io_uring fixed_file={fixed} qd={qd}: {rate:.0} reads/s, {cpu:.2} us CPU/read"
+                );
+            }
+        }
+        for qd in [1usize, 8, 32] {
+            // pread is synchronous: one engine is always at queue depth 1; depth
+            // comes from threads (one engine per worker, as the search pool does).
+            let total: f64 = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..qd)
+                    .map(|i| {
+                        let file = Arc::clone(&file);
+                        s.spawn(move || {
+                            run(
+                                IoEngine::open_resolved(EngineKind::Pread, file, 1).unwrap(),
+                                1,
+                                100 + i as u64,
+                            )
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap().0).sum()
+            });
+            eprintln!("pread threads={qd}: {total:.0} reads/s");
+            if qd == 1 {
+                let (_, cpu) = run(
+                    IoEngine::open_resolved(EngineKind::Pread, Arc::clone(&file), 1).unwrap(),
+                    1,
+                    7,
+                );
+                eprintln!("pread qd=1: {cpu:.2} us CPU/read");
+            }
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+}

@@ -21,8 +21,8 @@ struct Slot {
     buf: AlignedBuf,
 }
 
-/// Whether the file is registered with the ring (`types::Fixed`), which
-/// spares the kernel a file-table lookup per read.
+/// Whether the file is registered with the ring by default (`types::Fixed`),
+/// which spares the kernel a file-table lookup per read.
 const REGISTER_FILE: bool = true;
 
 /// The io_uring engine.
@@ -45,6 +45,12 @@ impl UringEngine {
     /// A ring of `max(8, depth.next_power_of_two())` entries allowing up to
     /// `depth` reads in flight.
     pub fn new(file: Arc<File>, depth: u32) -> Result<Self> {
+        Self::with_options(file, depth, REGISTER_FILE)
+    }
+
+    /// [`UringEngine::new`], choosing whether to register the file with the
+    /// ring (falls back to a plain descriptor if registration fails).
+    pub fn with_options(file: Arc<File>, depth: u32, register_file: bool) -> Result<Self> {
         if depth == 0 {
             return Err(Error::arg("io_uring depth: expected at least 1, got 0"));
         }
@@ -54,7 +60,7 @@ impl UringEngine {
             .max(8);
         let ring = IoUring::new(entries)
             .map_err(|e| Error::Engine(format!("io_uring setup with {entries} entries: {e}")))?;
-        let fixed = REGISTER_FILE && ring.submitter().register_files(&[file.as_raw_fd()]).is_ok();
+        let fixed = register_file && ring.submitter().register_files(&[file.as_raw_fd()]).is_ok();
         let depth = depth as usize;
         Ok(UringEngine {
             ring,
