@@ -253,7 +253,7 @@ fn bench_random_4k_reads() {
     {
         let mut f = std::fs::File::create(&path).unwrap();
         let chunk: Vec<u8> = (0..(8 << 20))
-            .map(|i: usize| (i * 131 >> 5) as u8)
+            .map(|i: usize| ((i * 131) >> 5) as u8)
             .collect();
         for _ in 0..SIZE / chunk.len() as u64 {
             f.write_all(&chunk).unwrap();
