@@ -25,6 +25,18 @@ pub struct Completion {
     pub result: std::io::Result<usize>,
 }
 
+impl Completion {
+    /// The bytes actually read (shorter than the buffer after a short read),
+    /// or `None` if the read failed.
+    #[inline]
+    pub fn filled(&self) -> Option<&[u8]> {
+        match self.result {
+            Ok(n) => Some(&self.buf.as_slice()[..n.min(self.buf.len())]),
+            Err(_) => None,
+        }
+    }
+}
+
 /// Running totals of one engine (for statistics and tests).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoCounters {
