@@ -3,8 +3,8 @@
 //! parts), build each part, merge, and prune back to R (as DiskANN does).
 
 use super::{Graph, VamanaParams};
-use crate::data::matrix::Matrix;
 use crate::data::dtype::Element;
+use crate::data::matrix::Matrix;
 use crate::distance::Metric;
 use crate::{Error, Result};
 use std::sync::atomic::AtomicBool;
