@@ -51,6 +51,21 @@ impl<'a, T: Element> MatrixSpace<'a, T> {
         };
         MatrixSpace { data, extra }
     }
+    /// A space over `data` with a given extra coordinate per point (the MIPS
+    /// reduction computed elsewhere, e.g. streamed over a larger matrix);
+    /// `None` for plain squared L2.
+    pub fn with_extra(data: MatrixView<'a, T>, extra: Option<Vec<f32>>) -> crate::Result<Self> {
+        if let Some(e) = &extra {
+            if e.len() != data.n() {
+                return Err(crate::Error::arg(format!(
+                    "MatrixSpace extra coordinates: {} values for {} points",
+                    e.len(),
+                    data.n()
+                )));
+            }
+        }
+        Ok(MatrixSpace { data, extra })
+    }
     /// The extra MIPS coordinate of every point (inner product only).
     pub fn extra(&self) -> Option<&[f32]> {
         self.extra.as_deref()

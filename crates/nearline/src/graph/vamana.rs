@@ -271,7 +271,7 @@ pub fn search_graph_with(
 /// point `p` into `out`: walk the candidates nearest first, keep `x` unless
 /// an already kept `y` has `α·d(y, x) ≤ d(p, x)`; at most `r` kept, at most
 /// `max_c` candidates considered. `pool` is sorted and deduplicated in place.
-fn robust_prune<D: PointDistance + ?Sized>(
+pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
     space: &D,
     p: u32,
     pool: &mut Vec<(f32, u32)>,
@@ -439,7 +439,7 @@ fn mark_reachable(g: &Graph, from: u32, seen: &mut [bool], stack: &mut Vec<u32>)
 /// reachable node the search for it finds, preferring one with a free slot
 /// (else that node's last, farthest-added edge is replaced). Sequential and
 /// deterministic; costs one BFS when nothing is unreachable.
-fn connect_unreachable<D: PointDistance + ?Sized>(
+pub(crate) fn connect_unreachable<D: PointDistance + ?Sized>(
     space: &D,
     g: &mut Graph,
     start: u32,
@@ -618,6 +618,17 @@ const MEAN_BLOCK: usize = 4096;
 /// The mean of the rows of `data` in f64, summed in fixed blocks
 /// (deterministic for any thread count).
 pub fn mean_f64<T: Element>(data: MatrixView<'_, T>) -> Vec<f64> {
+    let n = data.n();
+    let mut mean = sum_f64(data);
+    if n > 0 {
+        mean.iter_mut().for_each(|m| *m /= n as f64);
+    }
+    mean
+}
+
+/// The sum of the rows of `data` in f64, summed in fixed blocks
+/// (deterministic for any thread count).
+pub fn sum_f64<T: Element>(data: MatrixView<'_, T>) -> Vec<f64> {
     let (n, dim) = (data.n(), data.dim());
     let mut mean = vec![0f64; dim];
     if n == 0 {
@@ -640,13 +651,18 @@ pub fn mean_f64<T: Element>(data: MatrixView<'_, T>) -> Vec<f64> {
             *m += a;
         }
     }
-    mean.iter_mut().for_each(|m| *m /= n as f64);
     mean
 }
 
 /// The row of `data` nearest (squared L2) to `center`; ties go to the
 /// smaller id. Parallel and deterministic.
 pub fn nearest_row<T: Element>(data: MatrixView<'_, T>, center: &[f32]) -> u32 {
+    nearest_row_dist(data, center).map(|x| x.1).unwrap_or(0)
+}
+
+/// `(squared distance, row)` of the row of `data` nearest to `center`
+/// (ties: smaller row); `None` when `data` is empty.
+pub fn nearest_row_dist<T: Element>(data: MatrixView<'_, T>, center: &[f32]) -> Option<(f32, u32)> {
     (0..data.n())
         .into_par_iter()
         .map(|i| {
@@ -662,8 +678,12 @@ pub fn nearest_row<T: Element>(data: MatrixView<'_, T>, center: &[f32]) -> u32 {
             (d, i as u32)
         })
         .min_by(|a, b| cmp_pair(a.0, a.1, b.0, b.1))
-        .map(|x| x.1)
-        .unwrap_or(0)
+}
+
+/// Total order on `(distance, id)` pairs used for every tie-break.
+#[inline]
+pub(crate) fn cmp_dist_id(a: (f32, u32), b: (f32, u32)) -> Ordering {
+    cmp_pair(a.0, a.1, b.0, b.1)
 }
 
 /// The point nearest to the mean of `data` (parallel).
@@ -1026,6 +1046,42 @@ pub(crate) mod tests {
         assert_eq!(g.neighbors(1), &[0, 2]);
         assert_eq!(g.neighbors(2), &[0, 1, 0]);
         assert_eq!(g.memory_bytes(), (3 + 9) * 4);
+    }
+
+    /// Build-speed probe: `cargo test --release -p nearline graph_speed -- --ignored --nocapture`.
+    /// `NEARLINE_SPEED_N` / `NEARLINE_SPEED_PASSES` override the defaults.
+    #[test]
+    #[ignore]
+    fn graph_speed() {
+        let env = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let n = env("NEARLINE_SPEED_N", 100_000);
+        let passes = env("NEARLINE_SPEED_PASSES", 2);
+        let threads = env("NEARLINE_SPEED_THREADS", 2);
+        let dim = 128;
+        let mut data = clustered(n + 100, dim, 64, 99);
+        let queries = data.split_off(n * dim);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let p = VamanaParams {
+            passes,
+            ..VamanaParams::default()
+        };
+        let t = std::time::Instant::now();
+        let (g, start) = pool.install(|| build(&data, dim, Metric::L2, &p));
+        let secs = t.elapsed().as_secs_f64();
+        let rec = recall_l2(&g, start, &data, &queries, dim, 100, 10);
+        let rec50 = recall_l2(&g, start, &data, &queries, dim, 50, 10);
+        eprintln!(
+            "graph_speed: n={n} dim={dim} threads={threads} passes={passes} build {secs:.2}s, mean degree {:.1}, recall@10 L=100 {rec:.4}, L=50 {rec50:.4}",
+            g.mean_degree()
+        );
     }
 
     proptest::proptest! {
