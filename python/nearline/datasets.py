@@ -306,17 +306,21 @@ def synthetic_clustered(
     weights = rng.dirichlet(np.full(clusters, 0.7))
     sizes = rng.multinomial(total, weights)
     centres = rng.normal(0.0, 1.0, size=(clusters, dim)).astype(np.float32)
-    spreads = (0.6 / np.sqrt(dim) * 4 * rng.lognormal(0.0, 0.5, size=clusters)).astype(np.float32)
-    # Mild anisotropy per cluster: a random per-dimension scale.
+    # Spread per coordinate relative to the centre spacing (centres are N(0, I)).
+    spreads = (0.35 * rng.lognormal(0.0, 0.4, size=clusters)).astype(np.float32)
+    # Each cluster varies mostly along a few random directions (low intrinsic
+    # dimension, like real embeddings) plus a little isotropic noise.
+    rank = int(min(dim, 12))
     points = np.empty((total, dim), dtype=np.float32)
     pos = 0
     for c in range(clusters):
         m = int(sizes[c])
         if m == 0:
             continue
-        axis_scale = rng.uniform(0.5, 1.5, size=dim).astype(np.float32)
-        pts = rng.standard_normal((m, dim), dtype=np.float32)
-        pts *= spreads[c] * axis_scale
+        basis = rng.standard_normal((rank, dim), dtype=np.float32) / np.float32(np.sqrt(rank))
+        pts = rng.standard_normal((m, rank), dtype=np.float32) @ basis
+        pts += np.float32(0.3) * rng.standard_normal((m, dim), dtype=np.float32)
+        pts *= spreads[c]
         pts += centres[c]
         points[pos : pos + m] = pts
         pos += m
