@@ -223,3 +223,27 @@ def test_report_and_plot(tmp_path):
     text = bench.format_report(result)
     assert "QPS ratio nearline/diskannpy @ recall 0.95 = " in text
     assert "build time ratio nearline/diskannpy = 0.50" in text
+
+
+def test_diskann_input_uses_or_converts_files(tmp_path):
+    x = np.random.default_rng(0).standard_normal((70, 5)).astype(np.float32)
+    f32 = datasets.write_bin(tmp_path / "b.fbin", x)
+    assert peers._diskann_input(f32, tmp_path, "l2") == (str(f32), np.dtype(np.float32), 70, 5)
+    f16 = datasets.write_bin(tmp_path / "b.f16bin", x.astype(np.float16))
+    path, dt, n, dim = peers._diskann_input(f16, tmp_path, "l2")
+    assert path.endswith("input.fbin") and dt == np.float32 and (n, dim) == (70, 5)
+    assert np.array_equal(datasets.read_vectors(path), x.astype(np.float16).astype(np.float32))
+    path, _, _, _ = peers._diskann_input(f32, tmp_path, "cosine")
+    assert np.allclose(np.linalg.norm(datasets.read_vectors(path), axis=1), 1.0, atol=1e-5)
+
+
+def test_worker_peak_rss_is_its_own(tmp_path):
+    pytest.importorskip("hnswlib")
+    ds = datasets.load_dataset("synthetic:500:8", tmp_path, queries=10)
+    ballast = np.ones(400 * 2**20 // 8)  # 400 MiB in the parent, touched
+    res = bench.run_worker({"action": "build", "system": "hnswlib", "base": str(ds.base_path),
+                            "index_dir": str(tmp_path / "idx"), "params": {"R": 16, "build_L": 20, "threads": 1}})
+    assert ballast.sum() > 0
+    assert 0 < res["peak_rss_bytes"] < 300 * 2**20  # VmHWM: the worker's own peak
+    assert res["ru_maxrss_bytes"] >= 400 * 2**20  # ru_maxrss carries the parent's over fork/exec
+    assert res["build_s"] > 0 and res["index_bytes"] > 0

@@ -43,17 +43,17 @@ def run_build(spec: dict[str, Any]) -> dict[str, Any]:
     """Builds one system's index, timing it; reports peak RSS of this process."""
     p = peers.Params.from_dict(spec.get("params", {}))
     base_path = Path(spec["base"])
-    base = datasets.read_vectors(base_path)
     rss_before = peers.rss_bytes()
     index_dir = Path(spec["index_dir"])
     t0 = time.perf_counter()
-    extra = peers.build_system(spec["system"], base_path, base, index_dir, p, spec.get("pq_bytes"))
+    extra = peers.build_system(spec["system"], base_path, index_dir, p, spec.get("pq_bytes"))
     build_s = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in index_dir.rglob("*") if f.is_file()) if index_dir.exists() else 0
     return {
         "system": spec["system"],
         "build_s": build_s,
         "peak_rss_bytes": peers.peak_rss_bytes(),
+        "ru_maxrss_bytes": peers.ru_maxrss_bytes(),
         "rss_before_build_bytes": rss_before,
         "index_bytes": size,
         **extra,

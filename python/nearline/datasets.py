@@ -118,11 +118,12 @@ def write_bin(path: PathLike, array: np.ndarray) -> Path:
     return path
 
 
-def read_vectors(path: PathLike, dtype: Optional[Union[str, np.dtype]] = None) -> np.ndarray:
+def read_vectors(path: PathLike, dtype: Optional[Union[str, np.dtype]] = None, *, mmap: bool = False) -> np.ndarray:
     """Reads a vector file with NumPy only (no compiled engine needed).
 
     Supports ``.fbin/.f16bin/.u8bin/.i8bin/.bin`` (``.bin`` takes ``dtype``,
-    default float32), ``.fvecs`` / ``.bvecs`` / ``.ivecs`` and ``.npy``.
+    default float32), ``.fvecs`` / ``.bvecs`` / ``.ivecs`` and ``.npy``. With
+    ``mmap`` the bin and npy formats are memory-mapped read-only instead of read.
     """
     path = Path(path)
     ext = path.suffix.lower()
@@ -132,7 +133,7 @@ def read_vectors(path: PathLike, dtype: Optional[Union[str, np.dtype]] = None) -
         arr = np.load(path, mmap_mode="r")
         if arr.ndim != 2:
             raise ValueError(f"{path}: expected a 2-D array, got shape {arr.shape}")
-        return np.asarray(arr)
+        return arr if mmap else np.array(arr)
     if ext in _BIN_DTYPES:
         dt = np.dtype(dtype) if (dtype is not None and ext == ".bin") else _BIN_DTYPES[ext]
         size = path.stat().st_size
@@ -145,6 +146,8 @@ def read_vectors(path: PathLike, dtype: Optional[Union[str, np.dtype]] = None) -
             raise ValueError(
                 f"{path}: header says n={n}, d={d} ({dt}), so the file should be {expected} bytes, but it is {size}"
             )
+        if mmap:
+            return np.memmap(path, dtype=dt, mode="r", offset=8, shape=(n, d))
         return np.fromfile(path, dtype=dt, offset=8).reshape(n, d)
     if ext in (".fvecs", ".bvecs", ".ivecs"):
         dt = {".fvecs": np.dtype("<f4"), ".bvecs": np.dtype("u1"), ".ivecs": np.dtype("<i4")}[ext]
@@ -207,12 +210,15 @@ def read_ground_truth(path: PathLike) -> tuple[np.ndarray, Optional[np.ndarray]]
 
 
 def brute_force_ground_truth(
-    base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2", chunk: int = 256
+    base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2", chunk: Optional[int] = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` with NumPy (used when the engine's own is unavailable).
 
     Distances are squared L2 (ascending), inner product or cosine similarity (descending).
+    ``chunk`` queries are scored at a time (default: ~64 Mi scores per chunk).
     """
+    if chunk is None:
+        chunk = int(max(1, min(256, (1 << 26) // max(1, base.shape[0]))))
     if metric not in ("l2", "ip", "cosine"):
         raise ValueError(f"unknown metric {metric!r}: expected 'l2', 'ip' or 'cosine'")
     k = min(k, base.shape[0])

@@ -108,8 +108,26 @@ def rss_bytes() -> Optional[int]:
     return None
 
 
-def peak_rss_bytes() -> int:
-    """Peak RSS of this process (``ru_maxrss``, KiB on Linux) in bytes."""
+def peak_rss_bytes() -> Optional[int]:
+    """Peak RSS of this process image in bytes: ``VmHWM`` from ``/proc/self/status``.
+
+    Falls back to ``getrusage(RUSAGE_SELF).ru_maxrss``. The latter is *not* the
+    primary source because Linux carries ``ru_maxrss`` over from the parent
+    across fork and execve, so a worker started by a large parent would report
+    the parent's peak; ``VmHWM`` belongs to the address space created by execve.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return ru_maxrss_bytes()
+
+
+def ru_maxrss_bytes() -> int:
+    """``getrusage(RUSAGE_SELF).ru_maxrss`` (KiB on Linux) in bytes (inherited across fork/exec)."""
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
@@ -188,7 +206,7 @@ class _NearlineHandle(Handle):
         self.idx.close()
 
 
-def _build_nearline(base_path: Path, index_dir: Path, p: Params, n: int, dim: int) -> dict[str, Any]:
+def _build_nearline(base_path: Path, index_dir: Path, p: Params) -> dict[str, Any]:
     import nearline
 
     idx = nearline.build(
@@ -226,25 +244,52 @@ def _diskann_data(x: np.ndarray, metric: str) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-def _build_diskannpy(base: np.ndarray, index_dir: Path, p: Params, pq_bytes: int) -> dict[str, Any]:
+def _diskann_input(base_path: Path, index_dir: Path, metric: str) -> tuple[str, np.dtype, int, int]:
+    """A DiskANN bin file diskannpy can build from, without loading the data in this process.
+
+    The benchmark's own ``.fbin/.u8bin/.i8bin`` files are used as they are; other
+    formats, float16 and cosine data (normalised) are converted chunk by chunk
+    into ``index_dir/input.fbin`` (removed after the build).
+    """
+    from nearline import datasets
+
+    x = datasets.read_vectors(base_path, mmap=True)
+    n, dim = x.shape
+    ext = Path(base_path).suffix.lower()
+    if metric != "cosine" and ext in (".fbin", ".u8bin", ".i8bin") and x.dtype in (np.float32, np.uint8, np.int8):
+        return str(base_path), x.dtype, n, dim
+    out = index_dir / "input.fbin"
+    with open(out, "wb") as f:
+        np.array([n, dim], dtype="<i4").tofile(f)
+        for s in range(0, n, 65536):
+            as_float_for_peer(np.asarray(x[s : s + 65536]), metric).tofile(f)
+    return str(out), np.dtype(np.float32), n, dim
+
+
+def _build_diskannpy(base_path: Path, index_dir: Path, p: Params, pq_bytes: int) -> dict[str, Any]:
     import diskannpy
 
-    n, dim = base.shape
-    data = _diskann_data(base, p.metric)
-    search_gb = diskann_search_memory_gb(pq_bytes, n, dim)
-    build_gb = _budget_gb(p.build_memory_budget, data.nbytes) or max(1.0, 4 * data.nbytes / 1024**3)
     index_dir.mkdir(parents=True, exist_ok=True)
-    diskannpy.build_disk_index(
-        data=data,
-        distance_metric=_diskann_metric(p.metric),
-        index_directory=str(index_dir),
-        complexity=p.build_L,
-        graph_degree=p.R,
-        search_memory_maximum=search_gb,
-        build_memory_maximum=build_gb,
-        num_threads=p.threads,
-        pq_disk_bytes=0,
-    )
+    path, dtype, n, dim = _diskann_input(base_path, index_dir, p.metric)
+    raw = n * dim * dtype.itemsize
+    search_gb = diskann_search_memory_gb(pq_bytes, n, dim)
+    build_gb = _budget_gb(p.build_memory_budget, raw) or max(1.0, 4 * raw / 1024**3)
+    try:
+        diskannpy.build_disk_index(
+            data=path,
+            distance_metric=_diskann_metric(p.metric),
+            index_directory=str(index_dir),
+            complexity=p.build_L,
+            graph_degree=p.R,
+            search_memory_maximum=search_gb,
+            build_memory_maximum=build_gb,
+            num_threads=p.threads,
+            pq_disk_bytes=0,
+            vector_dtype=dtype.type,
+        )
+    finally:
+        if path == str(index_dir / "input.fbin"):
+            os.unlink(path)
     got = pq_bytes_of_diskann_index(index_dir)
     if got != pq_bytes:
         log.warning("diskannpy built %d PQ bytes per vector, wanted %d", got, pq_bytes)
@@ -353,21 +398,25 @@ class _HnswlibHandle(Handle):
 # --------------------------------------------------------------------------- dispatch
 
 
-def build_system(
-    system: str, base_path: Path, base: np.ndarray, index_dir: Path, p: Params, pq_bytes: Optional[int]
-) -> dict[str, Any]:
-    """Builds ``system``'s index into ``index_dir``; returns system-specific facts (e.g. ``pq_bytes``)."""
-    n, dim = base.shape
+def build_system(system: str, base_path: Path, index_dir: Path, p: Params, pq_bytes: Optional[int]) -> dict[str, Any]:
+    """Builds ``system``'s index from the vector file ``base_path`` into ``index_dir``.
+
+    Only the in-memory peers load the vectors into this process; nearline and
+    diskannpy build from the file, so their peak RSS is their own.
+    Returns system-specific facts (e.g. ``pq_bytes``).
+    """
+    from nearline import datasets
+
     if system == "nearline":
-        return _build_nearline(base_path, index_dir, p, n, dim)
+        return _build_nearline(Path(base_path), index_dir, p)
     if system == "diskannpy":
         if not pq_bytes:
             raise ValueError("diskannpy build needs pq_bytes (from nearline's build or --pq-bytes)")
-        return _build_diskannpy(base, index_dir, p, int(pq_bytes))
+        return _build_diskannpy(Path(base_path), index_dir, p, int(pq_bytes))
     if system == "faiss-hnsw":
-        return _build_faiss(base, index_dir, p)
+        return _build_faiss(datasets.read_vectors(base_path, mmap=True), index_dir, p)
     if system == "hnswlib":
-        return _build_hnswlib(base, index_dir, p)
+        return _build_hnswlib(datasets.read_vectors(base_path, mmap=True), index_dir, p)
     raise ValueError(f"unknown system {system!r}: expected one of {', '.join(SYSTEMS)}")
 
 
