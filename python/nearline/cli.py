@@ -1,0 +1,497 @@
+"""The ``nearline`` command line: demo, build, search, gt, info, bench.
+
+Engine errors (``ValueError``/``OSError`` from nearline) print one line
+``nearline: error: ...`` on stderr and exit 2 (``--debug`` shows the traceback);
+Ctrl-C exits 130 (``build cancelled`` during a build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+log = logging.getLogger("nearline.cli")
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Progress:
+    """A ``progress(stage, done, total)`` callback drawing one tqdm bar per stage."""
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+        self.stage: Optional[str] = None
+        self.bar: Any = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage != self.stage:
+            self.close()
+            from tqdm import tqdm
+
+            self.stage = stage
+            self.bar = tqdm(total=max(int(total), 0) or None, desc=stage, file=sys.stderr, leave=True,
+                            dynamic_ncols=True)
+        if self.bar is not None:
+            if total and self.bar.total != total:
+                self.bar.total = total
+            self.bar.n = int(done)
+            self.bar.refresh()
+
+    def close(self) -> None:
+        """Closes the current bar."""
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
+        self.stage = None
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _budget(text: str) -> Any:
+    """A budget: bytes (int), a size string ("512MB", "2GiB") or a fraction in (0, 1]."""
+    t = text.strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        f = float(t)
+    except ValueError:
+        return t  # a size string; the engine parses and validates it
+    if not 0 < f <= 1:
+        raise argparse.ArgumentTypeError(f"a fractional budget must be in (0, 1], got {f}")
+    return f
+
+
+def _systems(text: str) -> list[str]:
+    from nearline.peers import PEERS
+
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in PEERS]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(PEERS)}")
+    return names
+
+
+def _engine() -> Any:
+    import nearline
+
+    return nearline
+
+
+def _human_bytes(n: Any) -> str:
+    if not isinstance(n, (int, float)) or isinstance(n, bool):
+        return str(n)
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return str(n)
+
+
+def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(d, dict):
+        out = []
+        for k, v in d.items():
+            out.extend(_flatten(v, f"{prefix}{k}."))
+        return out
+    return [(prefix[:-1], d)]
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """Two-column table of an ``Index.info()`` dict (nested keys dotted; memory in human units)."""
+    rows = []
+    for key, val in _flatten(info):
+        if isinstance(val, (list, tuple)):
+            val = ", ".join(str(v) for v in val)
+        elif key.startswith("memory.") or key.endswith("bytes") and not key.endswith("pq_bytes"):
+            val = f"{_human_bytes(val)} ({val})" if isinstance(val, (int, float)) else val
+        rows.append((key, str(val)))
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _recall(ids: np.ndarray, gt: np.ndarray, k: int) -> float:
+    from nearline.datasets import recall_at_k
+
+    return recall_at_k(ids, gt, k)
+
+
+def _stats_means(stats: Optional[dict[str, Any]]) -> dict[str, float]:
+    if not stats:
+        return {}
+    return {key: float(np.mean(np.asarray(v))) for key, v in stats.items() if np.asarray(v).size}
+
+
+def _print_table(rows: Sequence[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    """``nearline build DATA OUT``."""
+    nl = _engine()
+    ids = None
+    if args.ids:
+        ids = _read_ids(args.ids)
+    progress = _Progress(not args.quiet)
+    t0 = time.perf_counter()
+    try:
+        idx = nl.build(
+            args.data, args.out, metric=args.metric, preset=args.preset, ids=ids, R=args.R, build_L=args.build_L,
+            alpha=args.alpha, pq_bytes=args.pq_bytes, memory_budget=args.memory_budget,
+            build_memory_budget=args.build_memory_budget, page_size=args.page_size, threads=args.threads,
+            seed=args.seed, progress=progress, overwrite=args.overwrite,
+        )
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - t0
+    with idx:
+        info = idx.info()
+    print(f"built {args.out}: n={info.get('n')} dim={info.get('dim')} metric={info.get('metric')} "
+          f"preset={info.get('preset')} R={info.get('R')} pq_bytes={info.get('pq_bytes')} in {elapsed:.1f} s")
+    return 0
+
+
+def _read_ids(path: str) -> np.ndarray:
+    p = Path(path)
+    if p.suffix.lower() == ".npy":
+        arr = np.load(p)
+    elif p.suffix.lower() in (".txt", ".csv"):
+        arr = np.loadtxt(p, dtype=np.int64, delimiter="," if p.suffix.lower() == ".csv" else None)
+    else:
+        from nearline.datasets import read_vectors
+
+        arr = read_vectors(p, dtype="<u8" if p.suffix.lower() == ".bin" else None)
+    return np.asarray(arr).reshape(-1).astype(np.uint64)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    """``nearline search INDEX QUERIES``."""
+    if args.radius is not None:
+        raise ValueError("range search (--radius) is not yet supported")
+    nl = _engine()
+    queries = nl.read_vectors(args.queries)
+    with nl.open(args.index, memory_budget=args.memory_budget, threads=args.threads) as idx:
+        t0 = time.perf_counter()
+        ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True)
+        wall = time.perf_counter() - t0
+    ids = np.asarray(ids)
+    dists = np.asarray(dists)
+    nq = ids.shape[0]
+    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "seconds": wall,
+                               "qps": nq / wall if wall > 0 else None}
+    if args.gt:
+        gt_ids, _ = nl.read_ground_truth(args.gt)
+        summary[f"recall@{args.k}"] = _recall(ids, np.asarray(gt_ids), args.k)
+    means = _stats_means(stats)
+    summary["mean"] = means
+    if stats is not None and "total_us" in stats:
+        lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
+        summary["latency_ms"] = {"mean": float(lat.mean()), "p50": float(np.percentile(lat, 50)),
+                                 "p99": float(np.percentile(lat, 99)), "p99.9": float(np.percentile(lat, 99.9))}
+    if args.out:
+        out = Path(args.out)
+        if out.suffix.lower() == ".npz":
+            np.savez(out, ids=ids, distances=dists, **{f"stats_{k}": np.asarray(v) for k, v in (stats or {}).items()})
+        else:
+            out.write_text(json.dumps({"summary": summary, "ids": ids.tolist(), "distances": dists.tolist()}))
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        rows = [("queries", str(nq))]
+        if args.gt:
+            rows.append((f"recall@{args.k}", f"{summary[f'recall@{args.k}']:.4f}"))
+        rows.append(("QPS", f"{summary['qps']:.0f}" if summary["qps"] else "-"))
+        if "latency_ms" in summary:
+            lm = summary["latency_ms"]
+            rows.append(("latency ms (mean/p99/p99.9)", f"{lm['mean']:.3f} / {lm['p99']:.3f} / {lm['p99.9']:.3f}"))
+        for key in ("reads", "hops", "cache_hits", "bytes_read", "pq_distances", "exact_distances", "io_utilisation"):
+            if key in means:
+                rows.append((f"mean {key}", f"{means[key]:.2f}"))
+        _print_table(rows)
+    return 0
+
+
+def cmd_gt(args: argparse.Namespace) -> int:
+    """``nearline gt BASE QUERIES OUT``."""
+    nl = _engine()
+    base = nl.read_vectors(args.base)
+    queries = nl.read_vectors(args.queries)
+    t0 = time.perf_counter()
+    ids, dists = nl.compute_ground_truth(base, queries, args.k, metric=args.metric, threads=args.threads)
+    nl.write_ground_truth(args.out, ids, dists)
+    print(f"wrote {args.out}: {np.asarray(ids).shape[0]} queries x k={args.k} ({args.metric}) "
+          f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """``nearline info INDEX``."""
+    nl = _engine()
+    with nl.open(args.index) as idx:
+        info = idx.info()
+    if args.json:
+        from nearline.peers import jsonable
+
+        print(json.dumps(jsonable(info), indent=1))
+    else:
+        print(format_info(info))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``nearline demo``: synthetic data, build, search, a small table."""
+    nl = _engine()
+    from nearline import datasets
+
+    tmp = None
+    if args.workdir:
+        work = Path(args.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="nearline-demo-")
+        work = Path(tmp.name)
+    try:
+        print(f"demo: {args.n} x {args.dim} synthetic clustered vectors, 1000 queries, workdir {work}")
+        base, queries = datasets.synthetic_clustered(args.n, args.dim, seed=args.seed, queries=1000)
+        gt_ids, _ = datasets.compute_ground_truth(base, queries, args.k, "l2", args.threads)
+        progress = _Progress(not args.quiet)
+        t0 = time.perf_counter()
+        try:
+            idx = nl.build(base, str(work / "demo.index"), threads=args.threads, seed=args.seed, progress=progress,
+                           overwrite=True)
+        finally:
+            progress.close()
+        build_s = time.perf_counter() - t0
+        idx.close()
+        with nl.open(str(work / "demo.index"), threads=args.threads) as idx:
+            idx.search(queries[:50], args.k, L=args.L, threads=args.threads)  # warm-up
+            t0 = time.perf_counter()
+            ids, _d, stats = idx.search(queries, args.k, L=args.L, threads=args.threads, return_stats=True)
+            wall = time.perf_counter() - t0
+        means = _stats_means(stats)
+        rows = [
+            (f"recall@{args.k}", f"{_recall(np.asarray(ids), gt_ids, args.k):.4f}"),
+            ("QPS", f"{len(queries) / wall:.0f}"),
+            ("mean reads/query", f"{means.get('reads', float('nan')):.2f}"),
+            ("mean hops", f"{means.get('hops', float('nan')):.2f}"),
+            ("build time", f"{build_s:.1f} s"),
+        ]
+        _print_table(rows)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """``nearline bench``."""
+    from nearline import bench
+
+    systems = ([] if args.skip_nearline else ["nearline"]) + list(args.compare)
+    if not systems:
+        raise ValueError("nothing to benchmark: --skip-nearline with an empty --compare")
+    cfg = bench.BenchConfig(
+        data=args.data, systems=systems, Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
+        pq_bytes=args.pq_bytes, memory_budget=args.memory_budget, build_memory_budget=args.build_memory_budget,
+        cache_budget=args.cache_budget, threads=args.threads, W=args.W, reps=args.reps, seed=args.seed,
+        workdir=Path(args.workdir) if args.workdir else bench.datasets.default_workdir(),
+        out=Path(args.out) if args.out else None, plot=Path(args.plot) if args.plot else None,
+        queries_repeat=args.queries_repeat, rebuild=args.rebuild, warmup=args.warmup,
+    )
+    result = bench.run_bench(cfg, progress=not args.quiet)
+    print(bench.format_report(result))
+    if args.out:
+        print(f"results: {args.out}")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``nearline`` command."""
+    parser = argparse.ArgumentParser(prog="nearline", description="nearline: disk-resident vector search")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of engine errors")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log INFO messages")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("demo", help="build and search a synthetic data set")
+    p.add_argument("--n", type=_positive_int, default=20000)
+    p.add_argument("--dim", type=_positive_int, default=64)
+    p.add_argument("--k", type=_positive_int, default=10)
+    p.add_argument("--L", type=_positive_int, default=None)
+    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default=None, help="keep the data and index here (default: a temp dir)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("build", help="build an index")
+    p.add_argument("data", help="vector file (.fbin/.u8bin/.i8bin/.f16bin/.bin/.fvecs/.bvecs/.npy)")
+    p.add_argument("out", help="index path")
+    p.add_argument("--metric", default="l2", choices=["l2", "ip", "cosine"])
+    p.add_argument("--preset", default="auto")
+    p.add_argument("--R", type=_positive_int, default=64)
+    p.add_argument("--build-L", type=_positive_int, default=100)
+    p.add_argument("--alpha", type=float, default=1.2)
+    p.add_argument("--pq-bytes", type=_positive_int, default=None)
+    p.add_argument("--memory-budget", type=_budget, default=0.125)
+    p.add_argument("--build-memory-budget", type=_budget, default=None)
+    p.add_argument("--page-size", type=_positive_int, default=4096)
+    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ids", default=None, metavar="IDS_FILE", help="external ids (.npy, .txt, .csv, or uint64 .bin)")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("search", help="search an index")
+    p.add_argument("index")
+    p.add_argument("queries")
+    p.add_argument("--k", type=_positive_int, default=10)
+    p.add_argument("--L", type=_positive_int, default=None)
+    p.add_argument("--W", type=_positive_int, default=4)
+    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--memory-budget", type=_budget, default=None)
+    p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
+    p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
+    p.add_argument("--radius", type=float, default=None, help="range search (not yet supported)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("gt", help="compute exact ground truth")
+    p.add_argument("base")
+    p.add_argument("queries")
+    p.add_argument("out")
+    p.add_argument("--k", type=_positive_int, default=100)
+    p.add_argument("--metric", default="l2", choices=["l2", "ip", "cosine"])
+    p.add_argument("--threads", type=_positive_int, default=None)
+    p.set_defaults(func=cmd_gt)
+
+    p = sub.add_parser("info", help="describe an index")
+    p.add_argument("index")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("bench", help="benchmark against diskannpy and in-memory references")
+    p.add_argument("--data", required=True, help="synthetic:N:DIM[:SEED] | wordnet:PATH | hdf5:PATH | "
+                   "files:BASE,QUERIES[,GT]")
+    p.add_argument("--compare", type=_systems, default=["diskannpy"], help="peers, comma-separated "
+                   "(diskannpy,faiss-hnsw,hnswlib)")
+    p.add_argument("--skip-nearline", action="store_true", help="benchmark only the peers")
+    p.add_argument("--L", type=_int_list, default=[10, 20, 30, 50, 70, 100, 150, 200])
+    p.add_argument("--k", type=_positive_int, default=10)
+    p.add_argument("--R", type=_positive_int, default=64)
+    p.add_argument("--build-L", type=_positive_int, default=100)
+    p.add_argument("--alpha", type=float, default=1.2)
+    p.add_argument("--pq-bytes", type=_positive_int, default=None)
+    p.add_argument("--memory-budget", type=_budget, default=None, help="nearline's search memory budget at build")
+    p.add_argument("--build-memory-budget", type=_budget, default=None)
+    p.add_argument("--cache-budget", type=_budget, default=0, help="node cache at search (both disk systems)")
+    p.add_argument("--threads", type=_positive_int, default=None)
+    p.add_argument("--W", type=_positive_int, default=4)
+    p.add_argument("--reps", type=_positive_int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--out", default=None, help="results JSON")
+    p.add_argument("--plot", default=None, help="QPS-recall PNG")
+    p.add_argument("--queries-repeat", type=_positive_int, default=1)
+    p.add_argument("--warmup", type=int, default=100, help="warm-up queries per search process")
+    p.add_argument("--rebuild", action="store_true", help="rebuild cached indexes")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def _engine_errors() -> tuple[type[BaseException], ...]:
+    errs: list[type[BaseException]] = [ValueError, OSError]
+    try:
+        from nearline.bench import BenchError
+
+        errs.append(BenchError)
+    except ImportError:  # pragma: no cover
+        pass
+    nl = sys.modules.get("nearline")
+    for name in ("NearlineError", "Error"):
+        e = getattr(nl, name, None) if nl is not None else None
+        if isinstance(e, type) and issubclass(e, BaseException):
+            errs.append(e)
+    return tuple(errs)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Console entry point; returns the exit status (also used by ``sys.exit``)."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "radius", None) is not None:
+        parser.error("--radius: range search is not yet supported")
+    # Subcommands without -q inherit the global flag.
+    args.quiet = bool(getattr(args, "quiet", False))
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        msg = "build cancelled" if args.command in ("build", "demo") else "interrupted"
+        print(f"nearline: {msg}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _engine_errors() as e:
+        if args.debug:
+            raise
+        if args.command == "build" and type(e).__name__ in ("Cancelled", "CancelledError"):
+            print("nearline: build cancelled", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        print(f"nearline: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if isinstance(e, OSError) and e.filename and str(e.filename) not in text:
+        text = f"{e.filename}: {text}"
+    return " ".join(text.split())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

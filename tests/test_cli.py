@@ -1,0 +1,242 @@
+"""Tests of the nearline command line (engine calls monkeypatched with fakes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+import nearline  # noqa: E402
+from nearline import cli, datasets  # noqa: E402
+
+
+class FakeIndex:
+    """Exact search over an array, with per-query stats, mimicking nearline.Index."""
+
+    def __init__(self, base, info=None):
+        self.base = base
+        self._info = info or {"n": len(base), "dim": base.shape[1], "dtype": "float32", "metric": "l2",
+                              "preset": "balanced", "R": 64, "pq_bytes": 16, "page_size": 4096,
+                              "records_per_page": 8, "memory": {"pq_codes": 2048, "total": 4096},
+                              "build": {"seconds": 1.5}}
+        self.closed = False
+
+    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False):
+        ids, d = datasets.brute_force_ground_truth(self.base, np.asarray(queries, np.float32), k)
+        nq = len(queries)
+        stats = {"hops": np.full(nq, 7), "reads": np.full(nq, 21), "total_us": np.full(nq, 100.0),
+                 "io_utilisation": np.full(nq, 0.25)}
+        return (ids, d, stats) if return_stats else (ids, d)
+
+    def info(self):
+        return self._info
+
+    def close(self):
+        self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        self.close()
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    """Fake engine functions on the nearline module; returns a dict of recorded calls."""
+    calls: dict = {}
+    base, queries = datasets.synthetic_clustered(300, 8, queries=20, seed=1)
+
+    def build(data, path, **kw):
+        calls["build"] = (data, path, kw)
+        if isinstance(data, np.ndarray):
+            calls["built"] = data
+        if kw.get("progress"):
+            kw["progress"]("graph", 5, 10)
+            kw["progress"]("graph", 10, 10)
+            kw["progress"]("layout", 1, 1)
+        return FakeIndex(base)
+
+    def open_(path, **kw):
+        calls["open"] = (path, kw)
+        return FakeIndex(calls.get("built", base))
+
+    def gt(b, q, k, metric="l2", threads=None):
+        calls["gt"] = (k, metric)
+        return datasets.brute_force_ground_truth(b, q, k, metric)
+
+    monkeypatch.setattr(nearline, "build", build, raising=False)
+    monkeypatch.setattr(nearline, "open", open_, raising=False)
+    monkeypatch.setattr(nearline, "read_vectors", lambda p, dtype=None: datasets.read_vectors(p), raising=False)
+    monkeypatch.setattr(nearline, "read_ground_truth", datasets.read_ground_truth, raising=False)
+    monkeypatch.setattr(nearline, "write_ground_truth", datasets.write_ground_truth, raising=False)
+    monkeypatch.setattr(nearline, "compute_ground_truth", gt, raising=False)
+    calls["base"], calls["queries"] = base, queries
+    return calls
+
+
+def _files(tmp_path, engine):
+    b = datasets.write_bin(tmp_path / "b.fbin", engine["base"])
+    q = datasets.write_bin(tmp_path / "q.fbin", engine["queries"])
+    ids, d = datasets.brute_force_ground_truth(engine["base"], engine["queries"], 10)
+    g = datasets.write_ground_truth(tmp_path / "gt.bin", ids, d)
+    return str(b), str(q), str(g)
+
+
+# --------------------------------------------------------------------------- argument errors
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["build", "only-one"], ["search", "i", "q", "--k", "0"],
+                                  ["bench", "--data", "x", "--L", "10,abc"], ["bench", "--data", "x", "--compare", "annoy"],
+                                  ["build", "d", "o", "--memory-budget", "1.5"], ["build", "d", "o", "--metric", "hamming"],
+                                  ["bench"]])
+def test_bad_arguments_are_argparse_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_radius_not_supported(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["search", "idx", "q.fbin", "--radius", "0.5"])
+    assert e.value.code == 2 and "not yet supported" in capsys.readouterr().err
+
+
+def test_parser_values():
+    a = cli.build_parser().parse_args(["bench", "--data", "synthetic:100:4", "--compare", "diskannpy,hnswlib",
+                                       "--L", "10,20", "--memory-budget", "512MB", "--cache-budget", "0.25"])
+    assert a.compare == ["diskannpy", "hnswlib"] and a.L == [10, 20]
+    assert a.memory_budget == "512MB" and a.cache_budget == 0.25
+    a = cli.build_parser().parse_args(["build", "d", "o", "--build-L", "50", "--memory-budget", "1000000"])
+    assert a.build_L == 50 and a.memory_budget == 1_000_000 and a.R == 64
+
+
+# --------------------------------------------------------------------------- engine errors
+
+
+def test_engine_error_is_one_line_exit_2(engine, monkeypatch, capsys):
+    def boom(path, **kw):
+        raise ValueError("idx/header.json: field 'version': expected 1,\n got 7")
+
+    monkeypatch.setattr(nearline, "open", boom, raising=False)
+    assert cli.main(["info", "idx"]) == 2
+    err = capsys.readouterr().err
+    assert err == "nearline: error: idx/header.json: field 'version': expected 1, got 7\n"
+    assert "Traceback" not in err
+
+
+def test_os_error_names_file(engine, monkeypatch, capsys):
+    def missing(path, **kw):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(nearline, "open", missing, raising=False)
+    assert cli.main(["info", "nowhere"]) == 2
+    assert "nowhere" in capsys.readouterr().err
+
+
+def test_debug_shows_traceback(engine, monkeypatch):
+    monkeypatch.setattr(nearline, "open", lambda p, **kw: (_ for _ in ()).throw(ValueError("bad")), raising=False)
+    with pytest.raises(ValueError, match="bad"):
+        cli.main(["--debug", "info", "idx"])
+
+
+def test_build_ctrl_c_exits_130(engine, monkeypatch, tmp_path, capsys):
+    def interrupted(data, path, **kw):
+        kw["progress"]("graph", 1, 10)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nearline, "build", interrupted, raising=False)
+    assert cli.main(["-q", "build", "d.fbin", str(tmp_path / "o")]) == 130
+    assert "build cancelled" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def test_build_passes_options(engine, tmp_path, capsys):
+    b, _, _ = _files(tmp_path, engine)
+    ids_file = tmp_path / "ids.npy"
+    np.save(ids_file, np.arange(300, dtype=np.int64) + 1000)
+    rc = cli.main(["build", b, str(tmp_path / "idx"), "--metric", "ip", "--R", "32", "--build-L", "80",
+                   "--alpha", "1.1", "--pq-bytes", "16", "--memory-budget", "2GiB", "--page-size", "8192",
+                   "--threads", "2", "--seed", "9", "--ids", str(ids_file), "--overwrite"])
+    assert rc == 0
+    data, path, kw = engine["build"]
+    assert data == b and path == str(tmp_path / "idx")
+    assert kw["metric"] == "ip" and kw["R"] == 32 and kw["build_L"] == 80 and kw["alpha"] == 1.1
+    assert kw["pq_bytes"] == 16 and kw["memory_budget"] == "2GiB" and kw["page_size"] == 8192
+    assert kw["threads"] == 2 and kw["seed"] == 9 and kw["overwrite"] is True
+    assert np.array_equal(kw["ids"], np.arange(300) + 1000) and callable(kw["progress"])
+    assert "built" in capsys.readouterr().out
+
+
+def test_search_reports_recall_and_writes(engine, tmp_path, capsys):
+    _, q, g = _files(tmp_path, engine)
+    out = tmp_path / "res.npz"
+    assert cli.main(["search", "idx", q, "--k", "5", "--gt", g, "--out", str(out), "--memory-budget", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "recall@5" in text and "1.0000" in text and "mean reads" in text
+    z = np.load(out)
+    assert z["ids"].shape == (20, 5) and "stats_reads" in z
+    assert engine["open"][1]["memory_budget"] == 0
+    assert cli.main(["search", "idx", q, "--k", "10", "--gt", g, "--json", "--out", str(tmp_path / "r.json")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["recall@10"] == 1.0 and summary["mean"]["reads"] == 21 and summary["latency_ms"]["p99"] == 0.1
+    assert len(json.loads((tmp_path / "r.json").read_text())["ids"]) == 20
+
+
+def test_gt_command(engine, tmp_path, capsys):
+    b, q, _ = _files(tmp_path, engine)
+    assert cli.main(["gt", b, q, str(tmp_path / "g.bin"), "--k", "7", "--metric", "cosine"]) == 0
+    ids, d = datasets.read_ground_truth(tmp_path / "g.bin")
+    assert ids.shape == (20, 7) and engine["gt"] == (7, "cosine")
+
+
+def test_info_table_and_json(engine, capsys):
+    assert cli.main(["info", "idx"]) == 0
+    text = capsys.readouterr().out
+    assert "memory.total" in text and "4.0 KiB" in text and "build.seconds" in text
+    assert cli.main(["info", "idx", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["total"] == 4096
+
+
+def test_demo(engine, tmp_path, capsys):
+    assert cli.main(["-q", "demo", "--n", "300", "--dim", "8", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for key in ("recall@10", "QPS", "mean reads/query", "mean hops", "build time"):
+        assert key in out
+    assert "1.0000" in out  # the fake engine searches exactly
+
+
+def test_bench_wires_config(engine, monkeypatch, tmp_path, capsys):
+    from nearline import bench
+
+    seen = {}
+
+    def fake_run(cfg, progress=True):
+        seen["cfg"] = cfg
+        return {"params": {"k": cfg.k}, "summary": {}, "comparisons": {}, "builds": {}}
+
+    monkeypatch.setattr(bench, "run_bench", fake_run)
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--compare", "diskannpy,faiss-hnsw",
+                     "--L", "10,30", "--reps", "5", "--queries-repeat", "3", "--workdir", str(tmp_path)]) == 0
+    cfg = seen["cfg"]
+    assert cfg.systems == ["nearline", "diskannpy", "faiss-hnsw"] and cfg.Ls == [10, 30]
+    assert cfg.reps == 5 and cfg.queries_repeat == 3 and cfg.workdir == tmp_path
+
+
+def test_progress_callback_bars():
+    p = cli._Progress(True)
+    p("graph", 1, 4)
+    p("graph", 4, 4)
+    assert p.bar.n == 4 and p.bar.total == 4
+    p("layout", 0, 0)
+    assert p.stage == "layout"
+    p.close()
+    assert p.bar is None
