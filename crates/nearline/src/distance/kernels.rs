@@ -1107,8 +1107,3 @@ mod tests {
         }
     }
 }
-
-/// Name of the kernel level selected for this CPU.
-pub fn simd_level() -> &'static str {
-    "scalar"
-}
