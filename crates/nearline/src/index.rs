@@ -823,3 +823,126 @@ impl Wrap for Engine<i8> {
 fn wrap<E: Wrap>(e: E) -> AnyEngine {
     e.wrap()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FakeOptions, IoEngine};
+    use crate::search::beam::{search_one, Scratch};
+    use rand::Rng;
+
+    fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
+        let mut v = Vec::with_capacity(n * dim);
+        for _ in 0..n {
+            let c = rng.random_range(0..16);
+            for j in 0..dim {
+                v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
+            }
+        }
+        v
+    }
+
+    fn small_index(dir: &Path) -> (Index, Vec<f32>) {
+        let data = clustered(2000, 16, 1);
+        let m = Matrix::from_vec(data.clone(), 2000, 16).unwrap();
+        let opts = BuildOptions { r: 16, build_l: 40, pq_bytes: Some(8), threads: Some(2), ..Default::default() };
+        let never = AtomicBool::new(false);
+        build(m, dir, &opts, &|_, _, _| {}, &never).unwrap();
+        let idx = Index::open(dir, &OpenOptions { cache_nodes: Some(0), ..Default::default() }).unwrap();
+        (idx, data)
+    }
+
+    fn engine_f32(idx: &Index) -> &Engine<f32> {
+        match &idx.engine {
+            AnyEngine::F32(e) => e,
+            _ => panic!("expected a float32 index"),
+        }
+    }
+
+    #[test]
+    fn out_of_order_delayed_completions_give_the_same_results() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (idx, _) = small_index(&tmp.path().join("i"));
+        let e = engine_f32(&idx);
+        let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
+        let queries = clustered(30, 16, 9);
+        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let mut real = Scratch::new(&e.data).unwrap();
+        for seed in 0..4 {
+            let fake = IoEngine::fake(pages.clone(), FakeOptions { seed, max_delay_polls: 3, ..Default::default() });
+            let mut s = Scratch::with_engine(&e.data, fake);
+            for q in queries.chunks_exact(16) {
+                let (mut a, mut b) = (QueryStats::default(), QueryStats::default());
+                search_one(&e.data, &mut real, q, &p, &mut a).unwrap();
+                search_one(&e.data, &mut s, q, &p, &mut b).unwrap();
+                assert_eq!(real.results, s.results);
+                assert_eq!(a.reads, b.reads);
+                assert_eq!(s.in_flight(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn failed_reads_are_errors_and_leave_nothing_in_flight() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (idx, _) = small_index(&tmp.path().join("i"));
+        let e = engine_f32(&idx);
+        let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
+        let fake = IoEngine::fake(pages.clone(), FakeOptions { seed: 1, max_delay_polls: 2, fail_probability: 0.2, ..Default::default() });
+        let mut s = Scratch::with_engine(&e.data, fake);
+        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let mut errors = 0;
+        for q in clustered(20, 16, 4).chunks_exact(16) {
+            let mut st = QueryStats::default();
+            if search_one(&e.data, &mut s, q, &p, &mut st).is_err() {
+                errors += 1;
+            }
+            assert_eq!(s.in_flight(), 0, "a failed query must drain its reads");
+        }
+        assert!(errors > 0);
+        // A truncated "file": reads past its end are short and must be refused.
+        let short = Arc::new(pages[..pages.len() / 2].to_vec());
+        let mut s = Scratch::with_engine(&e.data, IoEngine::fake(short, FakeOptions::default()));
+        let mut failed = false;
+        for q in clustered(20, 16, 5).chunks_exact(16) {
+            let mut st = QueryStats::default();
+            if let Err(err) = search_one(&e.data, &mut s, q, &p, &mut st) {
+                assert!(err.to_string().contains("truncated"), "{err}");
+                failed = true;
+            }
+        }
+        assert!(failed);
+    }
+
+    #[test]
+    fn build_is_deterministic_for_a_seed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, _) = small_index(&tmp.path().join("a"));
+        let (b, _) = small_index(&tmp.path().join("b"));
+        let pa = std::fs::read(tmp.path().join("a/pages.bin")).unwrap();
+        let pb = std::fs::read(tmp.path().join("b/pages.bin")).unwrap();
+        assert!(pa == pb, "same seed and threads must give the same page file");
+        assert_eq!(a.manifest().medoid, b.manifest().medoid);
+    }
+
+    #[test]
+    fn cancelled_build_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("c");
+        let m = Matrix::from_vec(clustered(500, 8, 2), 500, 8).unwrap();
+        let cancel = AtomicBool::new(true);
+        let r = build(m, &dir, &BuildOptions { r: 8, build_l: 16, pq_bytes: Some(4), ..Default::default() }, &|_, _, _| {}, &cancel);
+        assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn pq_bytes_follow_diskann_rule() {
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 1), 1);
+        assert_eq!(pq_bytes_for_budget(10, 2048, u64::MAX), 512);
+        assert_eq!(pq_bytes_for_budget(10, 64, u64::MAX), 64);
+    }
+}

@@ -129,17 +129,19 @@ impl<T: Element> Scratch<T> {
             + self.exact.capacity() * 8
     }
 
-    /// Reaps every read still in flight (used before returning on an error).
+    /// Reaps every read still in flight (used before returning on an error),
+    /// so no buffer is reused while the kernel may still write into it.
     fn drain(&mut self) {
-        while self.engine.in_flight() > 0 {
-            self.completions.clear();
-            if self.engine.wait(1, &mut self.completions).is_err() {
-                break;
-            }
-            for c in self.completions.drain(..) {
-                self.pool.put(c.buf);
-            }
+        self.completions.clear();
+        let _ = self.engine.drain(&mut self.completions);
+        for c in self.completions.drain(..) {
+            self.pool.put(c.buf);
         }
+    }
+
+    /// Reads this worker's engine has in flight (0 between queries).
+    pub fn in_flight(&self) -> usize {
+        self.engine.in_flight()
     }
 }
 
@@ -254,6 +256,9 @@ fn search_inner<T: Element>(
             s.engine.submit(token, geo.block_offset(b), buf)?;
             st.reads += 1;
             st.bytes_read += geo.block_size as u64;
+        }
+        if !s.pending.is_empty() {
+            s.engine.flush()?;
         }
         for i in 0..s.frontier.len() {
             let v = s.frontier[i];
