@@ -309,3 +309,17 @@ print(json.dumps({{"delta": r1 - r0, "total": idx.info()["memory"]["total"]}}))
     res = json.loads(out.stdout)
     assert res["total"] <= budget
     assert res["delta"] <= budget * 1.05, res
+
+
+def test_sharded_build_within_budget(tmp_path):
+    """A build memory budget smaller than the one-shot estimate partitions the data and still finds neighbours."""
+    base, queries = clustered(12_000, 32, clusters=48, seed=13, queries=200)
+    f = tmp_path / "base.fbin"
+    nearline.write_vectors(f, base)
+    budget = 3_000_000  # a one-shot build would need more (vectors, graph with slack, scratch)
+    idx = nearline.build(f, tmp_path / "sh.index", R=32, build_L=64, pq_bytes=16, build_memory_budget=budget, threads=2)
+    info = idx.info()
+    assert info["build"]["build_memory_budget"] == budget
+    assert info["build_stats"]["shards"] >= 2
+    ids, _ = idx.search(queries, k=10, L=100)
+    assert nearline.recall(ids, exact_knn(base, queries, 10), 10) >= 0.9

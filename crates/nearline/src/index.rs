@@ -91,16 +91,7 @@ pub fn default_threads() -> usize {
         .unwrap_or(1)
 }
 
-/// PQ bytes per vector from a search memory budget, as DiskANN derives them:
-/// floor(budget / n), clamped to [1, min(dim, 512)].
-pub fn pq_bytes_for_budget(n: usize, dim: usize, budget: u64) -> usize {
-    let per = if n == 0 {
-        1
-    } else {
-        (budget / n as u64) as usize
-    };
-    per.clamp(1, dim.clamp(1, 512))
-}
+pub use crate::quant::pq::pq_bytes_for_budget;
 
 /// Removes a temporary build directory unless the build committed it.
 struct TempDir {
@@ -226,10 +217,7 @@ pub fn build<T: Element>(
         _ => PathBuf::from("."),
     };
     if !parent.is_dir() {
-        return Err(Error::arg(format!(
-            "parent directory {} does not exist",
-            parent.display()
-        )));
+        std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
     }
     let threads = opts.threads.unwrap_or_else(default_threads);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -389,7 +377,7 @@ pub fn build<T: Element>(
                 graph_seconds,
                 pq_seconds,
                 mean_degree: graph.mean_degree(),
-                shards: 0,
+                shards,
             },
         };
         manifest.write(&tmp.path)?;
