@@ -96,7 +96,7 @@ fn validate(data: &[f32], dim: usize, k: usize) -> Result<usize> {
     if dim == 0 {
         return Err(Error::arg("kmeans: dim must be at least 1"));
     }
-    if data.len() % dim != 0 {
+    if !data.len().is_multiple_of(dim) {
         return Err(Error::arg(format!(
             "kmeans: data has {} values, not a multiple of dim = {dim}",
             data.len()

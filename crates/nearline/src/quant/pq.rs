@@ -69,7 +69,7 @@ pub struct PqCodebook {
 /// `budget_bytes`, following DiskANN's rule: `floor(budget_bytes / n)`,
 /// clamped to `[1, min(dim, 512)]`. With `n == 0` the upper limit is returned.
 pub fn pq_bytes_for_budget(n: usize, dim: usize, budget_bytes: u64) -> usize {
-    let hi = dim.min(PQ_MAX_BYTES).max(1);
+    let hi = dim.clamp(1, PQ_MAX_BYTES);
     if n == 0 {
         return hi;
     }
@@ -127,7 +127,7 @@ impl PqCodebook {
         if dim == 0 {
             return Err(Error::arg("PQ training: dim must be at least 1"));
         }
-        if sample.len() % dim != 0 {
+        if !sample.len().is_multiple_of(dim) {
             return Err(Error::arg(format!(
                 "PQ training: sample has {} values, not a multiple of dim = {dim}",
                 sample.len()
@@ -880,5 +880,49 @@ mod tests {
         assert_eq!(pq_bytes_for_budget(1_000_000, 128, 10), 1);
         assert_eq!(pq_bytes_for_budget(0, 96, 0), 96);
         assert_eq!(pq_bytes_for_budget(10, 0, 1000), 1);
+    }
+
+    /// Speed check, not run by default:
+    /// `cargo test -p nearline --release pq_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn pq_speed() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let dim = 128;
+        let data = clustered(1 << 20, dim, 1000, 6.0, 12);
+        let sample = &data[..(256 << 10) * dim];
+        let cpu = || {
+            // SAFETY: getrusage only writes the struct it is given.
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `u` is a valid, writable rusage.
+            unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            tv(u.ru_utime) + tv(u.ru_stime)
+        };
+        let (t, c) = (std::time::Instant::now(), cpu());
+        let pq = pool.install(|| PqCodebook::train(sample, dim, 32, Metric::L2, 1).unwrap());
+        println!(
+            "train 256k x 128, m = 32: {:.2?} wall, {:.2}s cpu",
+            t.elapsed(),
+            cpu() - c
+        );
+        let (t, c) = (std::time::Instant::now(), cpu());
+        let codes = pool.install(|| pq.encode_all(MatrixView::new(&data, 1 << 20, dim).unwrap()));
+        println!(
+            "encode 1M x 128: {:.2?} wall, {:.2}s cpu",
+            t.elapsed(),
+            cpu() - c
+        );
+        let rec = decode_all(&pq, &codes[..10000 * 32]);
+        let err: f64 = data
+            .iter()
+            .zip(&rec)
+            .map(|(a, b)| ((a - b) * (a - b)) as f64)
+            .sum::<f64>()
+            / 10000.0;
+        println!("mean squared reconstruction error {err:.3}");
     }
 }
