@@ -263,30 +263,19 @@ impl PqCodebook {
         assert_eq!(v.len(), self.dim, "PqCodebook::encode: vector length");
         assert_eq!(code.len(), self.m, "PqCodebook::encode: code length");
         let mut scratch = vec![0.0f32; self.dim];
-        let mut acc = [0.0f32; PQ_CENTROIDS];
-        let kern = Kernels::detect();
-        self.encode_into(kern, v, code, &mut scratch, &mut acc);
+        self.encode_into(Kernels::detect(), v, code, &mut scratch);
     }
 
-    fn encode_into(
-        &self,
-        kern: Kernels,
-        v: &[f32],
-        code: &mut [u8],
-        scratch: &mut [f32],
-        acc: &mut [f32; PQ_CENTROIDS],
-    ) {
+    fn encode_into(&self, kern: Kernels, v: &[f32], code: &mut [u8], scratch: &mut [f32]) {
         for ((s, &x), &c) in scratch.iter_mut().zip(v).zip(&self.center) {
             *s = x - c;
         }
         for (j, cj) in code.iter_mut().enumerate() {
             let (lo, hi) = self.chunk(j);
-            kern.l2_all(
+            *cj = kern.encode_chunk(
                 &scratch[lo..hi],
                 &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS],
-                acc,
             );
-            *cj = argmin(acc);
         }
     }
 
@@ -310,12 +299,11 @@ impl PqCodebook {
             .for_each(|(bi, block)| {
                 let mut row = vec![0.0f32; dim];
                 let mut scratch = vec![0.0f32; dim];
-                let mut acc = [0.0f32; PQ_CENTROIDS];
                 for (r, code) in block.chunks_exact_mut(m).enumerate() {
                     for (o, &x) in row.iter_mut().zip(data.row(bi * ENCODE_CHUNK + r)) {
                         *o = x.to_f32();
                     }
-                    self.encode_into(kern, &row, code, &mut scratch, &mut acc);
+                    self.encode_into(kern, &row, code, &mut scratch);
                 }
             });
         out
@@ -515,42 +503,72 @@ fn column_mean(sample: &[f32], dim: usize, n: usize) -> Vec<f32> {
     total.iter().map(|&t| (t / n as f64) as f32).collect()
 }
 
-/// Index of the smallest value (the first one on ties).
-#[inline]
+/// Index of the smallest value (the first one on ties). Eight independent
+/// lanes of (value, index) kept as floats so that the selects vectorise
+/// (indices < 256 are exact in f32), then a reduction preferring lower indices.
+#[inline(always)]
 fn argmin(acc: &[f32; PQ_CENTROIDS]) -> u8 {
-    let mut best = 0usize;
-    let mut bv = acc[0];
-    for (c, &v) in acc.iter().enumerate().skip(1) {
-        if v < bv {
-            bv = v;
-            best = c;
+    const L: usize = 8;
+    let mut val = [f32::INFINITY; L];
+    let mut idx = [0.0f32; L];
+    for (g, chunk) in acc.chunks_exact(L).enumerate() {
+        let base = (g * L) as f32;
+        for l in 0..L {
+            let better = chunk[l] < val[l];
+            val[l] = if better { chunk[l] } else { val[l] };
+            idx[l] = if better { base + l as f32 } else { idx[l] };
         }
     }
-    best as u8
+    let mut best = 0;
+    for l in 1..L {
+        if val[l] < val[best] || (val[l] == val[best] && idx[l] < idx[best]) {
+            best = l;
+        }
+    }
+    idx[best] as u8
 }
 
+/// Code of one sub-vector: the nearest of the 256 centroids.
+#[inline(always)]
+fn encode_chunk_body(x: &[f32], ct: &[f32]) -> u8 {
+    let mut acc = [0.0f32; PQ_CENTROIDS];
+    l2_all_body(x, ct, &mut acc);
+    argmin(&acc)
+}
+
+/// Centroids per register block: 64 f32 accumulators fit in 8 AVX registers.
+const BLOCK: usize = 64;
+
 /// `acc[c] = Σ_d (x[d] - ct[d*256 + c])²`: one sub-vector against all 256
-/// centroids of a chunk stored dimension-major; the inner loop runs over
-/// centroids and vectorises.
+/// centroids of a chunk stored dimension-major. Centroids are processed in
+/// blocks whose accumulators stay in registers while the dimensions stream by.
 #[inline(always)]
 fn l2_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
-    acc.fill(0.0);
-    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
-        for (a, &c) in acc.iter_mut().zip(row) {
-            let t = xd - c;
-            *a += t * t;
+    for (b, out) in acc.chunks_exact_mut(BLOCK).enumerate() {
+        let mut a = [0.0f32; BLOCK];
+        for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+            let r = &row[b * BLOCK..(b + 1) * BLOCK];
+            for (ai, &c) in a.iter_mut().zip(r) {
+                let t = xd - c;
+                *ai += t * t;
+            }
         }
+        out.copy_from_slice(&a);
     }
 }
 
 /// `acc[c] = -Σ_d x[d] · ct[d*256 + c]`.
 #[inline(always)]
 fn neg_dot_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
-    acc.fill(0.0);
-    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
-        for (a, &c) in acc.iter_mut().zip(row) {
-            *a -= xd * c;
+    for (b, out) in acc.chunks_exact_mut(BLOCK).enumerate() {
+        let mut a = [0.0f32; BLOCK];
+        for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+            let r = &row[b * BLOCK..(b + 1) * BLOCK];
+            for (ai, &c) in a.iter_mut().zip(r) {
+                *ai -= xd * c;
+            }
         }
+        out.copy_from_slice(&a);
     }
 }
 
@@ -558,6 +576,12 @@ fn neg_dot_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
 #[target_feature(enable = "avx2")]
 fn l2_all_avx2(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
     l2_all_body(x, ct, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn encode_chunk_avx2(x: &[f32], ct: &[f32]) -> u8 {
+    encode_chunk_body(x, ct)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -597,6 +621,16 @@ impl Kernels {
             return;
         }
         l2_all_body(x, ct, acc)
+    }
+
+    #[inline]
+    fn encode_chunk(self, x: &[f32], ct: &[f32]) -> u8 {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the running CPU supports AVX2.
+            return unsafe { encode_chunk_avx2(x, ct) };
+        }
+        encode_chunk_body(x, ct)
     }
 
     #[inline]
