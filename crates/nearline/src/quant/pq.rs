@@ -69,7 +69,7 @@ pub struct PqCodebook {
 /// `budget_bytes`, following DiskANN's rule: `floor(budget_bytes / n)`,
 /// clamped to `[1, min(dim, 512)]`. With `n == 0` the upper limit is returned.
 pub fn pq_bytes_for_budget(n: usize, dim: usize, budget_bytes: u64) -> usize {
-    let hi = dim.min(PQ_MAX_BYTES).max(1);
+    let hi = dim.clamp(1, PQ_MAX_BYTES);
     if n == 0 {
         return hi;
     }
@@ -127,7 +127,7 @@ impl PqCodebook {
         if dim == 0 {
             return Err(Error::arg("PQ training: dim must be at least 1"));
         }
-        if sample.len() % dim != 0 {
+        if !sample.len().is_multiple_of(dim) {
             return Err(Error::arg(format!(
                 "PQ training: sample has {} values, not a multiple of dim = {dim}",
                 sample.len()
@@ -263,30 +263,19 @@ impl PqCodebook {
         assert_eq!(v.len(), self.dim, "PqCodebook::encode: vector length");
         assert_eq!(code.len(), self.m, "PqCodebook::encode: code length");
         let mut scratch = vec![0.0f32; self.dim];
-        let mut acc = [0.0f32; PQ_CENTROIDS];
-        let kern = Kernels::detect();
-        self.encode_into(kern, v, code, &mut scratch, &mut acc);
+        self.encode_into(Kernels::detect(), v, code, &mut scratch);
     }
 
-    fn encode_into(
-        &self,
-        kern: Kernels,
-        v: &[f32],
-        code: &mut [u8],
-        scratch: &mut [f32],
-        acc: &mut [f32; PQ_CENTROIDS],
-    ) {
+    fn encode_into(&self, kern: Kernels, v: &[f32], code: &mut [u8], scratch: &mut [f32]) {
         for ((s, &x), &c) in scratch.iter_mut().zip(v).zip(&self.center) {
             *s = x - c;
         }
         for (j, cj) in code.iter_mut().enumerate() {
             let (lo, hi) = self.chunk(j);
-            kern.l2_all(
+            *cj = kern.encode_chunk(
                 &scratch[lo..hi],
                 &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS],
-                acc,
             );
-            *cj = argmin(acc);
         }
     }
 
@@ -310,12 +299,11 @@ impl PqCodebook {
             .for_each(|(bi, block)| {
                 let mut row = vec![0.0f32; dim];
                 let mut scratch = vec![0.0f32; dim];
-                let mut acc = [0.0f32; PQ_CENTROIDS];
                 for (r, code) in block.chunks_exact_mut(m).enumerate() {
                     for (o, &x) in row.iter_mut().zip(data.row(bi * ENCODE_CHUNK + r)) {
                         *o = x.to_f32();
                     }
-                    self.encode_into(kern, &row, code, &mut scratch, &mut acc);
+                    self.encode_into(kern, &row, code, &mut scratch);
                 }
             });
         out
@@ -515,42 +503,72 @@ fn column_mean(sample: &[f32], dim: usize, n: usize) -> Vec<f32> {
     total.iter().map(|&t| (t / n as f64) as f32).collect()
 }
 
-/// Index of the smallest value (the first one on ties).
-#[inline]
+/// Index of the smallest value (the first one on ties). Eight independent
+/// lanes of (value, index) kept as floats so that the selects vectorise
+/// (indices < 256 are exact in f32), then a reduction preferring lower indices.
+#[inline(always)]
 fn argmin(acc: &[f32; PQ_CENTROIDS]) -> u8 {
-    let mut best = 0usize;
-    let mut bv = acc[0];
-    for (c, &v) in acc.iter().enumerate().skip(1) {
-        if v < bv {
-            bv = v;
-            best = c;
+    const L: usize = 8;
+    let mut val = [f32::INFINITY; L];
+    let mut idx = [0.0f32; L];
+    for (g, chunk) in acc.chunks_exact(L).enumerate() {
+        let base = (g * L) as f32;
+        for l in 0..L {
+            let better = chunk[l] < val[l];
+            val[l] = if better { chunk[l] } else { val[l] };
+            idx[l] = if better { base + l as f32 } else { idx[l] };
         }
     }
-    best as u8
+    let mut best = 0;
+    for l in 1..L {
+        if val[l] < val[best] || (val[l] == val[best] && idx[l] < idx[best]) {
+            best = l;
+        }
+    }
+    idx[best] as u8
 }
 
+/// Code of one sub-vector: the nearest of the 256 centroids.
+#[inline(always)]
+fn encode_chunk_body(x: &[f32], ct: &[f32]) -> u8 {
+    let mut acc = [0.0f32; PQ_CENTROIDS];
+    l2_all_body(x, ct, &mut acc);
+    argmin(&acc)
+}
+
+/// Centroids per register block: 64 f32 accumulators fit in 8 AVX registers.
+const BLOCK: usize = 64;
+
 /// `acc[c] = Σ_d (x[d] - ct[d*256 + c])²`: one sub-vector against all 256
-/// centroids of a chunk stored dimension-major; the inner loop runs over
-/// centroids and vectorises.
+/// centroids of a chunk stored dimension-major. Centroids are processed in
+/// blocks whose accumulators stay in registers while the dimensions stream by.
 #[inline(always)]
 fn l2_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
-    acc.fill(0.0);
-    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
-        for (a, &c) in acc.iter_mut().zip(row) {
-            let t = xd - c;
-            *a += t * t;
+    for (b, out) in acc.chunks_exact_mut(BLOCK).enumerate() {
+        let mut a = [0.0f32; BLOCK];
+        for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+            let r = &row[b * BLOCK..(b + 1) * BLOCK];
+            for (ai, &c) in a.iter_mut().zip(r) {
+                let t = xd - c;
+                *ai += t * t;
+            }
         }
+        out.copy_from_slice(&a);
     }
 }
 
 /// `acc[c] = -Σ_d x[d] · ct[d*256 + c]`.
 #[inline(always)]
 fn neg_dot_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
-    acc.fill(0.0);
-    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
-        for (a, &c) in acc.iter_mut().zip(row) {
-            *a -= xd * c;
+    for (b, out) in acc.chunks_exact_mut(BLOCK).enumerate() {
+        let mut a = [0.0f32; BLOCK];
+        for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+            let r = &row[b * BLOCK..(b + 1) * BLOCK];
+            for (ai, &c) in a.iter_mut().zip(r) {
+                *ai -= xd * c;
+            }
         }
+        out.copy_from_slice(&a);
     }
 }
 
@@ -558,6 +576,12 @@ fn neg_dot_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
 #[target_feature(enable = "avx2")]
 fn l2_all_avx2(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
     l2_all_body(x, ct, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn encode_chunk_avx2(x: &[f32], ct: &[f32]) -> u8 {
+    encode_chunk_body(x, ct)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -597,6 +621,16 @@ impl Kernels {
             return;
         }
         l2_all_body(x, ct, acc)
+    }
+
+    #[inline]
+    fn encode_chunk(self, x: &[f32], ct: &[f32]) -> u8 {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the running CPU supports AVX2.
+            return unsafe { encode_chunk_avx2(x, ct) };
+        }
+        encode_chunk_body(x, ct)
     }
 
     #[inline]
@@ -880,5 +914,49 @@ mod tests {
         assert_eq!(pq_bytes_for_budget(1_000_000, 128, 10), 1);
         assert_eq!(pq_bytes_for_budget(0, 96, 0), 96);
         assert_eq!(pq_bytes_for_budget(10, 0, 1000), 1);
+    }
+
+    /// Speed check, not run by default:
+    /// `cargo test -p nearline --release pq_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn pq_speed() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let dim = 128;
+        let data = clustered(1 << 20, dim, 1000, 6.0, 12);
+        let sample = &data[..(256 << 10) * dim];
+        let cpu = || {
+            // SAFETY: getrusage only writes the struct it is given.
+            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `u` is a valid, writable rusage.
+            unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            tv(u.ru_utime) + tv(u.ru_stime)
+        };
+        let (t, c) = (std::time::Instant::now(), cpu());
+        let pq = pool.install(|| PqCodebook::train(sample, dim, 32, Metric::L2, 1).unwrap());
+        println!(
+            "train 256k x 128, m = 32: {:.2?} wall, {:.2}s cpu",
+            t.elapsed(),
+            cpu() - c
+        );
+        let (t, c) = (std::time::Instant::now(), cpu());
+        let codes = pool.install(|| pq.encode_all(MatrixView::new(&data, 1 << 20, dim).unwrap()));
+        println!(
+            "encode 1M x 128: {:.2?} wall, {:.2}s cpu",
+            t.elapsed(),
+            cpu() - c
+        );
+        let rec = decode_all(&pq, &codes[..10000 * 32]);
+        let err: f64 = data
+            .iter()
+            .zip(&rec)
+            .map(|(a, b)| ((a - b) * (a - b)) as f64)
+            .sum::<f64>()
+            / 10000.0;
+        println!("mean squared reconstruction error {err:.3}");
     }
 }
