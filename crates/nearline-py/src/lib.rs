@@ -9,7 +9,10 @@ use nearline::io::EngineKind;
 use nearline::search::SearchParams;
 use nearline::util::Budget;
 use nearline::{with_dtype, DType, Element, Error, Metric};
-use numpy::{Element as NpElement, IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{
+    Element as NpElement, IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1,
+    PyReadonlyArray2, PyUntypedArrayMethods,
+};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -20,8 +23,18 @@ use std::sync::mpsc;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-create_exception!(_nearline, FormatError, PyValueError, "A file does not have the expected format or version.");
-create_exception!(_nearline, CorruptIndexError, FormatError, "Index data failed a checksum or structural check.");
+create_exception!(
+    _nearline,
+    FormatError,
+    PyValueError,
+    "A file does not have the expected format or version."
+);
+create_exception!(
+    _nearline,
+    CorruptIndexError,
+    FormatError,
+    "Index data failed a checksum or structural check."
+);
 
 fn to_py(e: Error) -> PyErr {
     match e {
@@ -45,7 +58,10 @@ fn matrix_from<T: Element + NpElement>(obj: &Bound<'_, PyAny>) -> PyResult<Optio
     };
     let shape = arr.shape();
     let (n, d) = (shape[0], shape[1]);
-    let v = arr.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?.to_vec();
+    let v = arr
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("array must be C-contiguous"))?
+        .to_vec();
     Ok(Some(Matrix::from_vec(v, n, d).map_err(to_py)?))
 }
 
@@ -214,14 +230,22 @@ impl RawIndex {
 impl RawIndex {
     #[new]
     #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto"))]
-    fn new(py: Python<'_>, path: PathBuf, memory_budget: Option<&str>, cache_nodes: Option<usize>, io: &str) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        memory_budget: Option<&str>,
+        cache_nodes: Option<usize>,
+        io: &str,
+    ) -> PyResult<Self> {
         let opts = OpenOptions {
             memory_budget: parse_budget(memory_budget)?,
             cache_nodes,
             io: EngineKind::parse(io).map_err(to_py)?,
         };
         let idx = py.detach(|| Index::open(&path, &opts)).map_err(to_py)?;
-        Ok(RawIndex { inner: RwLock::new(Some(Arc::new(idx))) })
+        Ok(RawIndex {
+            inner: RwLock::new(Some(Arc::new(idx))),
+        })
     }
 
     #[pyo3(signature = (queries, k, l, w, threads=None, return_stats=false))]
@@ -235,12 +259,20 @@ impl RawIndex {
         w: usize,
         threads: Option<usize>,
         return_stats: bool,
-    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyDict>>)> {
+    ) -> PyResult<(
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Option<Bound<'py, PyDict>>,
+    )> {
         let idx = self.get()?;
         let nq = queries.shape()[0];
-        let q = queries.as_slice().map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let q = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
         let p = SearchParams { k, l, w };
-        let out = py.detach(|| idx.search(q, nq, &p, threads)).map_err(to_py)?;
+        let out = py
+            .detach(|| idx.search(q, nq, &p, threads))
+            .map_err(to_py)?;
         let ids = out.ids.into_pyarray(py).reshape([nq, k])?.into_any();
         let dists = out.distances.into_pyarray(py).reshape([nq, k])?.into_any();
         let stats = if return_stats {
@@ -248,15 +280,42 @@ impl RawIndex {
             let s = &out.stats;
             d.set_item("hops", PyArray1::from_iter(py, s.iter().map(|x| x.hops)))?;
             d.set_item("reads", PyArray1::from_iter(py, s.iter().map(|x| x.reads)))?;
-            d.set_item("bytes_read", PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)))?;
-            d.set_item("cache_hits", PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)))?;
-            d.set_item("pq_distances", PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)))?;
-            d.set_item("exact_distances", PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)))?;
-            d.set_item("io_wait_us", PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)))?;
-            d.set_item("cpu_us", PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)))?;
-            d.set_item("total_us", PyArray1::from_iter(py, s.iter().map(|x| x.total_us)))?;
-            d.set_item("used_bytes", PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)))?;
-            d.set_item("io_utilisation", PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())))?;
+            d.set_item(
+                "bytes_read",
+                PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)),
+            )?;
+            d.set_item(
+                "cache_hits",
+                PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)),
+            )?;
+            d.set_item(
+                "pq_distances",
+                PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)),
+            )?;
+            d.set_item(
+                "exact_distances",
+                PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)),
+            )?;
+            d.set_item(
+                "io_wait_us",
+                PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)),
+            )?;
+            d.set_item(
+                "cpu_us",
+                PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)),
+            )?;
+            d.set_item(
+                "total_us",
+                PyArray1::from_iter(py, s.iter().map(|x| x.total_us)),
+            )?;
+            d.set_item(
+                "used_bytes",
+                PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)),
+            )?;
+            d.set_item(
+                "io_utilisation",
+                PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())),
+            )?;
             Some(d)
         } else {
             None
@@ -269,29 +328,47 @@ impl RawIndex {
     }
 
     fn close(&self) -> PyResult<()> {
-        let mut g = self.inner.write().map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?;
+        let mut g = self
+            .inner
+            .write()
+            .map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?;
         *g = None;
         Ok(())
     }
 
     #[getter]
     fn closed(&self) -> PyResult<bool> {
-        Ok(self.inner.read().map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?.is_none())
+        Ok(self
+            .inner
+            .read()
+            .map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?
+            .is_none())
     }
 }
 
-fn array_of<'py, T: Element + NpElement>(py: Python<'py>, m: Matrix<T>) -> PyResult<Bound<'py, PyAny>> {
+fn array_of<'py, T: Element + NpElement>(
+    py: Python<'py>,
+    m: Matrix<T>,
+) -> PyResult<Bound<'py, PyAny>> {
     let (n, d) = (m.n(), m.dim());
     Ok(m.into_vec().into_pyarray(py).reshape([n, d])?.into_any())
 }
 
 #[pyfunction]
 #[pyo3(signature = (path, dtype=None))]
-fn read_vectors<'py>(py: Python<'py>, path: PathBuf, dtype: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+fn read_vectors<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    dtype: Option<&str>,
+) -> PyResult<Bound<'py, PyAny>> {
     let hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
     let info = files::probe(&path, hint).map_err(to_py)?;
     with_dtype!(info.dtype, T, {
-        let m = py.detach(|| files::open_vectors::<T>(&path).map(|m| Matrix::from_vec(m.as_slice().to_vec(), m.n(), m.dim())))
+        let m = py
+            .detach(|| {
+                files::open_vectors::<T>(&path)
+                    .map(|m| Matrix::from_vec(m.as_slice().to_vec(), m.n(), m.dim()))
+            })
             .map_err(to_py)?
             .map_err(to_py)?;
         array_of(py, m)
@@ -310,11 +387,24 @@ fn write_vectors(py: Python<'_>, path: PathBuf, data: &Bound<'_, PyAny>) -> PyRe
     .map_err(to_py)
 }
 
-fn gt_typed<T: Element>(base: &Matrix<T>, queries: &Matrix<T>, k: usize, metric: Metric, threads: usize) -> nearline::Result<files::GroundTruth> {
+fn gt_typed<T: Element>(
+    base: &Matrix<T>,
+    queries: &Matrix<T>,
+    k: usize,
+    metric: Metric,
+    threads: usize,
+) -> nearline::Result<files::GroundTruth> {
     if base.dim() != queries.dim() {
-        return Err(Error::arg(format!("base has dimension {}, queries {}", base.dim(), queries.dim())));
+        return Err(Error::arg(format!(
+            "base has dimension {}, queries {}",
+            base.dim(),
+            queries.dim()
+        )));
     }
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Engine(e.to_string()))?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Engine(e.to_string()))?;
     pool.install(|| compute_ground_truth(base.view(), queries.view(), k, metric))
 }
 
@@ -329,7 +419,9 @@ fn ground_truth<'py>(
     threads: Option<usize>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let metric = Metric::parse(metric).map_err(to_py)?;
-    let threads = threads.unwrap_or_else(nearline::index::default_threads).max(1);
+    let threads = threads
+        .unwrap_or_else(nearline::index::default_threads)
+        .max(1);
     let b = any_matrix(base)?;
     let q = any_matrix(queries)?;
     let gt = py
@@ -344,7 +436,10 @@ fn ground_truth<'py>(
     gt_to_py(py, gt)
 }
 
-fn gt_to_py<'py>(py: Python<'py>, gt: files::GroundTruth) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+fn gt_to_py<'py>(
+    py: Python<'py>,
+    gt: files::GroundTruth,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let (n, k) = (gt.n, gt.k);
     let ids: Vec<i64> = gt.ids.iter().map(|&x| x as i64).collect();
     let ids = ids.into_pyarray(py).reshape([n, k])?.into_any();
@@ -357,24 +452,47 @@ fn gt_to_py<'py>(py: Python<'py>, gt: files::GroundTruth) -> PyResult<(Bound<'py
 }
 
 #[pyfunction]
-fn read_ground_truth<'py>(py: Python<'py>, path: PathBuf) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let gt = py.detach(|| files::read_ground_truth(&path)).map_err(to_py)?;
+fn read_ground_truth<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let gt = py
+        .detach(|| files::read_ground_truth(&path))
+        .map_err(to_py)?;
     gt_to_py(py, gt)
 }
 
 #[pyfunction]
-fn write_ground_truth(py: Python<'_>, path: PathBuf, ids: PyReadonlyArray2<'_, i64>, distances: PyReadonlyArray2<'_, f32>) -> PyResult<()> {
+fn write_ground_truth(
+    py: Python<'_>,
+    path: PathBuf,
+    ids: PyReadonlyArray2<'_, i64>,
+    distances: PyReadonlyArray2<'_, f32>,
+) -> PyResult<()> {
     let (n, k) = (ids.shape()[0], ids.shape()[1]);
     if distances.shape() != [n, k] {
-        return Err(PyValueError::new_err(format!("distances has shape {:?}, ids has ({n}, {k})", distances.shape())));
+        return Err(PyValueError::new_err(format!(
+            "distances has shape {:?}, ids has ({n}, {k})",
+            distances.shape()
+        )));
     }
     let idv: Vec<u32> = ids
         .as_array()
         .iter()
-        .map(|&x| u32::try_from(x).map_err(|_| PyValueError::new_err(format!("ground-truth id {x} is not in 0..2^32"))))
+        .map(|&x| {
+            u32::try_from(x).map_err(|_| {
+                PyValueError::new_err(format!("ground-truth id {x} is not in 0..2^32"))
+            })
+        })
         .collect::<PyResult<_>>()?;
-    let gt = files::GroundTruth { n, k, ids: idv, distances: distances.as_array().iter().copied().collect() };
-    py.detach(|| files::write_ground_truth(&path, &gt)).map_err(to_py)
+    let gt = files::GroundTruth {
+        n,
+        k,
+        ids: idv,
+        distances: distances.as_array().iter().copied().collect(),
+    };
+    py.detach(|| files::write_ground_truth(&path, &gt))
+        .map_err(to_py)
 }
 
 #[pyfunction]

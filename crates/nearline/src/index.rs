@@ -286,6 +286,13 @@ pub fn build<T: Element>(
             ..VamanaParams::default()
         };
         let gp = |d: u64, t: u64| progress("graph", d, t);
+        let esz = T::DTYPE.size();
+        let shards = if crate::graph::estimate_build_bytes(n, dim, esz, opts.r) <= build_budget {
+            1
+        } else {
+            crate::graph::sharded::plan_shards(n, dim, esz, opts.r, build_budget)
+                .map_or(0, |p| p.shards)
+        };
         let (graph, medoid) =
             build_with_budget(&data, opts.metric, &params, build_budget, &gp, cancel)?;
         let graph_seconds = tg.elapsed().as_secs_f64();
@@ -835,10 +842,23 @@ mod tests {
     fn small_index(dir: &Path) -> (Index, Vec<f32>) {
         let data = clustered(2000, 16, 1);
         let m = Matrix::from_vec(data.clone(), 2000, 16).unwrap();
-        let opts = BuildOptions { r: 16, build_l: 40, pq_bytes: Some(8), threads: Some(2), ..Default::default() };
+        let opts = BuildOptions {
+            r: 16,
+            build_l: 40,
+            pq_bytes: Some(8),
+            threads: Some(2),
+            ..Default::default()
+        };
         let never = AtomicBool::new(false);
         build(m, dir, &opts, &|_, _, _| {}, &never).unwrap();
-        let idx = Index::open(dir, &OpenOptions { cache_nodes: Some(0), ..Default::default() }).unwrap();
+        let idx = Index::open(
+            dir,
+            &OpenOptions {
+                cache_nodes: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         (idx, data)
     }
 
@@ -859,7 +879,14 @@ mod tests {
         let p = SearchParams { k: 10, l: 60, w: 8 };
         let mut real = Scratch::new(&e.data).unwrap();
         for seed in 0..4 {
-            let fake = IoEngine::fake(pages.clone(), FakeOptions { seed, max_delay_polls: 3, ..Default::default() });
+            let fake = IoEngine::fake(
+                pages.clone(),
+                FakeOptions {
+                    seed,
+                    max_delay_polls: 3,
+                    ..Default::default()
+                },
+            );
             let mut s = Scratch::with_engine(&e.data, fake);
             for q in queries.chunks_exact(16) {
                 let (mut a, mut b) = (QueryStats::default(), QueryStats::default());
@@ -878,7 +905,15 @@ mod tests {
         let (idx, _) = small_index(&tmp.path().join("i"));
         let e = engine_f32(&idx);
         let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
-        let fake = IoEngine::fake(pages.clone(), FakeOptions { seed: 1, max_delay_polls: 2, fail_probability: 0.2, ..Default::default() });
+        let fake = IoEngine::fake(
+            pages.clone(),
+            FakeOptions {
+                seed: 1,
+                max_delay_polls: 2,
+                fail_probability: 0.2,
+                ..Default::default()
+            },
+        );
         let mut s = Scratch::with_engine(&e.data, fake);
         let p = SearchParams { k: 10, l: 60, w: 8 };
         let mut errors = 0;
@@ -911,7 +946,10 @@ mod tests {
         let (b, _) = small_index(&tmp.path().join("b"));
         let pa = std::fs::read(tmp.path().join("a/pages.bin")).unwrap();
         let pb = std::fs::read(tmp.path().join("b/pages.bin")).unwrap();
-        assert!(pa == pb, "same seed and threads must give the same page file");
+        assert!(
+            pa == pb,
+            "same seed and threads must give the same page file"
+        );
         assert_eq!(a.manifest().medoid, b.manifest().medoid);
     }
 
@@ -921,7 +959,18 @@ mod tests {
         let dir = tmp.path().join("c");
         let m = Matrix::from_vec(clustered(500, 8, 2), 500, 8).unwrap();
         let cancel = AtomicBool::new(true);
-        let r = build(m, &dir, &BuildOptions { r: 8, build_l: 16, pq_bytes: Some(4), ..Default::default() }, &|_, _, _| {}, &cancel);
+        let r = build(
+            m,
+            &dir,
+            &BuildOptions {
+                r: 8,
+                build_l: 16,
+                pq_bytes: Some(4),
+                ..Default::default()
+            },
+            &|_, _, _| {},
+            &cancel,
+        );
         assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     }
