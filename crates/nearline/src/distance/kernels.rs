@@ -80,7 +80,6 @@ pub mod scalar {
 /// (SSE2 on x86_64, NEON on aarch64) while keeping several accumulators.
 pub mod portable {
     use half::f16;
-    use half::slice::HalfFloatSliceExt;
 
     const LANES: usize = 16;
 
@@ -133,33 +132,47 @@ pub mod portable {
         reduce(acc)
     }
 
-    /// Converts `a` and `b` to f32 in blocks and folds `f` over the blocks.
-    #[inline]
-    fn f16_blocks(a: &[f16], b: &[f16], mut f: impl FnMut(&[f32], &[f32])) {
-        const BLOCK: usize = 64;
+    /// Exact f16 -> f32 conversion written with integer and float ops only
+    /// (no tables, no branches), so loops over it vectorise. Normal and
+    /// subnormal halves are rescaled by 2^112; infinities and NaNs keep
+    /// their payload under an all-ones exponent.
+    #[inline(always)]
+    pub fn f16_to_f32(h: f16) -> f32 {
+        let h = h.to_bits() as u32;
+        let sign = (h & 0x8000) << 16;
+        let em = h & 0x7fff;
+        let scaled = (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits();
+        let special = (em << 13) | 0x7f80_0000;
+        let bits = if em >= 0x7c00 { special } else { scaled };
+        f32::from_bits(bits | sign)
+    }
+
+    /// Folds `f(acc_lane, x, y)` over 16-lane chunks of `a` and `b`
+    /// converted to f32, then reduces the lanes.
+    #[inline(always)]
+    fn fold_f16(a: &[f16], b: &[f16], f: impl Fn(f32, f32, f32) -> f32) -> f32 {
         let n = a.len().min(b.len());
-        let mut xa = [0f32; BLOCK];
-        let mut xb = [0f32; BLOCK];
-        let mut i = 0;
-        while i < n {
-            let len = (n - i).min(BLOCK);
-            a[i..i + len].convert_to_f32_slice(&mut xa[..len]);
-            b[i..i + len].convert_to_f32_slice(&mut xb[..len]);
-            f(&xa[..len], &xb[..len]);
-            i += len;
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0f32; LANES];
+        let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        let (ra, rb) = (ca.remainder(), cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for k in 0..LANES {
+                acc[k] = f(acc[k], f16_to_f32(x[k]), f16_to_f32(y[k]));
+            }
         }
+        for (k, (x, y)) in ra.iter().zip(rb).enumerate() {
+            acc[k] = f(acc[k], f16_to_f32(*x), f16_to_f32(*y));
+        }
+        reduce(acc)
     }
 
     pub fn l2_f16(a: &[f16], b: &[f16]) -> f32 {
-        let mut s = 0f32;
-        f16_blocks(a, b, |x, y| s += l2_f32(x, y));
-        s
+        fold_f16(a, b, |s, x, y| s + (x - y) * (x - y))
     }
 
     pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
-        let mut s = 0f32;
-        f16_blocks(a, b, |x, y| s += dot_f32(x, y));
-        s
+        fold_f16(a, b, |s, x, y| s + x * y)
     }
 
     pub fn l2_u8(a: &[u8], b: &[u8]) -> f32 {
@@ -201,11 +214,13 @@ pub mod portable {
     }
 
     /// PQ asymmetric distances, four codes at a time for instruction-level
-    /// parallelism. Each sum runs over `j` in order (exactly the reference).
+    /// parallelism, reading the code bytes eight at a time. Each sum runs
+    /// over `j` in order (bit-identical to the reference).
     /// Preconditions (checked by the public wrapper): `m > 0`,
     /// `table.len() >= m * 256`, `out.len() * m <= codes.len()`.
     pub fn pq_adc_batch(table: &[f32], m: usize, codes: &[u8], out: &mut [f32]) {
-        let table = &table[..m * 256];
+        // Sub-tables as fixed-size arrays: a byte index needs no bounds check.
+        let subs: &[[f32; 256]] = bytemuck::cast_slice(&table[..m * 256]);
         let n = out.len();
         let codes = &codes[..n * m];
         let mut rows = codes.chunks_exact(4 * m);
@@ -214,18 +229,30 @@ pub mod portable {
             let (c0, rest) = c.split_at(m);
             let (c1, rest) = rest.split_at(m);
             let (c2, c3) = rest.split_at(m);
+            let cs = [c0, c1, c2, c3];
             let mut s = [0f32; 4];
-            for (j, t) in table.chunks_exact(256).enumerate() {
-                s[0] += t[c0[j] as usize];
-                s[1] += t[c1[j] as usize];
-                s[2] += t[c2[j] as usize];
-                s[3] += t[c3[j] as usize];
+            let full = m / 8 * 8;
+            for (jb, t8) in subs[..full].chunks_exact(8).enumerate() {
+                let w = cs.map(|c| {
+                    let b = &c[jb * 8..jb * 8 + 8];
+                    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+                });
+                for (k, t) in t8.iter().enumerate() {
+                    for r in 0..4 {
+                        s[r] += t[((w[r] >> (8 * k)) & 0xff) as usize];
+                    }
+                }
+            }
+            for (j, t) in subs.iter().enumerate().skip(full) {
+                for r in 0..4 {
+                    s[r] += t[cs[r][j] as usize];
+                }
             }
             o.copy_from_slice(&s);
         }
         for (c, o) in rows.remainder().chunks_exact(m).zip(outs.into_remainder()) {
             let mut s = 0f32;
-            for (t, &cj) in table.chunks_exact(256).zip(c) {
+            for (t, &cj) in subs.iter().zip(c) {
                 s += t[cj as usize];
             }
             *o = s;
@@ -473,19 +500,9 @@ pub fn pq_adc_batch(table: &[f32], m: usize, codes: &[u8], out: &mut [f32]) {
     if n == 0 {
         return;
     }
-    let (codes, out) = (&codes[..n * m], &mut out[..n]);
-    #[cfg(target_arch = "x86_64")]
-    match selected_level() {
-        // SAFETY: the level is selected only when the CPU supports it, and
-        // `pq_adc_count` checked the table size, `m > 0` and `m * 256 <= i32::MAX`.
-        SimdLevel::Avx512 | SimdLevel::Avx512Vnni => {
-            return unsafe { x86::avx512::pq_adc_batch(table, m, codes, out) }
-        }
-        // SAFETY: as above.
-        SimdLevel::Avx2 => return unsafe { x86::avx2::pq_adc_batch(table, m, codes, out) },
-        SimdLevel::Scalar => {}
-    }
-    portable::pq_adc_batch(table, m, codes, out)
+    // The gather versions (see [`kernel_set`]) were slower than the
+    // interleaved scalar loop on AMD Zen (AVX2), so every level uses it.
+    portable::pq_adc_batch(table, m, &codes[..n * m], &mut out[..n])
 }
 
 /// The kernels of one SIMD level, as plain function pointers: lets tests and
@@ -834,6 +851,20 @@ mod tests {
             assert_eq!((set.l2_i8)(&hi, &lo), (255 * 255 * 1024) as f32);
             assert_eq!((set.dot_i8)(&lo, &lo), (128 * 128 * 1024) as f32);
             assert_eq!((set.dot_i8)(&lo, &hi), -(128 * 127 * 1024) as f32);
+        }
+    }
+
+    #[test]
+    fn portable_f16_conversion_is_exact_for_every_bit_pattern() {
+        for bits in 0..=u16::MAX {
+            let h = f16::from_bits(bits);
+            let (got, want) = (portable::f16_to_f32(h), h.to_f32());
+            if want.is_nan() {
+                assert!(got.is_nan(), "{bits:#06x}");
+                assert_eq!(got.is_sign_negative(), want.is_sign_negative());
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{bits:#06x}");
+            }
         }
     }
 
