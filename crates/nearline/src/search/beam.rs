@@ -267,12 +267,13 @@ fn search_inner<T: Element>(
                 expand(data, s, v, rec, st)?;
             }
         }
-        // Reap every read of this hop.
+        // Reap every read of this hop, processing pages as they arrive.
         while s.engine.in_flight() > 0 {
             s.completions.clear();
             let tw = Instant::now();
-            let want = s.engine.in_flight();
-            s.engine.wait(want, &mut s.completions)?;
+            // Reap whatever has arrived (at least one read) and work on it
+            // while the rest of the hop is still in flight.
+            s.engine.wait(1, &mut s.completions)?;
             st.io_wait_us += tw.elapsed().as_secs_f64() * 1e6;
             let mut comps = std::mem::take(&mut s.completions);
             let mut result = Ok(());
