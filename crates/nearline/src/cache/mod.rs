@@ -28,7 +28,10 @@ impl Hasher for IdHasher {
     }
     #[inline]
     fn write_u32(&mut self, i: u32) {
-        self.0 = (i as u64 ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 16;
+        // hashbrown takes its 7-bit tags from the top bits and the bucket from
+        // the low bits: both halves must be mixed.
+        let x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 32);
     }
 }
 
@@ -137,5 +140,30 @@ impl NodeCache {
         self.words.capacity() * 4
             + self.slots.capacity() * (4 + 4 + 1)
             + if self.slots.is_empty() { 0 } else { 64 }
+    }
+}
+
+#[cfg(test)]
+mod hasher_tests {
+    use super::*;
+    use std::hash::BuildHasher;
+
+    #[test]
+    fn id_hash_mixes_top_and_low_bits() {
+        let b = BuildHasherDefault::<IdHasher>::default();
+        let tags: std::collections::HashSet<u64> =
+            (0u32..4096).map(|i| b.hash_one(i) >> 57).collect();
+        assert!(
+            tags.len() > 100,
+            "top 7 bits must vary: {} distinct",
+            tags.len()
+        );
+        let lows: std::collections::HashSet<u64> =
+            (0u32..4096).map(|i| b.hash_one(i * 1024) & 1023).collect();
+        assert!(
+            lows.len() > 500,
+            "low bits must vary for strided ids: {}",
+            lows.len()
+        );
     }
 }

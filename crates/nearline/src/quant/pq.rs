@@ -648,10 +648,23 @@ impl Kernels {
 /// Asymmetric distance of one code: `sum_j table[j*256 + code[j]]`.
 #[inline]
 pub fn adc(table: &[f32], code: &[u8]) -> f32 {
-    code.iter()
-        .enumerate()
-        .map(|(j, &c)| table[j * PQ_CENTROIDS + c as usize])
-        .sum()
+    // Rows of exactly 256 entries: indexing one by a u8 needs no bounds check.
+    let (rows, _) = table.as_chunks::<PQ_CENTROIDS>();
+    // Four accumulators break the add dependency chain.
+    let mut acc = [0.0f32; 4];
+    let mut it = rows.chunks_exact(4).zip(code.chunks_exact(4));
+    for (r, c) in &mut it {
+        acc[0] += r[0][c[0] as usize];
+        acc[1] += r[1][c[1] as usize];
+        acc[2] += r[2][c[2] as usize];
+        acc[3] += r[3][c[3] as usize];
+    }
+    let done = code.len() / 4 * 4;
+    let mut tail = 0.0;
+    for (r, &c) in rows[done..].iter().zip(&code[done..]) {
+        tail += r[c as usize];
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
 }
 
 #[cfg(test)]
