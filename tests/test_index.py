@@ -323,3 +323,40 @@ def test_sharded_build_within_budget(tmp_path):
     assert info["build_stats"]["shards"] >= 2
     ids, _ = idx.search(queries, k=10, L=100)
     assert nearline.recall(ids, exact_knn(base, queries, 10), 10) >= 0.9
+
+
+def test_build_peak_rss_within_budget(tmp_path):
+    """A budgeted build from a file keeps its peak resident memory within the build budget."""
+    rng = np.random.default_rng(17)
+    n, dim = 120_000, 64
+    f = tmp_path / "big.fbin"
+    with open(f, "wb") as fh:
+        np.array([n, dim], dtype="<i4").tofile(fh)
+        centers = rng.normal(0, 3, size=(64, dim)).astype(np.float32)
+        for s in range(0, n, 20_000):
+            lab = rng.integers(0, 64, size=20_000)
+            (centers[lab] + rng.normal(0, 1, size=(20_000, dim)).astype(np.float32)).tofile(fh)
+    budget = 48_000_000  # raw vectors alone are 30.7 MB; a one-shot build needs more
+    code = f"""
+import nearline, json
+def status(key):
+    for line in open('/proc/self/status'):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+nearline.open  # extension loaded
+base = status('VmRSS:')
+idx = nearline.build({str(f)!r}, {str(tmp_path / 'b.index')!r}, R=32, build_L=48, pq_bytes=16,
+                     build_memory_budget={budget}, threads=2)
+print(json.dumps({{"base": base, "hwm": status('VmHWM:'), "shards": idx.info()["build_stats"]["shards"]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout)
+    assert res["shards"] >= 2, res
+    assert res["hwm"] - res["base"] <= budget, res
+
+
+def test_oversized_list_is_an_error(small_index, small_data):
+    _, queries = small_data
+    idx = nearline.open(small_index)
+    with pytest.raises(ValueError, match="maximum list size"):
+        idx.search(queries[:1], k=10, L=1 << 30)

@@ -259,7 +259,8 @@ pub fn build<T: Element>(
         // 1. Product quantization: train on a sample, encode in streaming chunks.
         let tq = Instant::now();
         progress("pq", 0, n as u64);
-        let codebook = train_pq(&data, pq_bytes, opts.metric, opts.seed)?;
+        let sample_rows = pq_sample_rows(n, dim, build_budget);
+        let codebook = train_pq(&data, pq_bytes, opts.metric, opts.seed, sample_rows)?;
         let mut codes = vec![0u8; n * pq_bytes];
         let chunk = 65_536;
         for start in (0..n).step_by(chunk) {
@@ -286,15 +287,17 @@ pub fn build<T: Element>(
             ..VamanaParams::default()
         };
         let gp = |d: u64, t: u64| progress("graph", d, t);
+        // The PQ codes stay resident through the graph build: the graph gets the rest.
+        let graph_budget = build_budget.saturating_sub(codes.len() as u64);
         let esz = T::DTYPE.size();
-        let shards = if crate::graph::estimate_build_bytes(n, dim, esz, opts.r) <= build_budget {
+        let shards = if crate::graph::estimate_build_bytes(n, dim, esz, opts.r) <= graph_budget {
             1
         } else {
-            crate::graph::sharded::plan_shards(n, dim, esz, opts.r, build_budget)
+            crate::graph::sharded::plan_shards(n, dim, esz, opts.r, graph_budget)
                 .map_or(0, |p| p.shards)
         };
         let (graph, medoid) =
-            build_with_budget(&data, opts.metric, &params, build_budget, &gp, cancel)?;
+            build_with_budget(&data, opts.metric, &params, graph_budget, &gp, cancel)?;
         let graph_seconds = tg.elapsed().as_secs_f64();
 
         // 3. The page file and the in-memory sections.
@@ -417,24 +420,39 @@ fn normalized<T: Element>(data: &Matrix<T>) -> Result<Matrix<T>> {
     Matrix::from_vec(out, data.n(), dim)
 }
 
+/// Rows of the PQ training sample: DiskANN's 256K, fewer when half the build
+/// budget cannot hold them as f32 (k-means scratch takes the other half).
+fn pq_sample_rows(n: usize, dim: usize, build_budget: u64) -> usize {
+    let by_budget = (build_budget / 2 / (dim as u64 * 4).max(1)).min(usize::MAX as u64) as usize;
+    n.min(PQ_TRAIN_SAMPLE).min(by_budget.max(1024))
+}
+
 fn train_pq<T: Element>(
     data: &Matrix<T>,
     m: usize,
     metric: Metric,
     seed: u64,
+    max_rows: usize,
 ) -> Result<PqCodebook> {
     let n = data.n();
     let dim = data.dim();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5051_5f54_5241_494e);
-    let mut rows: Vec<usize> = if n <= PQ_TRAIN_SAMPLE {
+    let take = max_rows.min(n);
+    let mut rows: Vec<usize> = if n <= take {
         (0..n).collect()
     } else {
-        sample(&mut rng, n, PQ_TRAIN_SAMPLE).into_vec()
+        sample(&mut rng, n, take).into_vec()
     };
     rows.sort_unstable();
     let mut sample_f = Vec::with_capacity(rows.len() * dim);
+    let mut released = 0;
     for &r in &rows {
         sample_f.extend(data.row(r).iter().map(|x| x.to_f32()));
+        // Rows are visited in order: drop mapped pages behind us as we go.
+        if r >= released + 8192 {
+            data.release_rows(released, r);
+            released = r;
+        }
     }
     data.release_rows(0, n);
     PqCodebook::train(&sample_f, dim, m, metric, seed)

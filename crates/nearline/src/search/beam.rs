@@ -20,6 +20,9 @@ use std::time::Instant;
 /// Largest beam width accepted (reads in flight per query).
 pub const MAX_BEAM_WIDTH: usize = 64;
 
+/// Largest candidate list accepted (and so the largest k).
+pub const MAX_LIST_SIZE: usize = 1 << 22;
+
 /// Search parameters of one batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchParams {
@@ -41,6 +44,12 @@ impl SearchParams {
             return Err(Error::arg(format!(
                 "L={} must be at least k={}",
                 self.l, self.k
+            )));
+        }
+        if self.l > MAX_LIST_SIZE {
+            return Err(Error::arg(format!(
+                "L={} exceeds the maximum list size {MAX_LIST_SIZE}",
+                self.l
             )));
         }
         if self.w == 0 || self.w > MAX_BEAM_WIDTH {
