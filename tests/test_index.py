@@ -360,3 +360,23 @@ def test_oversized_list_is_an_error(small_index, small_data):
     idx = nearline.open(small_index)
     with pytest.raises(ValueError, match="maximum list size"):
         idx.search(queries[:1], k=10, L=1 << 30)
+
+
+def test_entry_points(small_index, small_data):
+    base, queries = small_data
+    plain = nearline.open(small_index)
+    ep = nearline.open(small_index, entry_points=256)
+    assert ep.info()["memory"]["entry_points"] == 256 * (24 * 4 + 4)
+    ids0, _, s0 = plain.search(queries, k=10, L=40, return_stats=True)
+    ids1, _, s1 = ep.search(queries, k=10, L=40, return_stats=True)
+    gt = exact_knn(base, queries, 10)
+    assert nearline.recall(ids1, gt, 10) >= nearline.recall(ids0, gt, 10) - 0.02
+    assert s1["reads"].mean() < s0["reads"].mean()
+    # With every node an entry point, the search starts at the true nearest neighbour.
+    every = nearline.open(small_index, entry_points=len(base))
+    ids, _ = every.search(queries, k=1, L=1)
+    assert (ids[:, 0] == gt[:, 0]).all()
+    with pytest.raises(ValueError, match="entry_points"):
+        nearline.open(small_index, entry_points=-1)
+    with pytest.raises(ValueError, match="io engine"):
+        nearline.open(small_index, io="carrier-pigeon")

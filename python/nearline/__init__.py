@@ -206,6 +206,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     cache_nodes: Optional[int] = None,
     threads: Optional[int] = None,
     io: str = "auto",
+    entry_points: int = 0,
 ) -> "Index":
     """Opens an index directory.
 
@@ -217,16 +218,22 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
         threads: default search threads (default: all cores).
         io: ``"auto"`` (io_uring, falling back to pread), ``"uring"`` or ``"pread"``;
             the environment variable ``NEARLINE_IO`` overrides ``auto``.
+        entry_points: hold the vectors of this many sampled nodes in memory
+            (counted in the budget) and start each query from the one nearest to
+            it instead of the medoid; 0 (default) starts from the medoid as DiskANN.
     """
     mb = None if memory_budget is None else _budget_str(memory_budget, "memory_budget")
     if cache_nodes is not None:
         cache_nodes = _check_int("cache_nodes", cache_nodes, 0)
     if threads is not None:
         threads = _check_int("threads", threads, 1)
+    entry_points = _check_int("entry_points", entry_points, 0, 1 << 20)
+    if io not in ("auto", "uring", "io_uring", "pread"):
+        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring' or 'pread'")
     p = os.fspath(path)
     if not Path(p).exists():
         raise FileNotFoundError(f"index directory {p} does not exist")
-    return Index(_nearline.RawIndex(p, mb, cache_nodes, io), p, threads)
+    return Index(_nearline.RawIndex(p, mb, cache_nodes, io, entry_points), p, threads)
 
 
 class Index:

@@ -229,17 +229,19 @@ impl RawIndex {
 #[pymethods]
 impl RawIndex {
     #[new]
-    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto"))]
+    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto", entry_points=0))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         memory_budget: Option<&str>,
         cache_nodes: Option<usize>,
         io: &str,
+        entry_points: usize,
     ) -> PyResult<Self> {
         let opts = OpenOptions {
             memory_budget: parse_budget(memory_budget)?,
             cache_nodes,
+            entry_points,
             io: EngineKind::parse(io).map_err(to_py)?,
         };
         let idx = py.detach(|| Index::open(&path, &opts)).map_err(to_py)?;

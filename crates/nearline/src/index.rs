@@ -500,6 +500,9 @@ pub struct OpenOptions {
     pub memory_budget: Option<Budget>,
     /// Cache exactly this many nodes instead (overrides the budget's share).
     pub cache_nodes: Option<usize>,
+    /// Vectors of this many sampled nodes held in memory as entry points; each
+    /// query starts from the nearest (0: start from the medoid, as DiskANN).
+    pub entry_points: usize,
     pub io: EngineKind,
 }
 
@@ -508,6 +511,7 @@ impl Default for OpenOptions {
         OpenOptions {
             memory_budget: None,
             cache_nodes: None,
+            entry_points: 0,
             io: EngineKind::Auto,
         }
     }
@@ -540,6 +544,7 @@ macro_rules! with_engine {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct MemoryAccount {
     pub pq_codes: u64,
+    pub entry_points: u64,
     pub pq_codebook: u64,
     pub cache: u64,
     pub ids: u64,
@@ -550,7 +555,7 @@ pub struct MemoryAccount {
 impl MemoryAccount {
     /// Bytes the index holds resident (workers' scratch excluded).
     pub fn total(&self) -> u64 {
-        self.pq_codes + self.pq_codebook + self.cache + self.ids
+        self.pq_codes + self.pq_codebook + self.cache + self.ids + self.entry_points
     }
 }
 
@@ -647,6 +652,8 @@ impl Index {
             budget,
             ..Default::default()
         };
+        let esz = m.dtype.size();
+        mem.entry_points = (opts.entry_points.min(m.n) * (m.dim * esz + 4)) as u64;
         let cache_nodes = match opts.cache_nodes {
             Some(c) => c,
             None => NodeCache::capacity_for(&geo, budget.saturating_sub(mem.total())),
@@ -657,6 +664,13 @@ impl Index {
         let (file, direct_io) = open_direct(&pages_path)?;
         let file = Arc::new(file);
         let engine = with_dtype!(m.dtype, T, {
+            let (entry_ids, entry_vecs) = crate::search::entry::load_sampled_entries::<T>(
+                &pages_path,
+                &geo,
+                m.n,
+                opts.entry_points,
+                m.spec.seed,
+            )?;
             let data = IndexData::<T> {
                 geo,
                 metric: m.metric,
@@ -669,6 +683,8 @@ impl Index {
                 pages_path: pages_path.clone(),
                 file,
                 io_kind: opts.io,
+                entry_ids,
+                entry_vecs,
                 _elem: PhantomData,
             };
             wrap(Engine {
@@ -791,6 +807,7 @@ impl Index {
                 "cache": self.memory.cache,
                 "cache_nodes": self.memory.cache_nodes,
                 "ids": self.memory.ids,
+                "entry_points": self.memory.entry_points,
                 "worker_scratch": scratch,
                 "total": self.memory.total() + scratch as u64,
                 "budget": self.memory.budget,

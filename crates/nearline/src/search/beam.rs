@@ -76,6 +76,10 @@ pub struct IndexData<T: Element> {
     pub pages_path: PathBuf,
     pub file: Arc<File>,
     pub io_kind: EngineKind,
+    /// Entry points held in memory (ids and row-major vectors); the search
+    /// starts from the one nearest the query. Empty: start from the medoid.
+    pub entry_ids: Vec<u32>,
+    pub entry_vecs: Vec<T>,
     pub _elem: PhantomData<T>,
 }
 
@@ -233,8 +237,9 @@ fn search_inner<T: Element>(
     let codes = &data.codes;
     let pq = |table: &[f32], v: u32| adc(table, &codes[v as usize * m..(v as usize + 1) * m]);
 
-    s.visited.insert(data.medoid, ());
-    s.cand.insert(pq(&s.table, data.medoid), data.medoid);
+    let start = nearest_entry(data, &s.qt, st);
+    s.visited.insert(start, ());
+    s.cand.insert(pq(&s.table, start), start);
     st.pq_distances += 1;
 
     loop {
@@ -301,6 +306,20 @@ fn search_inner<T: Element>(
     s.exact.dedup_by_key(|e| e.1);
     s.results.extend(s.exact.iter().take(p.k).copied());
     Ok(())
+}
+
+/// The in-memory entry point nearest the query (exact distance), or the medoid.
+#[inline]
+fn nearest_entry<T: Element>(data: &IndexData<T>, q: &[T], st: &mut QueryStats) -> u32 {
+    let mut best = (f32::INFINITY, data.medoid);
+    for (i, v) in data.entry_vecs.chunks_exact(data.dim).enumerate() {
+        let d = data.metric.distance(q, v);
+        if d < best.0 {
+            best = (d, data.entry_ids[i]);
+        }
+    }
+    st.exact_distances += data.entry_ids.len() as u32;
+    best.1
 }
 
 fn process_completion<T: Element>(

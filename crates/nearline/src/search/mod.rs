@@ -3,6 +3,7 @@
 
 pub mod beam;
 pub mod candidates;
+pub mod entry;
 pub mod pool;
 pub mod stats;
 

@@ -1,0 +1,52 @@
+//! Entry-point selection: where a query's best-first search starts.
+//!
+//! DiskANN starts from the medoid (or, for partitioned builds, from the
+//! medoid of the nearest partition). A set of sampled nodes held in memory
+//! generalises that: each query starts from the sampled node nearest to it,
+//! skipping the first hops from the medoid towards its region.
+
+use crate::data::dtype::Element;
+use crate::layout::page::{verify_block, PageGeometry};
+use crate::{Error, Result};
+use rand::SeedableRng;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Reads the vectors of `count` nodes sampled uniformly (deterministically
+/// for `seed`) from the page file. Returns their ids and row-major vectors.
+pub fn load_sampled_entries<T: Element>(
+    path: &Path,
+    geo: &PageGeometry,
+    n: usize,
+    count: usize,
+    seed: u64,
+) -> Result<(Vec<u32>, Vec<T>)> {
+    let count = count.min(n);
+    if count == 0 {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x454e_5452_5950_5453);
+    let mut ids: Vec<u32> = rand::seq::index::sample(&mut rng, n, count)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    ids.sort_unstable();
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut block = vec![0u8; geo.block_size];
+    let dim = geo.vector_bytes / std::mem::size_of::<T>();
+    let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
+    for &v in &ids {
+        let (b, slot) = geo.location(v);
+        file.read_exact_at(&mut block, geo.block_offset(b))
+            .map_err(|e| Error::io(path, e))?;
+        verify_block(&block, b, geo).map_err(|m| Error::corrupt(path, m))?;
+        let rec = geo.record(&block, slot);
+        let bytes = &rec[..geo.vector_bytes];
+        vecs.extend(
+            bytes
+                .chunks_exact(std::mem::size_of::<T>())
+                .map(bytemuck::pod_read_unaligned::<T>),
+        );
+    }
+    Ok((ids, vecs))
+}
