@@ -247,3 +247,45 @@ def test_worker_peak_rss_is_its_own(tmp_path):
     assert 0 < res["peak_rss_bytes"] < 300 * 2**20  # VmHWM: the worker's own peak
     assert res["ru_maxrss_bytes"] >= 400 * 2**20  # ru_maxrss carries the parent's over fork/exec
     assert res["build_s"] > 0 and res["index_bytes"] > 0
+
+
+class _FakeBuilt(_FakeIndex):
+    def info(self):
+        return {"n": len(self.base), "pq_bytes": 4, "memory": {"total": 1}}
+
+
+def test_run_bench_orchestration_with_fake_engine(tmp_path, monkeypatch):
+    """nearline (faked, in process) then diskannpy with nearline's PQ size; ratios and report."""
+    pytest.importorskip("diskannpy")
+    built = {}
+
+    def fake_build(data, path, **kw):
+        built.update(kw, data=data)
+        Path(path).mkdir(parents=True)
+        return _FakeBuilt(datasets.read_vectors(data))
+
+    ds = datasets.load_dataset("synthetic:1000:8", tmp_path, queries=30)
+    monkeypatch.setattr(nearline, "build", fake_build, raising=False)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
+    calls = []
+    real_worker = bench.run_worker
+
+    def in_process(spec, log_path=None, timeout_s=None):
+        calls.append((spec["action"], spec["system"]))
+        if spec["system"] != "nearline":  # DiskANN cannot open an index twice in one process
+            return real_worker(spec, log_path, timeout_s)
+        return json.loads(json.dumps(peers.jsonable(_bench_worker.run(json.loads(json.dumps(spec))))))
+
+    monkeypatch.setattr(bench, "run_worker", in_process)
+    cfg = bench.BenchConfig(data="synthetic:1000:8", systems=["nearline", "diskannpy"], Ls=[5, 10, 20, 40], k=10,
+                            R=16, build_L=24, threads=1, reps=2, workdir=tmp_path, warmup=0, latency_queries=5)
+    res = bench.run_bench(cfg, progress=False)
+    assert built["R"] == 16 and built["build_L"] == 24 and built["metric"] == "l2"
+    assert calls == [("build", "nearline"), ("build", "diskannpy"), ("search", "nearline"), ("search", "diskannpy"),
+                     ("search", "diskannpy"), ("search", "nearline")]
+    assert res["builds"]["diskannpy"]["pq_bytes"] == 4 and res["params"]["pq_bytes_matched"] == 4
+    assert res["params"]["Ls"] == [10, 20, 40]  # L < k dropped
+    nl_pts = res["summary"]["nearline"]["points"]
+    assert all(p["recall"] == pytest.approx(0.9) and p["mean_reads"] == 12 for p in nl_pts)
+    assert "nearline/diskannpy" in res["comparisons"]
+    assert "build nearline" in bench.format_report(res)

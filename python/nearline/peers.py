@@ -323,6 +323,10 @@ class _DiskannHandle(Handle):
         ids, _d = self.idx.search(q, k_neighbors=k, complexity=max(L, k), beam_width=self.p.W)
         return np.asarray(ids, dtype=np.int64)
 
+    def close(self):
+        # DiskANN keeps per-thread I/O contexts; the worker process ends right after.
+        self.idx = None
+
 
 # --------------------------------------------------------------------------- faiss / hnswlib
 
