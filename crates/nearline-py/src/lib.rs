@@ -1,8 +1,412 @@
-//! Python bindings of the nearline engine (no logic the engine lacks).
+//! Python bindings of the nearline engine: conversions and the GIL only;
+//! every piece of logic lives in the engine crate.
+
+use nearline::data::files;
+use nearline::data::groundtruth::compute_ground_truth;
+use nearline::data::matrix::Matrix;
+use nearline::index::{BuildOptions, Index, OpenOptions};
+use nearline::io::EngineKind;
+use nearline::search::SearchParams;
+use nearline::util::Budget;
+use nearline::{with_dtype, DType, Element, Error, Metric};
+use numpy::{Element as NpElement, IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+create_exception!(_nearline, FormatError, PyValueError, "A file does not have the expected format or version.");
+create_exception!(_nearline, CorruptIndexError, FormatError, "Index data failed a checksum or structural check.");
+
+fn to_py(e: Error) -> PyErr {
+    match e {
+        Error::InvalidArgument(m) => PyValueError::new_err(m),
+        Error::Io { .. } => PyOSError::new_err(e.to_string()),
+        Error::Format { .. } | Error::Version { .. } => FormatError::new_err(e.to_string()),
+        Error::Corrupt { .. } => CorruptIndexError::new_err(e.to_string()),
+        Error::Cancelled => PyKeyboardInterrupt::new_err("operation cancelled"),
+        Error::Engine(m) => PyRuntimeError::new_err(m),
+    }
+}
+
+fn parse_budget(s: Option<&str>) -> PyResult<Option<Budget>> {
+    s.map(|s| Budget::parse(s).map_err(to_py)).transpose()
+}
+
+/// Extracts a 2-D C-contiguous numpy array of T as an owned matrix.
+fn matrix_from<T: Element + NpElement>(obj: &Bound<'_, PyAny>) -> PyResult<Option<Matrix<T>>> {
+    let Ok(arr) = obj.extract::<PyReadonlyArray2<T>>() else {
+        return Ok(None);
+    };
+    let shape = arr.shape();
+    let (n, d) = (shape[0], shape[1]);
+    let v = arr.as_slice().map_err(|_| PyValueError::new_err("array must be C-contiguous"))?.to_vec();
+    Ok(Some(Matrix::from_vec(v, n, d).map_err(to_py)?))
+}
+
+enum AnyMatrix {
+    F32(Matrix<f32>),
+    F16(Matrix<half::f16>),
+    U8(Matrix<u8>),
+    I8(Matrix<i8>),
+}
+
+fn any_matrix(obj: &Bound<'_, PyAny>) -> PyResult<AnyMatrix> {
+    if let Some(m) = matrix_from::<f32>(obj)? {
+        return Ok(AnyMatrix::F32(m));
+    }
+    if let Some(m) = matrix_from::<half::f16>(obj)? {
+        return Ok(AnyMatrix::F16(m));
+    }
+    if let Some(m) = matrix_from::<u8>(obj)? {
+        return Ok(AnyMatrix::U8(m));
+    }
+    if let Some(m) = matrix_from::<i8>(obj)? {
+        return Ok(AnyMatrix::I8(m));
+    }
+    Err(PyValueError::new_err(
+        "data must be a 2-D numpy array of float32, float16, uint8 or int8 (or a path to a vector file)",
+    ))
+}
+
+/// Runs `work` on a helper thread while this thread forwards progress to
+/// Python and turns Ctrl-C into a cancellation.
+fn run_cancellable<R: Send>(
+    py: Python<'_>,
+    progress: Option<Py<PyAny>>,
+    work: impl FnOnce(&(dyn Fn(&str, u64, u64) + Sync), &AtomicBool) -> nearline::Result<R> + Send,
+) -> PyResult<R> {
+    let cancel = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(String, u64, u64)>();
+    let tx = std::sync::Mutex::new(tx);
+    let rx = std::sync::Mutex::new(rx);
+    let mut interrupted: Option<PyErr> = None;
+    let mut cb_error: Option<PyErr> = None;
+    let result = std::thread::scope(|sc| {
+        let cancel_ref = &cancel;
+        let tx_ref = &tx;
+        let h = sc.spawn(move || {
+            let report = |stage: &str, done: u64, total: u64| {
+                if let Ok(t) = tx_ref.lock() {
+                    let _ = t.send((stage.to_string(), done, total));
+                }
+            };
+            work(&report, cancel_ref)
+        });
+        loop {
+            let msg = py.detach(|| match rx.lock() {
+                Ok(r) => r.recv_timeout(Duration::from_millis(100)),
+                Err(_) => Err(mpsc::RecvTimeoutError::Disconnected),
+            });
+            match msg {
+                Ok((stage, done, total)) => {
+                    if let (Some(cb), None) = (&progress, &cb_error) {
+                        if let Err(e) = cb.call1(py, (stage, done, total)) {
+                            cb_error = Some(e);
+                            cancel.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {}
+            }
+            if h.is_finished() {
+                break;
+            }
+            if let Err(e) = py.check_signals() {
+                interrupted = Some(e);
+                cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        h.join()
+    });
+    if let Some(e) = interrupted {
+        return Err(e);
+    }
+    if let Some(e) = cb_error {
+        return Err(e);
+    }
+    match result {
+        Ok(r) => r.map_err(to_py),
+        Err(_) => Err(PyRuntimeError::new_err("the build thread panicked")),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None))]
+fn build_index(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    path: PathBuf,
+    metric: &str,
+    preset: &str,
+    ids: Option<PyReadonlyArray1<'_, u64>>,
+    r: usize,
+    build_l: usize,
+    alpha: f32,
+    passes: usize,
+    pq_bytes: Option<usize>,
+    memory_budget: &str,
+    build_memory_budget: Option<&str>,
+    page_size: usize,
+    threads: Option<usize>,
+    seed: u64,
+    progress: Option<Py<PyAny>>,
+    overwrite: bool,
+    dtype: Option<&str>,
+) -> PyResult<String> {
+    let opts = BuildOptions {
+        metric: Metric::parse(metric).map_err(to_py)?,
+        preset: preset.to_string(),
+        r,
+        build_l,
+        alpha,
+        passes,
+        pq_bytes,
+        memory_budget: Budget::parse(memory_budget).map_err(to_py)?,
+        build_memory_budget: parse_budget(build_memory_budget)?,
+        page_size,
+        threads,
+        seed,
+        ids: ids.map(|a| a.as_array().iter().copied().collect()),
+        overwrite,
+    };
+    let dtype_hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
+    let manifest = if let Ok(p) = data.extract::<PathBuf>() {
+        run_cancellable(py, progress, |prog, cancel| {
+            nearline::index::build_from_file(&p, dtype_hint, &path, &opts, prog, cancel)
+        })?
+    } else {
+        let m = any_matrix(data)?;
+        run_cancellable(py, progress, move |prog, cancel| match m {
+            AnyMatrix::F32(m) => nearline::index::build(m, &path, &opts, prog, cancel),
+            AnyMatrix::F16(m) => nearline::index::build(m, &path, &opts, prog, cancel),
+            AnyMatrix::U8(m) => nearline::index::build(m, &path, &opts, prog, cancel),
+            AnyMatrix::I8(m) => nearline::index::build(m, &path, &opts, prog, cancel),
+        })?
+    };
+    serde_json::to_string(&manifest).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// An open index (the engine side of `nearline.Index`).
+#[pyclass(frozen, name = "RawIndex")]
+struct RawIndex {
+    inner: RwLock<Option<Arc<Index>>>,
+}
+
+impl RawIndex {
+    fn get(&self) -> PyResult<Arc<Index>> {
+        self.inner
+            .read()
+            .map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the index is closed"))
+    }
+}
+
+#[pymethods]
+impl RawIndex {
+    #[new]
+    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto"))]
+    fn new(py: Python<'_>, path: PathBuf, memory_budget: Option<&str>, cache_nodes: Option<usize>, io: &str) -> PyResult<Self> {
+        let opts = OpenOptions {
+            memory_budget: parse_budget(memory_budget)?,
+            cache_nodes,
+            io: EngineKind::parse(io).map_err(to_py)?,
+        };
+        let idx = py.detach(|| Index::open(&path, &opts)).map_err(to_py)?;
+        Ok(RawIndex { inner: RwLock::new(Some(Arc::new(idx))) })
+    }
+
+    #[pyo3(signature = (queries, k, l, w, threads=None, return_stats=false))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        k: usize,
+        l: usize,
+        w: usize,
+        threads: Option<usize>,
+        return_stats: bool,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Option<Bound<'py, PyDict>>)> {
+        let idx = self.get()?;
+        let nq = queries.shape()[0];
+        let q = queries.as_slice().map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let p = SearchParams { k, l, w };
+        let out = py.detach(|| idx.search(q, nq, &p, threads)).map_err(to_py)?;
+        let ids = out.ids.into_pyarray(py).reshape([nq, k])?.into_any();
+        let dists = out.distances.into_pyarray(py).reshape([nq, k])?.into_any();
+        let stats = if return_stats {
+            let d = PyDict::new(py);
+            let s = &out.stats;
+            d.set_item("hops", PyArray1::from_iter(py, s.iter().map(|x| x.hops)))?;
+            d.set_item("reads", PyArray1::from_iter(py, s.iter().map(|x| x.reads)))?;
+            d.set_item("bytes_read", PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)))?;
+            d.set_item("cache_hits", PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)))?;
+            d.set_item("pq_distances", PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)))?;
+            d.set_item("exact_distances", PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)))?;
+            d.set_item("io_wait_us", PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)))?;
+            d.set_item("cpu_us", PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)))?;
+            d.set_item("total_us", PyArray1::from_iter(py, s.iter().map(|x| x.total_us)))?;
+            d.set_item("used_bytes", PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)))?;
+            d.set_item("io_utilisation", PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())))?;
+            Some(d)
+        } else {
+            None
+        };
+        Ok((ids, dists, stats))
+    }
+
+    fn info(&self) -> PyResult<String> {
+        Ok(self.get()?.info().to_string())
+    }
+
+    fn close(&self) -> PyResult<()> {
+        let mut g = self.inner.write().map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?;
+        *g = None;
+        Ok(())
+    }
+
+    #[getter]
+    fn closed(&self) -> PyResult<bool> {
+        Ok(self.inner.read().map_err(|_| PyRuntimeError::new_err("index lock poisoned"))?.is_none())
+    }
+}
+
+fn array_of<'py, T: Element + NpElement>(py: Python<'py>, m: Matrix<T>) -> PyResult<Bound<'py, PyAny>> {
+    let (n, d) = (m.n(), m.dim());
+    Ok(m.into_vec().into_pyarray(py).reshape([n, d])?.into_any())
+}
+
+#[pyfunction]
+#[pyo3(signature = (path, dtype=None))]
+fn read_vectors<'py>(py: Python<'py>, path: PathBuf, dtype: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+    let hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
+    let info = files::probe(&path, hint).map_err(to_py)?;
+    with_dtype!(info.dtype, T, {
+        let m = py.detach(|| files::open_vectors::<T>(&path).map(|m| Matrix::from_vec(m.as_slice().to_vec(), m.n(), m.dim())))
+            .map_err(to_py)?
+            .map_err(to_py)?;
+        array_of(py, m)
+    })
+}
+
+#[pyfunction]
+fn write_vectors(py: Python<'_>, path: PathBuf, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    let m = any_matrix(data)?;
+    py.detach(|| match &m {
+        AnyMatrix::F32(m) => files::write_vectors(&path, m.view()),
+        AnyMatrix::F16(m) => files::write_vectors(&path, m.view()),
+        AnyMatrix::U8(m) => files::write_vectors(&path, m.view()),
+        AnyMatrix::I8(m) => files::write_vectors(&path, m.view()),
+    })
+    .map_err(to_py)
+}
+
+fn gt_typed<T: Element>(base: &Matrix<T>, queries: &Matrix<T>, k: usize, metric: Metric, threads: usize) -> nearline::Result<files::GroundTruth> {
+    if base.dim() != queries.dim() {
+        return Err(Error::arg(format!("base has dimension {}, queries {}", base.dim(), queries.dim())));
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().map_err(|e| Error::Engine(e.to_string()))?;
+    pool.install(|| compute_ground_truth(base.view(), queries.view(), k, metric))
+}
+
+#[pyfunction]
+#[pyo3(signature = (base, queries, k, metric="l2", threads=None))]
+fn ground_truth<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyAny>,
+    queries: &Bound<'py, PyAny>,
+    k: usize,
+    metric: &str,
+    threads: Option<usize>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let metric = Metric::parse(metric).map_err(to_py)?;
+    let threads = threads.unwrap_or_else(nearline::index::default_threads).max(1);
+    let b = any_matrix(base)?;
+    let q = any_matrix(queries)?;
+    let gt = py
+        .detach(|| match (&b, &q) {
+            (AnyMatrix::F32(b), AnyMatrix::F32(q)) => gt_typed(b, q, k, metric, threads),
+            (AnyMatrix::F16(b), AnyMatrix::F16(q)) => gt_typed(b, q, k, metric, threads),
+            (AnyMatrix::U8(b), AnyMatrix::U8(q)) => gt_typed(b, q, k, metric, threads),
+            (AnyMatrix::I8(b), AnyMatrix::I8(q)) => gt_typed(b, q, k, metric, threads),
+            _ => Err(Error::arg("base and queries must have the same dtype")),
+        })
+        .map_err(to_py)?;
+    gt_to_py(py, gt)
+}
+
+fn gt_to_py<'py>(py: Python<'py>, gt: files::GroundTruth) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let (n, k) = (gt.n, gt.k);
+    let ids: Vec<i64> = gt.ids.iter().map(|&x| x as i64).collect();
+    let ids = ids.into_pyarray(py).reshape([n, k])?.into_any();
+    let d = if gt.distances.is_empty() {
+        py.None().into_bound(py)
+    } else {
+        gt.distances.into_pyarray(py).reshape([n, k])?.into_any()
+    };
+    Ok((ids, d))
+}
+
+#[pyfunction]
+fn read_ground_truth<'py>(py: Python<'py>, path: PathBuf) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let gt = py.detach(|| files::read_ground_truth(&path)).map_err(to_py)?;
+    gt_to_py(py, gt)
+}
+
+#[pyfunction]
+fn write_ground_truth(py: Python<'_>, path: PathBuf, ids: PyReadonlyArray2<'_, i64>, distances: PyReadonlyArray2<'_, f32>) -> PyResult<()> {
+    let (n, k) = (ids.shape()[0], ids.shape()[1]);
+    if distances.shape() != [n, k] {
+        return Err(PyValueError::new_err(format!("distances has shape {:?}, ids has ({n}, {k})", distances.shape())));
+    }
+    let idv: Vec<u32> = ids
+        .as_array()
+        .iter()
+        .map(|&x| u32::try_from(x).map_err(|_| PyValueError::new_err(format!("ground-truth id {x} is not in 0..2^32"))))
+        .collect::<PyResult<_>>()?;
+    let gt = files::GroundTruth { n, k, ids: idv, distances: distances.as_array().iter().copied().collect() };
+    py.detach(|| files::write_ground_truth(&path, &gt)).map_err(to_py)
+}
+
+#[pyfunction]
+#[pyo3(name = "parse_budget")]
+fn py_parse_budget(value: &str, raw_bytes: u64) -> PyResult<u64> {
+    Ok(Budget::parse(value).map_err(to_py)?.resolve(raw_bytes))
+}
+
+#[pyfunction]
+fn simd_level() -> &'static str {
+    nearline::distance::kernels::simd_level()
+}
+
+#[pyfunction]
+fn check_dtype(name: &str) -> PyResult<&'static str> {
+    Ok(DType::parse(name).map_err(to_py)?.name())
+}
 
 #[pymodule]
 fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("FormatError", m.py().get_type::<FormatError>())?;
+    m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
+    m.add_class::<RawIndex>()?;
+    m.add_function(wrap_pyfunction!(build_index, m)?)?;
+    m.add_function(wrap_pyfunction!(read_vectors, m)?)?;
+    m.add_function(wrap_pyfunction!(write_vectors, m)?)?;
+    m.add_function(wrap_pyfunction!(ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(read_ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(write_ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(py_parse_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(simd_level, m)?)?;
+    m.add_function(wrap_pyfunction!(check_dtype, m)?)?;
     Ok(())
 }

@@ -1,1 +1,948 @@
-//! Building and opening an index.
+//! Building and opening an index: the composition of data, quantizer, graph,
+//! layout, cache and executor.
+//!
+//! An index is a directory: `manifest.json`, `pages.bin` (the page file),
+//! `pq_codebook.bin`, `pq_codes.bin` and, when external ids were given,
+//! `ids.bin` (u64 little-endian). A build writes into a hidden temporary
+//! directory and renames it into place only when complete, so a cancelled or
+//! failed build never leaves a directory that looks like a valid index.
+
+use crate::cache::NodeCache;
+use crate::data::dtype::{DType, Element};
+use crate::data::files;
+use crate::data::matrix::{Matrix, MatrixView};
+use crate::distance::Metric;
+use crate::graph::{build_with_budget, VamanaParams};
+use crate::io::{open_direct, EngineKind};
+use crate::layout::format::{
+    BuildSpec, BuildStats, LayoutInfo, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR,
+    FORMAT_NAME,
+};
+use crate::layout::page::PageGeometry;
+use crate::layout::writer::write_pages;
+use crate::quant::pq::PqCodebook;
+use crate::search::pool::{BatchResult, WorkerPool};
+use crate::search::{IndexData, QueryStats, SearchParams};
+use crate::util::Budget;
+use crate::{with_dtype, Error, Result};
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Rows sampled to train PQ (DiskANN samples up to 256K points).
+pub const PQ_TRAIN_SAMPLE: usize = 256_000;
+
+/// Progress callback: `(stage, done, total)`.
+pub type Progress<'a> = &'a (dyn Fn(&str, u64, u64) + Sync);
+
+/// Everything a build needs besides the data.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub metric: Metric,
+    pub preset: String,
+    pub r: usize,
+    pub build_l: usize,
+    pub alpha: f32,
+    pub passes: usize,
+    /// PQ bytes per vector; `None` derives them from `memory_budget` as DiskANN does.
+    pub pq_bytes: Option<usize>,
+    pub memory_budget: Budget,
+    /// `None`: unlimited (a one-shot build).
+    pub build_memory_budget: Option<Budget>,
+    pub page_size: usize,
+    /// `None`: all cores.
+    pub threads: Option<usize>,
+    pub seed: u64,
+    /// External ids, one per row (default 0..n).
+    pub ids: Option<Vec<u64>>,
+    pub overwrite: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            metric: Metric::L2,
+            preset: "auto".into(),
+            r: 64,
+            build_l: 100,
+            alpha: 1.2,
+            passes: 2,
+            pq_bytes: None,
+            memory_budget: Budget::Fraction(0.125),
+            build_memory_budget: None,
+            page_size: 4096,
+            threads: None,
+            seed: 0,
+            ids: None,
+            overwrite: false,
+        }
+    }
+}
+
+/// Default thread count: the cores available to this process.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// PQ bytes per vector from a search memory budget, as DiskANN derives them:
+/// floor(budget / n), clamped to [1, min(dim, 512)].
+pub fn pq_bytes_for_budget(n: usize, dim: usize, budget: u64) -> usize {
+    let per = if n == 0 {
+        1
+    } else {
+        (budget / n as u64) as usize
+    };
+    per.clamp(1, dim.clamp(1, 512))
+}
+
+/// Removes a temporary build directory unless the build committed it.
+struct TempDir {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn check_options(opts: &BuildOptions, n: usize, dtype: DType) -> Result<()> {
+    if n == 0 {
+        return Err(Error::arg("cannot build an index over 0 vectors"));
+    }
+    if n > u32::MAX as usize - 1 {
+        return Err(Error::arg(format!(
+            "{n} vectors exceed the 2^32 − 1 an index can hold"
+        )));
+    }
+    if opts.r == 0 || opts.r > 1024 {
+        return Err(Error::arg(format!("R={} must be in 1..=1024", opts.r)));
+    }
+    if opts.build_l == 0 {
+        return Err(Error::arg("build_L must be at least 1"));
+    }
+    if !opts.alpha.is_finite() || opts.alpha < 1.0 {
+        return Err(Error::arg(format!(
+            "alpha={} must be a finite number ≥ 1.0",
+            opts.alpha
+        )));
+    }
+    if opts.passes == 0 || opts.passes > 4 {
+        return Err(Error::arg(format!(
+            "passes={} must be in 1..=4",
+            opts.passes
+        )));
+    }
+    if matches!(opts.threads, Some(0)) {
+        return Err(Error::arg("threads must be at least 1"));
+    }
+    if opts.metric == Metric::Cosine && !dtype.is_float() {
+        return Err(Error::arg(format!(
+            "the cosine metric needs float32 or float16 vectors (got {dtype}); normalise the data and use \"ip\" instead"
+        )));
+    }
+    if let Some(ids) = &opts.ids {
+        if ids.len() != n {
+            return Err(Error::arg(format!(
+                "ids has {} entries, but there are {n} vectors",
+                ids.len()
+            )));
+        }
+        if let Some(&bad) = ids.iter().find(|&&x| x > i64::MAX as u64) {
+            return Err(Error::arg(format!(
+                "id {bad} does not fit in a signed 64-bit integer"
+            )));
+        }
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::arg(format!(
+                "ids must be unique: {} appears more than once",
+                w[0]
+            )));
+        }
+    }
+    crate::planner::resolve_preset(&opts.preset)?;
+    Ok(())
+}
+
+/// Builds an index from a vector file (memory-mapped when possible).
+pub fn build_from_file(
+    input: &Path,
+    dtype_hint: Option<DType>,
+    dir: &Path,
+    opts: &BuildOptions,
+    progress: Progress<'_>,
+    cancel: &AtomicBool,
+) -> Result<Manifest> {
+    let info = files::probe(input, dtype_hint)?;
+    with_dtype!(info.dtype, T, {
+        let m = files::open_vectors::<T>(input)?;
+        build(m, dir, opts, progress, cancel)
+    })
+}
+
+/// Builds an index over `data` into the directory `dir`.
+pub fn build<T: Element>(
+    data: Matrix<T>,
+    dir: &Path,
+    opts: &BuildOptions,
+    progress: Progress<'_>,
+    cancel: &AtomicBool,
+) -> Result<Manifest> {
+    let n = data.n();
+    let dim = data.dim();
+    check_options(opts, n, T::DTYPE)?;
+    let preset = crate::planner::resolve_preset(&opts.preset)?;
+    let geo = PageGeometry::new(opts.page_size, dim * T::DTYPE.size(), opts.r, n)?;
+    if dir.exists() && !opts.overwrite {
+        return Err(Error::arg(format!(
+            "{} already exists; pass overwrite=True (CLI: --overwrite) to replace it",
+            dir.display()
+        )));
+    }
+    let name = dir
+        .file_name()
+        .ok_or_else(|| {
+            Error::arg(format!(
+                "{} is not a valid index directory name",
+                dir.display()
+            ))
+        })?
+        .to_string_lossy()
+        .to_string();
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(Error::arg(format!(
+            "parent directory {} does not exist",
+            parent.display()
+        )));
+    }
+    let threads = opts.threads.unwrap_or_else(default_threads);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Engine(format!("cannot start {threads} build threads: {e}")))?;
+    let tmp = TempDir {
+        path: parent.join(format!(".{name}.building-{}", std::process::id())),
+        keep: false,
+    };
+    let _ = std::fs::remove_dir_all(&tmp.path);
+    std::fs::create_dir(&tmp.path).map_err(|e| Error::io(&tmp.path, e))?;
+    let mut tmp = tmp;
+
+    let manifest = pool.install(|| -> Result<Manifest> {
+        let t0 = Instant::now();
+        files::check_finite("input vectors", data.view())?;
+        let data = if opts.metric == Metric::Cosine {
+            normalized(&data)?
+        } else {
+            data
+        };
+        let raw = (n * dim * T::DTYPE.size()) as u64;
+        let mem_budget = opts.memory_budget.resolve(raw);
+        let pq_bytes = match opts.pq_bytes {
+            Some(b) if b == 0 || b > dim => {
+                return Err(Error::arg(format!(
+                    "pq_bytes={b} must be in 1..={dim} (the dimension)"
+                )))
+            }
+            Some(b) => b,
+            None => pq_bytes_for_budget(n, dim, mem_budget),
+        };
+        let build_budget = opts
+            .build_memory_budget
+            .map(|b| b.resolve(raw))
+            .unwrap_or(u64::MAX);
+
+        // 1. Product quantization: train on a sample, encode in streaming chunks.
+        let tq = Instant::now();
+        progress("pq", 0, n as u64);
+        let codebook = train_pq(&data, pq_bytes, opts.metric, opts.seed)?;
+        let mut codes = vec![0u8; n * pq_bytes];
+        let chunk = 65_536;
+        for start in (0..n).step_by(chunk) {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            let end = (start + chunk).min(n);
+            let view = MatrixView::new(&data.as_slice()[start * dim..end * dim], end - start, dim)?;
+            let c = codebook.encode_all(view);
+            codes[start * pq_bytes..end * pq_bytes].copy_from_slice(&c);
+            data.release_rows(start, end);
+            progress("pq", end as u64, n as u64);
+        }
+        let pq_seconds = tq.elapsed().as_secs_f64();
+
+        // 2. The graph (one-shot or sharded within the build budget).
+        let tg = Instant::now();
+        let params = VamanaParams {
+            r: opts.r,
+            l: opts.build_l,
+            alpha: opts.alpha,
+            passes: opts.passes,
+            seed: opts.seed,
+            ..VamanaParams::default()
+        };
+        let gp = |d: u64, t: u64| progress("graph", d, t);
+        let (graph, medoid) =
+            build_with_budget(&data, opts.metric, &params, build_budget, &gp, cancel)?;
+        let graph_seconds = tg.elapsed().as_secs_f64();
+
+        // 3. The page file and the in-memory sections.
+        progress("layout", 0, geo.n_blocks);
+        let pages = tmp.path.join("pages.bin");
+        write_pages(&pages, &geo, &data, &graph, cancel)?;
+        progress("layout", geo.n_blocks, geo.n_blocks);
+        let mut sections = BTreeMap::new();
+        sections.insert(
+            "pages".to_string(),
+            SectionInfo {
+                file: "pages.bin".into(),
+                kind: "pages".into(),
+                bytes: geo.file_bytes(),
+                crc32c: None,
+            },
+        );
+        sections.insert(
+            "pq_codebook".into(),
+            write_section(
+                &tmp.path,
+                "pq_codebook.bin",
+                "pq_codebook",
+                &codebook.to_bytes(),
+            )?,
+        );
+        sections.insert(
+            "pq_codes".into(),
+            write_section(&tmp.path, "pq_codes.bin", "pq_codes", &codes)?,
+        );
+        if let Some(ids) = &opts.ids {
+            let bytes: Vec<u8> = ids.iter().flat_map(|x| x.to_le_bytes()).collect();
+            sections.insert(
+                "ids".into(),
+                write_section(&tmp.path, "ids.bin", "external_ids_u64", &bytes)?,
+            );
+        }
+        sections.insert(
+            "id_to_location".into(),
+            SectionInfo {
+                file: String::new(),
+                kind: "identity".into(),
+                bytes: 0,
+                crc32c: None,
+            },
+        );
+        let manifest = Manifest {
+            format: FORMAT_NAME.into(),
+            format_major: FORMAT_MAJOR,
+            format_minor: FORMAT_MINOR,
+            created_by: format!("nearline {}", env!("CARGO_PKG_VERSION")),
+            spec: BuildSpec {
+                preset: preset.into(),
+                r: opts.r,
+                build_l: opts.build_l,
+                alpha: opts.alpha,
+                passes: opts.passes,
+                pq_bytes,
+                memory_budget: mem_budget,
+                build_memory_budget: if build_budget == u64::MAX {
+                    0
+                } else {
+                    build_budget
+                },
+                page_size: opts.page_size,
+                seed: opts.seed,
+                threads,
+            },
+            dtype: T::DTYPE,
+            metric: opts.metric,
+            dim,
+            n,
+            medoid,
+            layout: LayoutInfo {
+                kind: "id".into(),
+                page_size: geo.page_size,
+                block_size: geo.block_size,
+                record_size: geo.record_size,
+                records_per_block: geo.records_per_block,
+                n_blocks: geo.n_blocks,
+                max_degree: geo.max_degree,
+            },
+            wal_sequence: 0,
+            sections,
+            build_stats: BuildStats {
+                seconds: t0.elapsed().as_secs_f64(),
+                graph_seconds,
+                pq_seconds,
+                mean_degree: graph.mean_degree(),
+                shards: 0,
+            },
+        };
+        manifest.write(&tmp.path)?;
+        Ok(manifest)
+    })?;
+
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    std::fs::rename(&tmp.path, dir).map_err(|e| Error::io(dir, e))?;
+    tmp.keep = true;
+    Ok(manifest)
+}
+
+fn normalized<T: Element>(data: &Matrix<T>) -> Result<Matrix<T>> {
+    let dim = data.dim();
+    let mut out: Vec<T> = Vec::with_capacity(data.n() * dim);
+    let mut row = vec![0f32; dim];
+    for i in 0..data.n() {
+        for (r, x) in row.iter_mut().zip(data.row(i)) {
+            *r = x.to_f32();
+        }
+        crate::distance::normalize(&mut row);
+        for &v in &row {
+            out.push(T::from_f32(v).ok_or_else(|| {
+                Error::arg(format!("row {i} cannot be normalised in {}", T::DTYPE))
+            })?);
+        }
+    }
+    Matrix::from_vec(out, data.n(), dim)
+}
+
+fn train_pq<T: Element>(
+    data: &Matrix<T>,
+    m: usize,
+    metric: Metric,
+    seed: u64,
+) -> Result<PqCodebook> {
+    let n = data.n();
+    let dim = data.dim();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5051_5f54_5241_494e);
+    let mut rows: Vec<usize> = if n <= PQ_TRAIN_SAMPLE {
+        (0..n).collect()
+    } else {
+        sample(&mut rng, n, PQ_TRAIN_SAMPLE).into_vec()
+    };
+    rows.sort_unstable();
+    let mut sample_f = Vec::with_capacity(rows.len() * dim);
+    for &r in &rows {
+        sample_f.extend(data.row(r).iter().map(|x| x.to_f32()));
+    }
+    data.release_rows(0, n);
+    PqCodebook::train(&sample_f, dim, m, metric, seed)
+}
+
+fn write_section(dir: &Path, file: &str, kind: &str, bytes: &[u8]) -> Result<SectionInfo> {
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).map_err(|e| Error::io(&path, e))?;
+    Ok(SectionInfo {
+        file: file.into(),
+        kind: kind.into(),
+        bytes: bytes.len() as u64,
+        crc32c: Some(crc32c::crc32c(bytes)),
+    })
+}
+
+fn read_section(dir: &Path, m: &Manifest, name: &str) -> Result<Vec<u8>> {
+    let s = m.section(&dir.join(crate::layout::format::MANIFEST_FILE), name)?;
+    let path = dir.join(&s.file);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    if bytes.len() as u64 != s.bytes {
+        return Err(Error::corrupt(
+            &path,
+            format!(
+                "section {name:?} has {} bytes, the manifest says {} (truncated or replaced)",
+                bytes.len(),
+                s.bytes
+            ),
+        ));
+    }
+    if let Some(crc) = s.crc32c {
+        let got = crc32c::crc32c(&bytes);
+        if got != crc {
+            return Err(Error::corrupt(&path, format!("section {name:?} fails its CRC32C check (expected {crc:#010x}, got {got:#010x})")));
+        }
+    }
+    Ok(bytes)
+}
+
+/// Options for opening an index.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Search memory budget; `None` uses the budget the index was built with.
+    /// What the PQ codes and maps leave of it holds the node cache.
+    pub memory_budget: Option<Budget>,
+    /// Cache exactly this many nodes instead (overrides the budget's share).
+    pub cache_nodes: Option<usize>,
+    pub io: EngineKind,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            memory_budget: None,
+            cache_nodes: None,
+            io: EngineKind::Auto,
+        }
+    }
+}
+
+struct Engine<T: Element> {
+    data: IndexData<T>,
+    workers: WorkerPool<T>,
+}
+
+enum AnyEngine {
+    F32(Engine<f32>),
+    F16(Engine<half::f16>),
+    U8(Engine<u8>),
+    I8(Engine<i8>),
+}
+
+macro_rules! with_engine {
+    ($e:expr, $x:ident, $body:expr) => {
+        match $e {
+            AnyEngine::F32($x) => $body,
+            AnyEngine::F16($x) => $body,
+            AnyEngine::U8($x) => $body,
+            AnyEngine::I8($x) => $body,
+        }
+    };
+}
+
+/// Where the resident memory of an open index goes, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct MemoryAccount {
+    pub pq_codes: u64,
+    pub pq_codebook: u64,
+    pub cache: u64,
+    pub ids: u64,
+    pub budget: u64,
+    pub cache_nodes: u64,
+}
+
+impl MemoryAccount {
+    /// Bytes the index holds resident (workers' scratch excluded).
+    pub fn total(&self) -> u64 {
+        self.pq_codes + self.pq_codebook + self.cache + self.ids
+    }
+}
+
+/// Search output: external ids (−1 pads), user-facing distances, statistics.
+#[derive(Debug, Default)]
+pub struct SearchOutput {
+    pub ids: Vec<i64>,
+    pub distances: Vec<f32>,
+    pub stats: Vec<QueryStats>,
+}
+
+/// An open index; safe to share between threads.
+pub struct Index {
+    dir: PathBuf,
+    manifest: Manifest,
+    ids: Option<Vec<u64>>,
+    engine: AnyEngine,
+    memory: MemoryAccount,
+    direct_io: bool,
+}
+
+impl Index {
+    /// Opens the index directory `dir`.
+    pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Index> {
+        let m = Manifest::read(dir)?;
+        let manifest_path = dir.join(crate::layout::format::MANIFEST_FILE);
+        let geo = PageGeometry::new(
+            m.layout.page_size,
+            m.dim * m.dtype.size(),
+            m.layout.max_degree,
+            m.n,
+        )
+        .map_err(|e| Error::corrupt(&manifest_path, e.to_string()))?;
+        let pages = m.section(&manifest_path, "pages")?;
+        let pages_path = dir.join(&pages.file);
+        let meta = std::fs::metadata(&pages_path).map_err(|e| Error::io(&pages_path, e))?;
+        if meta.len() != geo.file_bytes() || pages.bytes != geo.file_bytes() {
+            return Err(Error::corrupt(
+                &pages_path,
+                format!("page file has {} bytes, expected {} ({} blocks of {} bytes): truncated or replaced", meta.len(), geo.file_bytes(), geo.n_blocks, geo.block_size),
+            ));
+        }
+        let cb_bytes = read_section(dir, &m, "pq_codebook")?;
+        let codebook = PqCodebook::from_bytes(&dir.join("pq_codebook.bin"), &cb_bytes)?;
+        drop(cb_bytes);
+        if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
+            return Err(Error::corrupt(
+                dir.join("pq_codebook.bin"),
+                format!(
+                    "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
+                    codebook.dim(),
+                    codebook.m(),
+                    m.dim,
+                    m.spec.pq_bytes
+                ),
+            ));
+        }
+        let codes = read_section(dir, &m, "pq_codes")?;
+        if codes.len() != m.n * codebook.m() {
+            return Err(Error::corrupt(
+                dir.join("pq_codes.bin"),
+                format!(
+                    "{} bytes of codes, expected n × m = {}",
+                    codes.len(),
+                    m.n * codebook.m()
+                ),
+            ));
+        }
+        let ids = if m.sections.contains_key("ids") {
+            let b = read_section(dir, &m, "ids")?;
+            if b.len() != m.n * 8 {
+                return Err(Error::corrupt(
+                    dir.join("ids.bin"),
+                    format!("{} bytes of ids, expected 8 × n = {}", b.len(), m.n * 8),
+                ));
+            }
+            Some(
+                b.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                    .collect::<Vec<u64>>(),
+            )
+        } else {
+            None
+        };
+        let raw = (m.n * m.dim * m.dtype.size()) as u64;
+        let budget = opts
+            .memory_budget
+            .map(|b| b.resolve(raw))
+            .unwrap_or(m.spec.memory_budget);
+        let mut mem = MemoryAccount {
+            pq_codes: codes.capacity() as u64,
+            pq_codebook: codebook_bytes(&codebook),
+            ids: ids.as_ref().map(|v| v.capacity() as u64 * 8).unwrap_or(0),
+            budget,
+            ..Default::default()
+        };
+        let cache_nodes = match opts.cache_nodes {
+            Some(c) => c,
+            None => NodeCache::capacity_for(&geo, budget.saturating_sub(mem.total())),
+        };
+        let cache = NodeCache::load_bfs(&pages_path, &geo, m.n, m.medoid, cache_nodes)?;
+        mem.cache = cache.memory_bytes() as u64;
+        mem.cache_nodes = cache.len() as u64;
+        let (file, direct_io) = open_direct(&pages_path)?;
+        let file = Arc::new(file);
+        let engine = with_dtype!(m.dtype, T, {
+            let data = IndexData::<T> {
+                geo,
+                metric: m.metric,
+                dim: m.dim,
+                n: m.n,
+                medoid: m.medoid,
+                codebook,
+                codes,
+                cache,
+                pages_path: pages_path.clone(),
+                file,
+                io_kind: opts.io,
+                _elem: PhantomData,
+            };
+            wrap(Engine {
+                data,
+                workers: WorkerPool::default(),
+            })
+        });
+        Ok(Index {
+            dir: dir.to_path_buf(),
+            manifest: m,
+            ids,
+            engine,
+            memory: mem,
+            direct_io,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Memory accounting.
+    pub fn memory(&self) -> &MemoryAccount {
+        &self.memory
+    }
+
+    /// Searches `nq` row-major float queries.
+    pub fn search(
+        &self,
+        queries: &[f32],
+        nq: usize,
+        p: &SearchParams,
+        threads: Option<usize>,
+    ) -> Result<SearchOutput> {
+        let threads = threads.unwrap_or_else(default_threads);
+        if threads == 0 {
+            return Err(Error::arg("threads must be at least 1"));
+        }
+        let r: BatchResult = with_engine!(
+            &self.engine,
+            e,
+            e.workers.search_batch(&e.data, queries, nq, p, threads)
+        )?;
+        let metric = self.manifest.metric;
+        let ids = r
+            .ids
+            .iter()
+            .map(|&i| {
+                if i == u32::MAX {
+                    -1
+                } else {
+                    match &self.ids {
+                        Some(ext) => ext[i as usize] as i64,
+                        None => i as i64,
+                    }
+                }
+            })
+            .collect();
+        let distances = r
+            .distances
+            .iter()
+            .map(|&d| {
+                if d.is_finite() {
+                    metric.to_user(d)
+                } else if metric.higher_is_closer() {
+                    f32::NEG_INFINITY
+                } else {
+                    f32::INFINITY
+                }
+            })
+            .collect();
+        Ok(SearchOutput {
+            ids,
+            distances,
+            stats: r.stats,
+        })
+    }
+
+    /// A JSON description: sizes, memory accounting and the build spec.
+    pub fn info(&self) -> serde_json::Value {
+        let m = &self.manifest;
+        let (engine_name, scratch) = with_engine!(
+            &self.engine,
+            e,
+            (
+                e.workers.engine_name(&e.data).unwrap_or("unavailable"),
+                e.workers.memory_bytes()
+            )
+        );
+        let mut files = serde_json::Map::new();
+        let mut disk = 0u64;
+        for (k, s) in &m.sections {
+            files.insert(
+                k.clone(),
+                serde_json::json!({"file": s.file, "bytes": s.bytes, "crc32c": s.crc32c}),
+            );
+            disk += s.bytes;
+        }
+        serde_json::json!({
+            "path": self.dir.display().to_string(),
+            "format_version": format!("{}.{}", m.format_major, m.format_minor),
+            "created_by": m.created_by,
+            "preset": m.spec.preset,
+            "n": m.n,
+            "dim": m.dim,
+            "dtype": m.dtype.name(),
+            "metric": m.metric.name(),
+            "medoid": m.medoid,
+            "R": m.layout.max_degree,
+            "pq_bytes": m.spec.pq_bytes,
+            "layout": m.layout,
+            "page_size": m.layout.page_size,
+            "records_per_page": m.layout.records_per_block,
+            "disk_bytes": disk,
+            "sections": files,
+            "memory": {
+                "pq_codes": self.memory.pq_codes,
+                "pq_codebook": self.memory.pq_codebook,
+                "cache": self.memory.cache,
+                "cache_nodes": self.memory.cache_nodes,
+                "ids": self.memory.ids,
+                "worker_scratch": scratch,
+                "total": self.memory.total() + scratch as u64,
+                "budget": self.memory.budget,
+                "within_budget": self.memory.total() <= self.memory.budget,
+            },
+            "io_engine": engine_name,
+            "direct_io": self.direct_io,
+            "simd": crate::distance::kernels::simd_level(),
+            "build": m.spec,
+            "build_stats": m.build_stats,
+            "wal_sequence": m.wal_sequence,
+        })
+    }
+}
+
+fn codebook_bytes(cb: &PqCodebook) -> u64 {
+    (cb.dim() * crate::quant::pq::PQ_CENTROIDS * 4 + cb.dim() * 4 + (cb.m() + 1) * 4) as u64
+}
+
+trait Wrap {
+    fn wrap(self) -> AnyEngine;
+}
+impl Wrap for Engine<f32> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::F32(self)
+    }
+}
+impl Wrap for Engine<half::f16> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::F16(self)
+    }
+}
+impl Wrap for Engine<u8> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::U8(self)
+    }
+}
+impl Wrap for Engine<i8> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::I8(self)
+    }
+}
+fn wrap<E: Wrap>(e: E) -> AnyEngine {
+    e.wrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::{FakeOptions, IoEngine};
+    use crate::search::beam::{search_one, Scratch};
+    use rand::Rng;
+
+    fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
+        let mut v = Vec::with_capacity(n * dim);
+        for _ in 0..n {
+            let c = rng.random_range(0..16);
+            for j in 0..dim {
+                v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
+            }
+        }
+        v
+    }
+
+    fn small_index(dir: &Path) -> (Index, Vec<f32>) {
+        let data = clustered(2000, 16, 1);
+        let m = Matrix::from_vec(data.clone(), 2000, 16).unwrap();
+        let opts = BuildOptions { r: 16, build_l: 40, pq_bytes: Some(8), threads: Some(2), ..Default::default() };
+        let never = AtomicBool::new(false);
+        build(m, dir, &opts, &|_, _, _| {}, &never).unwrap();
+        let idx = Index::open(dir, &OpenOptions { cache_nodes: Some(0), ..Default::default() }).unwrap();
+        (idx, data)
+    }
+
+    fn engine_f32(idx: &Index) -> &Engine<f32> {
+        match &idx.engine {
+            AnyEngine::F32(e) => e,
+            _ => panic!("expected a float32 index"),
+        }
+    }
+
+    #[test]
+    fn out_of_order_delayed_completions_give_the_same_results() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (idx, _) = small_index(&tmp.path().join("i"));
+        let e = engine_f32(&idx);
+        let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
+        let queries = clustered(30, 16, 9);
+        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let mut real = Scratch::new(&e.data).unwrap();
+        for seed in 0..4 {
+            let fake = IoEngine::fake(pages.clone(), FakeOptions { seed, max_delay_polls: 3, ..Default::default() });
+            let mut s = Scratch::with_engine(&e.data, fake);
+            for q in queries.chunks_exact(16) {
+                let (mut a, mut b) = (QueryStats::default(), QueryStats::default());
+                search_one(&e.data, &mut real, q, &p, &mut a).unwrap();
+                search_one(&e.data, &mut s, q, &p, &mut b).unwrap();
+                assert_eq!(real.results, s.results);
+                assert_eq!(a.reads, b.reads);
+                assert_eq!(s.in_flight(), 0);
+            }
+        }
+    }
+
+    #[test]
+    fn failed_reads_are_errors_and_leave_nothing_in_flight() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (idx, _) = small_index(&tmp.path().join("i"));
+        let e = engine_f32(&idx);
+        let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
+        let fake = IoEngine::fake(pages.clone(), FakeOptions { seed: 1, max_delay_polls: 2, fail_probability: 0.2, ..Default::default() });
+        let mut s = Scratch::with_engine(&e.data, fake);
+        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let mut errors = 0;
+        for q in clustered(20, 16, 4).chunks_exact(16) {
+            let mut st = QueryStats::default();
+            if search_one(&e.data, &mut s, q, &p, &mut st).is_err() {
+                errors += 1;
+            }
+            assert_eq!(s.in_flight(), 0, "a failed query must drain its reads");
+        }
+        assert!(errors > 0);
+        // A truncated "file": reads past its end are short and must be refused.
+        let short = Arc::new(pages[..pages.len() / 2].to_vec());
+        let mut s = Scratch::with_engine(&e.data, IoEngine::fake(short, FakeOptions::default()));
+        let mut failed = false;
+        for q in clustered(20, 16, 5).chunks_exact(16) {
+            let mut st = QueryStats::default();
+            if let Err(err) = search_one(&e.data, &mut s, q, &p, &mut st) {
+                assert!(err.to_string().contains("truncated"), "{err}");
+                failed = true;
+            }
+        }
+        assert!(failed);
+    }
+
+    #[test]
+    fn build_is_deterministic_for_a_seed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, _) = small_index(&tmp.path().join("a"));
+        let (b, _) = small_index(&tmp.path().join("b"));
+        let pa = std::fs::read(tmp.path().join("a/pages.bin")).unwrap();
+        let pb = std::fs::read(tmp.path().join("b/pages.bin")).unwrap();
+        assert!(pa == pb, "same seed and threads must give the same page file");
+        assert_eq!(a.manifest().medoid, b.manifest().medoid);
+    }
+
+    #[test]
+    fn cancelled_build_leaves_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("c");
+        let m = Matrix::from_vec(clustered(500, 8, 2), 500, 8).unwrap();
+        let cancel = AtomicBool::new(true);
+        let r = build(m, &dir, &BuildOptions { r: 8, build_l: 16, pq_bytes: Some(4), ..Default::default() }, &|_, _, _| {}, &cancel);
+        assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn pq_bytes_follow_diskann_rule() {
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 1), 1);
+        assert_eq!(pq_bytes_for_budget(10, 2048, u64::MAX), 512);
+        assert_eq!(pq_bytes_for_budget(10, 64, u64::MAX), 64);
+    }
+}

@@ -60,7 +60,9 @@ impl std::fmt::Display for DType {
 ///
 /// The distance methods dispatch once per call to the best SIMD kernel the
 /// CPU supports (see [`crate::distance::kernels`]).
-pub trait Element: Copy + Send + Sync + bytemuck::Pod + PartialEq + std::fmt::Debug + 'static {
+pub trait Element:
+    Copy + Send + Sync + bytemuck::Pod + PartialEq + std::fmt::Debug + 'static
+{
     /// The runtime tag of this type.
     const DTYPE: DType;
     /// Widens to f32.

@@ -77,7 +77,8 @@ impl<T: Element> Matrix<T> {
         // SAFETY: the file is opened read-only; nearline never writes to input
         // files while they are mapped. A concurrent external truncation would
         // raise SIGBUS, as with every memory-mapped reader.
-        let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| Error::io(path, e))?;
+        let map =
+            unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| Error::io(path, e))?;
         let m = Matrix {
             storage: Storage::Mapped {
                 map,
@@ -91,7 +92,10 @@ impl<T: Element> Matrix<T> {
         if let Storage::Mapped { map, offset, .. } = &m.storage {
             let bytes = &map[*offset..*offset + n * dim * std::mem::size_of::<T>()];
             if bytemuck::try_cast_slice::<u8, T>(bytes).is_err() {
-                return Err(Error::format(path, "vector data is not aligned to its element size"));
+                return Err(Error::format(
+                    path,
+                    "vector data is not aligned to its element size",
+                ));
             }
         }
         Ok(m)

@@ -7,7 +7,9 @@ pub mod vamana;
 
 pub use sharded::{build_with_budget, estimate_build_bytes};
 pub use space::{MatrixSpace, PointDistance};
-pub use vamana::{build_vamana, medoid, VamanaParams};
+pub use vamana::{
+    build_vamana, medoid, search_graph, search_graph_with, SearchScratch, VamanaParams,
+};
 
 /// A directed graph with out-degree at most `r`, stored flat.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,50 @@ impl Graph {
         let c = nbrs.len().min(self.r);
         self.adj[v * self.r..v * self.r + c].copy_from_slice(&nbrs[..c]);
         self.counts[v] = c as u32;
+    }
+    /// Appends `u` to the out-neighbours of `v`; returns `false` (and changes
+    /// nothing) when the list is already full.
+    #[inline]
+    pub fn push_neighbor(&mut self, v: u32, u: u32) -> bool {
+        let vi = v as usize;
+        let c = self.counts[vi] as usize;
+        if c >= self.r {
+            return false;
+        }
+        self.adj[vi * self.r + c] = u;
+        self.counts[vi] += 1;
+        true
+    }
+    /// Out-degree of `v`.
+    #[inline]
+    pub fn degree(&self, v: u32) -> usize {
+        self.counts[v as usize] as usize
+    }
+    /// Largest out-degree.
+    pub fn max_degree(&self) -> usize {
+        self.counts.iter().copied().max().unwrap_or(0) as usize
+    }
+    /// Lowers the degree bound to `r` in place (no second allocation beyond
+    /// the shrink of the buffer). Lists longer than `r` are truncated, so
+    /// callers prune them first.
+    pub fn shrink_degree(&mut self, r: usize) {
+        if r >= self.r {
+            return;
+        }
+        let old = self.r;
+        for v in 0..self.counts.len() {
+            let c = (self.counts[v] as usize).min(r);
+            // Destination starts at or before the source: a forward copy is safe.
+            self.adj.copy_within(v * old..v * old + c, v * r);
+            self.counts[v] = c as u32;
+        }
+        self.adj.truncate(self.counts.len() * r);
+        self.adj.shrink_to_fit();
+        self.r = r;
+    }
+    /// Number of edges.
+    pub fn num_edges(&self) -> usize {
+        self.counts.iter().map(|&c| c as usize).sum()
     }
     /// Mean out-degree.
     pub fn mean_degree(&self) -> f64 {

@@ -3,6 +3,7 @@
 use crate::data::dtype::Element;
 use crate::data::matrix::MatrixView;
 use crate::distance::Metric;
+use rayon::prelude::*;
 
 /// Distances between the points of a build, by internal id.
 pub trait PointDistance: Sync {
@@ -29,8 +30,45 @@ pub struct MatrixSpace<'a, T: Element> {
 impl<'a, T: Element> MatrixSpace<'a, T> {
     /// A space over `data` for `metric`; runs on the caller's rayon pool.
     pub fn new(data: MatrixView<'a, T>, metric: Metric) -> Self {
-        let _ = metric;
-        MatrixSpace { data, extra: None }
+        let extra = match metric {
+            Metric::L2 | Metric::Cosine => None,
+            Metric::InnerProduct => {
+                let norms: Vec<f32> = (0..data.n())
+                    .into_par_iter()
+                    .map(|i| {
+                        let x = data.row(i);
+                        T::dot(x, x)
+                    })
+                    .collect();
+                let max = norms.iter().copied().fold(0f32, f32::max);
+                Some(
+                    norms
+                        .into_par_iter()
+                        .map(|q| (max - q).max(0.0).sqrt())
+                        .collect(),
+                )
+            }
+        };
+        MatrixSpace { data, extra }
+    }
+    /// A space over `data` with a given extra coordinate per point (the MIPS
+    /// reduction computed elsewhere, e.g. streamed over a larger matrix);
+    /// `None` for plain squared L2.
+    pub fn with_extra(data: MatrixView<'a, T>, extra: Option<Vec<f32>>) -> crate::Result<Self> {
+        if let Some(e) = &extra {
+            if e.len() != data.n() {
+                return Err(crate::Error::arg(format!(
+                    "MatrixSpace extra coordinates: {} values for {} points",
+                    e.len(),
+                    data.n()
+                )));
+            }
+        }
+        Ok(MatrixSpace { data, extra })
+    }
+    /// The extra MIPS coordinate of every point (inner product only).
+    pub fn extra(&self) -> Option<&[f32]> {
+        self.extra.as_deref()
     }
     /// The underlying rows.
     pub fn data(&self) -> MatrixView<'a, T> {

@@ -22,7 +22,8 @@ impl AlignedBuf {
         let layout = std::alloc::Layout::from_size_align(len, ALIGN).expect("aligned layout");
         // SAFETY: layout has non-zero size; a null return is handled below.
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let ptr =
+            std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, len }
     }
     /// Length in bytes.

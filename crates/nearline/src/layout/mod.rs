@@ -1,1 +1,13 @@
-//! Index format: manifest, sections, page files and record placement.
+//! The index format: a directory with a manifest and typed sections; the
+//! page file's page header, record placement and writer.
+//!
+//! A *layout* answers "where is node v and what does its page hold". The ID
+//! layout (DiskANN) places node v in block `v / records_per_block`, so its
+//! id→location section is the identity and is not stored.
+
+pub mod format;
+pub mod page;
+pub mod writer;
+
+pub use format::{BuildSpec, LayoutInfo, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR};
+pub use page::{PageGeometry, PAGE_HEADER_BYTES};

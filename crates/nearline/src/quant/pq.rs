@@ -1,14 +1,51 @@
 //! Product quantization: codebook training, encoding, per-query lookup tables
 //! and asymmetric distance computation (ADC).
+//!
+//! A vector is split into `m` chunks of contiguous dimensions (sizes differ by
+//! at most one); each chunk is replaced by the index of the nearest of 256
+//! centroids trained by k-means on that chunk. For L2 the data is first
+//! centred on the training mean.
+//!
+//! Serialised form (all little-endian):
+//!
+//! | field       | type            | count            |
+//! |-------------|-----------------|------------------|
+//! | magic       | `b"NLPQ"`       | 4 bytes          |
+//! | version     | u32             | 1 (= 1)          |
+//! | dim         | u32             | 1                |
+//! | m           | u32             | 1                |
+//! | offsets     | u32             | m + 1            |
+//! | center      | f32             | dim              |
+//! | centroids   | f32             | 256 × dim        |
+//!
+//! Centroids are stored chunk after chunk, each chunk as 256 rows of its
+//! chunk dimension.
 
 use crate::data::dtype::Element;
 use crate::data::matrix::MatrixView;
 use crate::distance::Metric;
+use crate::quant::kmeans::{kmeans_with_lb_budget, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES};
 use crate::{Error, Result};
+use rayon::prelude::*;
 use std::path::Path;
 
 /// Codewords per chunk (one byte per chunk code).
 pub const PQ_CENTROIDS: usize = 256;
+
+/// Magic bytes opening a serialised codebook.
+pub const PQ_MAGIC: [u8; 4] = *b"NLPQ";
+
+/// Serialisation format version written by [`PqCodebook::to_bytes`].
+pub const PQ_FORMAT_VERSION: u32 = 1;
+
+/// Elkan iterations per chunk during training.
+pub const PQ_TRAIN_ITERS: usize = 12;
+
+/// Largest number of PQ bytes per vector [`pq_bytes_for_budget`] returns.
+pub const PQ_MAX_BYTES: usize = 512;
+
+/// Rows per parallel work item when encoding.
+const ENCODE_CHUNK: usize = 256;
 
 /// A trained product quantizer: `m` chunks over contiguous dimension ranges,
 /// 256 centroids each.
@@ -22,16 +59,164 @@ pub struct PqCodebook {
     centroids: Vec<f32>,
     /// Subtracted before encoding (the data mean for L2, zeros otherwise).
     center: Vec<f32>,
+    /// `centroids` transposed per chunk: for chunk j, `chunk_dim(j)` rows of
+    /// 256 floats (dimension-major), so that distances from one sub-vector to
+    /// all 256 centroids vectorise. Derived from `centroids`.
+    centroids_t: Vec<f32>,
+}
+
+/// Number of PQ bytes (chunks) per vector so that `n` codes fit in
+/// `budget_bytes`, following DiskANN's rule: `floor(budget_bytes / n)`,
+/// clamped to `[1, min(dim, 512)]`. With `n == 0` the upper limit is returned.
+pub fn pq_bytes_for_budget(n: usize, dim: usize, budget_bytes: u64) -> usize {
+    let hi = dim.min(PQ_MAX_BYTES).max(1);
+    if n == 0 {
+        return hi;
+    }
+    let per = budget_bytes / n as u64;
+    (per.min(hi as u64) as usize).max(1)
+}
+
+/// `m + 1` boundaries splitting `0..dim` into `m` contiguous ranges whose sizes
+/// differ by at most one (the larger ones first).
+fn make_offsets(dim: usize, m: usize) -> Vec<u32> {
+    let (base, extra) = (dim / m, dim % m);
+    let mut off = Vec::with_capacity(m + 1);
+    let mut at = 0usize;
+    off.push(0);
+    for j in 0..m {
+        at += base + usize::from(j < extra);
+        off.push(at as u32);
+    }
+    off
+}
+
+/// Per-chunk transposition of `centroids` (see `PqCodebook::centroids_t`).
+fn transpose(offsets: &[u32], centroids: &[f32]) -> Vec<f32> {
+    let mut t = vec![0.0f32; centroids.len()];
+    for w in offsets.windows(2) {
+        let (lo, hi) = (w[0] as usize, w[1] as usize);
+        let cd = hi - lo;
+        let base = lo * PQ_CENTROIDS;
+        for c in 0..PQ_CENTROIDS {
+            for d in 0..cd {
+                t[base + d * PQ_CENTROIDS + c] = centroids[base + c * cd + d];
+            }
+        }
+    }
+    t
+}
+
+/// SplitMix64 finaliser: independent per-chunk seeds from one seed.
+fn mix(seed: u64, j: u64) -> u64 {
+    let mut z = seed ^ j.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 impl PqCodebook {
     /// Trains on the row-major float `sample` (`n × dim`) with `m` chunks.
     /// L2 centres the data on its mean; inner product and cosine do not.
     /// Runs on the caller's current rayon pool; deterministic for a seed.
+    ///
+    /// Each chunk runs k-means with 256 centroids and [`PQ_TRAIN_ITERS`]
+    /// iterations; with fewer than 256 sample rows the centroids are repeated
+    /// to fill 256 slots (duplicates are harmless).
     pub fn train(sample: &[f32], dim: usize, m: usize, metric: Metric, seed: u64) -> Result<Self> {
-        let _ = (sample, dim, m, metric, seed);
-        Err(Error::arg("PqCodebook::train: not implemented yet"))
+        if dim == 0 {
+            return Err(Error::arg("PQ training: dim must be at least 1"));
+        }
+        if sample.len() % dim != 0 {
+            return Err(Error::arg(format!(
+                "PQ training: sample has {} values, not a multiple of dim = {dim}",
+                sample.len()
+            )));
+        }
+        let n = sample.len() / dim;
+        if n == 0 {
+            return Err(Error::arg("PQ training: the sample is empty"));
+        }
+        if m == 0 || m > dim {
+            return Err(Error::arg(format!(
+                "PQ training: m = {m} chunks, expected 1 <= m <= dim = {dim}"
+            )));
+        }
+        if dim > u32::MAX as usize {
+            return Err(Error::arg(format!("PQ training: dim = {dim} is too large")));
+        }
+        if let Some(pos) = sample.iter().position(|v| !v.is_finite()) {
+            return Err(Error::arg(format!(
+                "PQ training: sample value at row {}, column {} is {} (expected a finite number)",
+                pos / dim,
+                pos % dim,
+                sample[pos]
+            )));
+        }
+        let offsets = make_offsets(dim, m);
+        let center = match metric {
+            Metric::L2 => column_mean(sample, dim, n),
+            Metric::InnerProduct | Metric::Cosine => vec![0.0; dim],
+        };
+        let k = PQ_CENTROIDS.min(n);
+        // Chunks train concurrently: split the lower-bound memory between them.
+        let lb_budget = LOWER_BOUNDS_MAX_ENTRIES / rayon::current_num_threads().max(1);
+        let per_chunk: Vec<Result<Vec<f32>>> = (0..m)
+            .into_par_iter()
+            .map(|j| {
+                let (lo, hi) = (offsets[j] as usize, offsets[j + 1] as usize);
+                let cd = hi - lo;
+                let mut sub = vec![0.0f32; n * cd];
+                sub.par_chunks_mut(cd * 1024)
+                    .enumerate()
+                    .for_each(|(bi, block)| {
+                        for (r, out) in block.chunks_exact_mut(cd).enumerate() {
+                            let i = bi * 1024 + r;
+                            let x = &sample[i * dim + lo..i * dim + hi];
+                            for ((o, &v), &c) in out.iter_mut().zip(x).zip(&center[lo..hi]) {
+                                *o = v - c;
+                            }
+                        }
+                    });
+                let params = KMeansParams {
+                    k,
+                    max_iters: PQ_TRAIN_ITERS,
+                    seed: mix(seed, j as u64),
+                };
+                let mut c = kmeans_with_lb_budget(&sub, cd, &params, lb_budget)?.centroids;
+                c.reserve(PQ_CENTROIDS * cd - c.len());
+                for r in k..PQ_CENTROIDS {
+                    let src = (r % k) * cd;
+                    c.extend_from_within(src..src + cd);
+                }
+                Ok(c)
+            })
+            .collect();
+        let mut centroids = Vec::with_capacity(PQ_CENTROIDS * dim);
+        for c in per_chunk {
+            centroids.extend_from_slice(&c?);
+        }
+        Ok(Self::from_parts(dim, m, offsets, centroids, center))
     }
+
+    fn from_parts(
+        dim: usize,
+        m: usize,
+        chunk_offsets: Vec<u32>,
+        centroids: Vec<f32>,
+        center: Vec<f32>,
+    ) -> Self {
+        let centroids_t = transpose(&chunk_offsets, &centroids);
+        PqCodebook {
+            dim,
+            m,
+            chunk_offsets,
+            centroids,
+            center,
+            centroids_t,
+        }
+    }
+
     /// Vector dimension.
     pub fn dim(&self) -> usize {
         self.dim
@@ -40,31 +225,389 @@ impl PqCodebook {
     pub fn m(&self) -> usize {
         self.m
     }
-    /// Encodes one vector into `code` (`m` bytes).
-    pub fn encode(&self, v: &[f32], code: &mut [u8]) {
-        let _ = (v, code);
+    /// The `m + 1` chunk boundaries over `0..dim`.
+    pub fn chunk_offsets(&self) -> &[u32] {
+        &self.chunk_offsets
     }
+    /// The vector subtracted before encoding (training mean for L2, else zeros).
+    pub fn center(&self) -> &[f32] {
+        &self.center
+    }
+    /// All centroids: for chunk j, 256 rows of `chunk_offsets[j+1] - chunk_offsets[j]`
+    /// floats, chunk after chunk.
+    pub fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+    /// Heap and inline bytes held by the codebook.
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + 4 * (self.chunk_offsets.len()
+                + self.centroids.len()
+                + self.center.len()
+                + self.centroids_t.len())
+    }
+
+    #[inline]
+    fn chunk(&self, j: usize) -> (usize, usize) {
+        (
+            self.chunk_offsets[j] as usize,
+            self.chunk_offsets[j + 1] as usize,
+        )
+    }
+
+    /// Encodes one vector into `code` (`m` bytes).
+    ///
+    /// # Panics
+    /// If `v.len() != dim` or `code.len() != m` (a caller bug).
+    pub fn encode(&self, v: &[f32], code: &mut [u8]) {
+        assert_eq!(v.len(), self.dim, "PqCodebook::encode: vector length");
+        assert_eq!(code.len(), self.m, "PqCodebook::encode: code length");
+        let mut scratch = vec![0.0f32; self.dim];
+        let mut acc = [0.0f32; PQ_CENTROIDS];
+        let kern = Kernels::detect();
+        self.encode_into(kern, v, code, &mut scratch, &mut acc);
+    }
+
+    fn encode_into(
+        &self,
+        kern: Kernels,
+        v: &[f32],
+        code: &mut [u8],
+        scratch: &mut [f32],
+        acc: &mut [f32; PQ_CENTROIDS],
+    ) {
+        for ((s, &x), &c) in scratch.iter_mut().zip(v).zip(&self.center) {
+            *s = x - c;
+        }
+        for (j, cj) in code.iter_mut().enumerate() {
+            let (lo, hi) = self.chunk(j);
+            kern.l2_all(
+                &scratch[lo..hi],
+                &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS],
+                acc,
+            );
+            *cj = argmin(acc);
+        }
+    }
+
     /// Encodes every row of `data` (converted to f32; cosine data must
     /// already be normalised) into a row-major `n × m` code array, in parallel
     /// on the caller's current rayon pool.
+    ///
+    /// # Panics
+    /// If `data.dim() != dim` (a caller bug).
     pub fn encode_all<T: Element>(&self, data: MatrixView<'_, T>) -> Vec<u8> {
-        let _ = data;
-        Vec::new()
+        assert_eq!(
+            data.dim(),
+            self.dim,
+            "PqCodebook::encode_all: data dimension"
+        );
+        let (n, m, dim) = (data.n(), self.m, self.dim);
+        let mut out = vec![0u8; n * m];
+        let kern = Kernels::detect();
+        out.par_chunks_mut(ENCODE_CHUNK * m)
+            .enumerate()
+            .for_each(|(bi, block)| {
+                let mut row = vec![0.0f32; dim];
+                let mut scratch = vec![0.0f32; dim];
+                let mut acc = [0.0f32; PQ_CENTROIDS];
+                for (r, code) in block.chunks_exact_mut(m).enumerate() {
+                    for (o, &x) in row.iter_mut().zip(data.row(bi * ENCODE_CHUNK + r)) {
+                        *o = x.to_f32();
+                    }
+                    self.encode_into(kern, &row, code, &mut scratch, &mut acc);
+                }
+            });
+        out
     }
+
+    /// Reconstructs the vector a code stands for (`center` + centroids).
+    ///
+    /// # Panics
+    /// If `code.len() != m` or `out.len() != dim` (a caller bug).
+    pub fn decode(&self, code: &[u8], out: &mut [f32]) {
+        assert_eq!(code.len(), self.m, "PqCodebook::decode: code length");
+        assert_eq!(out.len(), self.dim, "PqCodebook::decode: output length");
+        for (j, &c) in code.iter().enumerate() {
+            let (lo, hi) = self.chunk(j);
+            let cd = hi - lo;
+            let cent = &self.centroids[lo * PQ_CENTROIDS + c as usize * cd..][..cd];
+            for ((o, &x), &z) in out[lo..hi].iter_mut().zip(cent).zip(&self.center[lo..hi]) {
+                *o = x + z;
+            }
+        }
+    }
+
     /// Fills `table` (`m × 256`) so that [`adc`] of a code approximates the
     /// internal distance (squared L2; `-dot` for inner product and cosine)
     /// between `q` and the encoded vector.
+    ///
+    /// For L2, `table[j*256 + c]` is the squared distance between chunk j of
+    /// `q - center` and centroid c; for inner product and cosine it is
+    /// `-dot(q_j, centroid_c)` (the center is zero for those metrics; cosine
+    /// callers add 1 to get `1 - dot`).
+    ///
+    /// # Panics
+    /// If `q.len() != dim` or `table.len() < m * 256` (a caller bug).
     pub fn lookup_table(&self, q: &[f32], metric: Metric, table: &mut [f32]) {
-        let _ = (q, metric, table);
+        assert_eq!(q.len(), self.dim, "PqCodebook::lookup_table: query length");
+        assert!(
+            table.len() >= self.m * PQ_CENTROIDS,
+            "PqCodebook::lookup_table: table needs m * 256 = {} floats, got {}",
+            self.m * PQ_CENTROIDS,
+            table.len()
+        );
+        let kern = Kernels::detect();
+        let mut acc = [0.0f32; PQ_CENTROIDS];
+        let mut scratch = vec![0.0f32; self.dim];
+        match metric {
+            Metric::L2 => {
+                for ((s, &x), &c) in scratch.iter_mut().zip(q).zip(&self.center) {
+                    *s = x - c;
+                }
+            }
+            Metric::InnerProduct | Metric::Cosine => scratch.copy_from_slice(q),
+        }
+        for (j, out) in table
+            .chunks_exact_mut(PQ_CENTROIDS)
+            .take(self.m)
+            .enumerate()
+        {
+            let (lo, hi) = self.chunk(j);
+            let ct = &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS];
+            match metric {
+                Metric::L2 => kern.l2_all(&scratch[lo..hi], ct, &mut acc),
+                Metric::InnerProduct | Metric::Cosine => {
+                    kern.neg_dot_all(&scratch[lo..hi], ct, &mut acc)
+                }
+            }
+            out.copy_from_slice(&acc);
+        }
     }
+
     /// Serialises the codebook (little-endian, self-describing header).
     pub fn to_bytes(&self) -> Vec<u8> {
-        Vec::new()
+        let mut b = Vec::with_capacity(
+            16 + 4 * (self.chunk_offsets.len() + self.center.len() + self.centroids.len()),
+        );
+        b.extend_from_slice(&PQ_MAGIC);
+        b.extend_from_slice(&PQ_FORMAT_VERSION.to_le_bytes());
+        b.extend_from_slice(&(self.dim as u32).to_le_bytes());
+        b.extend_from_slice(&(self.m as u32).to_le_bytes());
+        for &o in &self.chunk_offsets {
+            b.extend_from_slice(&o.to_le_bytes());
+        }
+        for &v in self.center.iter().chain(&self.centroids) {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
     }
+
     /// Parses [`Self::to_bytes`] output; `path` is named in errors.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let _ = bytes;
-        Err(Error::format(path, "PqCodebook::from_bytes: not implemented yet"))
+        let fmt = |msg: String| Error::format(path, format!("PQ codebook: {msg}"));
+        if bytes.len() < 16 {
+            return Err(fmt(format!(
+                "{} bytes, shorter than the 16-byte header",
+                bytes.len()
+            )));
+        }
+        if bytes[0..4] != PQ_MAGIC {
+            return Err(fmt(format!(
+                "magic is {:?}, expected {:?}",
+                &bytes[0..4],
+                PQ_MAGIC
+            )));
+        }
+        let word =
+            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+        let version = word(4);
+        if version != PQ_FORMAT_VERSION {
+            return Err(Error::Version {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "PQ codebook format version {version}, this build reads version {PQ_FORMAT_VERSION}"
+                ),
+            });
+        }
+        let dim = word(8) as usize;
+        let m = word(12) as usize;
+        if dim == 0 {
+            return Err(fmt("dim is 0, expected at least 1".into()));
+        }
+        if m == 0 || m > dim {
+            return Err(fmt(format!("m = {m}, expected 1 <= m <= dim = {dim}")));
+        }
+        let expect = (m + 1)
+            .checked_add(dim)
+            .and_then(|w| w.checked_add(dim.checked_mul(PQ_CENTROIDS)?))
+            .and_then(|w| w.checked_mul(4))
+            .and_then(|w| w.checked_add(16))
+            .ok_or_else(|| fmt(format!("dim = {dim} is too large")))?;
+        if bytes.len() != expect {
+            return Err(fmt(format!(
+                "{} bytes, expected {expect} for dim = {dim}, m = {m}",
+                bytes.len()
+            )));
+        }
+        let mut at = 16;
+        let mut offsets = Vec::with_capacity(m + 1);
+        for _ in 0..=m {
+            offsets.push(word(at));
+            at += 4;
+        }
+        if offsets[0] != 0 || offsets[m] as usize != dim {
+            return Err(fmt(format!(
+                "chunk offsets run from {} to {}, expected 0 to dim = {dim}",
+                offsets[0], offsets[m]
+            )));
+        }
+        if let Some(j) = offsets.windows(2).position(|w| w[1] <= w[0]) {
+            return Err(fmt(format!(
+                "chunk offsets[{}] = {} is not greater than offsets[{j}] = {}: chunks must be non-empty and increasing",
+                j + 1,
+                offsets[j + 1],
+                offsets[j]
+            )));
+        }
+        let mut floats = |count: usize, field: &str| -> Result<Vec<f32>> {
+            let mut v = Vec::with_capacity(count);
+            for i in 0..count {
+                let x = f32::from_bits(word(at));
+                at += 4;
+                if !x.is_finite() {
+                    return Err(fmt(format!(
+                        "{field}[{i}] is {x}, expected a finite number"
+                    )));
+                }
+                v.push(x);
+            }
+            Ok(v)
+        };
+        let center = floats(dim, "center")?;
+        let centroids = floats(PQ_CENTROIDS * dim, "centroids")?;
+        Ok(Self::from_parts(dim, m, offsets, centroids, center))
+    }
+}
+
+/// Column means of `n × dim` rows, summed in f64 over fixed-size row blocks
+/// combined in block order (thread-count independent).
+fn column_mean(sample: &[f32], dim: usize, n: usize) -> Vec<f32> {
+    const BLOCK: usize = 1024;
+    let parts: Vec<Vec<f64>> = sample
+        .par_chunks(BLOCK * dim)
+        .map(|block| {
+            let mut acc = vec![0.0f64; dim];
+            for r in block.chunks_exact(dim) {
+                for (a, &x) in acc.iter_mut().zip(r) {
+                    *a += x as f64;
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut total = vec![0.0f64; dim];
+    for p in &parts {
+        for (t, &x) in total.iter_mut().zip(p) {
+            *t += x;
+        }
+    }
+    total.iter().map(|&t| (t / n as f64) as f32).collect()
+}
+
+/// Index of the smallest value (the first one on ties).
+#[inline]
+fn argmin(acc: &[f32; PQ_CENTROIDS]) -> u8 {
+    let mut best = 0usize;
+    let mut bv = acc[0];
+    for (c, &v) in acc.iter().enumerate().skip(1) {
+        if v < bv {
+            bv = v;
+            best = c;
+        }
+    }
+    best as u8
+}
+
+/// `acc[c] = Σ_d (x[d] - ct[d*256 + c])²`: one sub-vector against all 256
+/// centroids of a chunk stored dimension-major; the inner loop runs over
+/// centroids and vectorises.
+#[inline(always)]
+fn l2_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+    acc.fill(0.0);
+    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+        for (a, &c) in acc.iter_mut().zip(row) {
+            let t = xd - c;
+            *a += t * t;
+        }
+    }
+}
+
+/// `acc[c] = -Σ_d x[d] · ct[d*256 + c]`.
+#[inline(always)]
+fn neg_dot_all_body(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+    acc.fill(0.0);
+    for (&xd, row) in x.iter().zip(ct.chunks_exact(PQ_CENTROIDS)) {
+        for (a, &c) in acc.iter_mut().zip(row) {
+            *a -= xd * c;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn l2_all_avx2(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+    l2_all_body(x, ct, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn neg_dot_all_avx2(x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+    neg_dot_all_body(x, ct, acc)
+}
+
+/// The table kernels, chosen once per call from the CPU's features. Both
+/// variants perform the same operations in the same order (no FMA
+/// contraction), so they give identical results.
+#[derive(Clone, Copy)]
+struct Kernels {
+    avx2: bool,
+}
+
+impl Kernels {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Kernels {
+                avx2: std::arch::is_x86_feature_detected!("avx2"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Kernels { avx2: false }
+        }
+    }
+
+    #[inline]
+    fn l2_all(self, x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the running CPU supports AVX2.
+            unsafe { l2_all_avx2(x, ct, acc) };
+            return;
+        }
+        l2_all_body(x, ct, acc)
+    }
+
+    #[inline]
+    fn neg_dot_all(self, x: &[f32], ct: &[f32], acc: &mut [f32; PQ_CENTROIDS]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is only set when the running CPU supports AVX2.
+            unsafe { neg_dot_all_avx2(x, ct, acc) };
+            return;
+        }
+        neg_dot_all_body(x, ct, acc)
     }
 }
 
@@ -75,4 +618,267 @@ pub fn adc(table: &[f32], code: &[u8]) -> f32 {
         .enumerate()
         .map(|(j, &c)| table[j * PQ_CENTROIDS + c as usize])
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distance::kernels::{dot_f32, l2_f32};
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    fn clustered(n: usize, dim: usize, k: usize, spread: f32, seed: u64) -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let centres: Vec<f32> = (0..k * dim)
+            .map(|_| rng.random_range(-10.0..10.0))
+            .collect();
+        (0..n)
+            .flat_map(|i| {
+                let c = i % k;
+                (0..dim)
+                    .map(|d| centres[c * dim + d] + spread * (rng.random::<f32>() - 0.5))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn decode_all(pq: &PqCodebook, codes: &[u8]) -> Vec<f32> {
+        let mut out = vec![0.0; codes.len() / pq.m() * pq.dim()];
+        for (c, o) in codes
+            .chunks_exact(pq.m())
+            .zip(out.chunks_exact_mut(pq.dim()))
+        {
+            pq.decode(c, o);
+        }
+        out
+    }
+
+    #[test]
+    fn chunks_are_balanced() {
+        assert_eq!(make_offsets(10, 3), vec![0, 4, 7, 10]);
+        assert_eq!(make_offsets(8, 8), vec![0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            make_offsets(128, 32).windows(2).map(|w| w[1] - w[0]).max(),
+            Some(4)
+        );
+        let data = clustered(600, 10, 5, 0.1, 1);
+        let pq = PqCodebook::train(&data, 10, 3, Metric::L2, 0).unwrap();
+        assert_eq!(pq.chunk_offsets(), &[0, 4, 7, 10]);
+        assert_eq!(pq.centroids().len(), 256 * 10);
+        assert!(pq.memory_bytes() >= 2 * 256 * 10 * 4);
+    }
+
+    #[test]
+    fn reconstruction_error_small_on_clustered_data() {
+        let (n, dim) = (3000, 16);
+        let data = clustered(n, dim, 40, 0.2, 2);
+        let pq = PqCodebook::train(&data, dim, 4, Metric::L2, 7).unwrap();
+        // The L2 center is the sample mean.
+        for d in 0..dim {
+            let mean = data
+                .iter()
+                .skip(d)
+                .step_by(dim)
+                .map(|&x| x as f64)
+                .sum::<f64>()
+                / n as f64;
+            assert!((pq.center()[d] as f64 - mean).abs() < 1e-4);
+        }
+        let codes = pq.encode_all(MatrixView::new(&data, n, dim).unwrap());
+        assert_eq!(codes.len(), n * 4);
+        let rec = decode_all(&pq, &codes);
+        let err: f64 = data
+            .iter()
+            .zip(&rec)
+            .map(|(a, b)| ((a - b) * (a - b)) as f64)
+            .sum::<f64>()
+            / n as f64;
+        let var: f64 = data
+            .chunks_exact(dim)
+            .map(|x| l2_f32(x, pq.center()) as f64)
+            .sum::<f64>()
+            / n as f64;
+        assert!(err < 0.01 * var, "error {err} vs variance {var}");
+    }
+
+    #[test]
+    fn encode_picks_nearest_centroid_per_chunk() {
+        let (n, dim) = (1000, 12);
+        let data = clustered(n, dim, 30, 3.0, 3);
+        let pq = PqCodebook::train(&data, dim, 5, Metric::L2, 1).unwrap();
+        let mut code = vec![0u8; 5];
+        for x in data.chunks_exact(dim).take(100) {
+            pq.encode(x, &mut code);
+            for j in 0..5 {
+                let (lo, hi) = pq.chunk(j);
+                let cd = hi - lo;
+                let sub: Vec<f32> = (lo..hi).map(|d| x[d] - pq.center()[d]).collect();
+                let dists: Vec<f32> = (0..256)
+                    .map(|c| l2_f32(&sub, &pq.centroids()[lo * 256 + c * cd..][..cd]))
+                    .collect();
+                let best = dists.iter().cloned().fold(f32::INFINITY, f32::min);
+                assert!(dists[code[j] as usize] <= best * (1.0 + 1e-5) + 1e-6);
+            }
+        }
+    }
+
+    #[test]
+    fn adc_equals_distance_to_reconstruction() {
+        let (n, dim) = (1500, 20);
+        let data = clustered(n, dim, 25, 4.0, 4);
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let pq = PqCodebook::train(&data, dim, 6, metric, 3).unwrap();
+            if metric != Metric::L2 {
+                assert!(pq.center().iter().all(|&c| c == 0.0));
+            }
+            let codes = pq.encode_all(MatrixView::new(&data, n, dim).unwrap());
+            let rec = decode_all(&pq, &codes);
+            let q: Vec<f32> = (0..dim).map(|_| rng.random_range(-10.0..10.0)).collect();
+            let mut table = vec![0.0; 6 * 256];
+            pq.lookup_table(&q, metric, &mut table);
+            for (code, r) in codes.chunks_exact(6).zip(rec.chunks_exact(dim)) {
+                let want = match metric {
+                    Metric::L2 => l2_f32(&q, r),
+                    _ => -dot_f32(&q, r),
+                };
+                let got = adc(&table, code);
+                assert!(
+                    (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+                    "{metric}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn encode_all_converts_element_types() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let (n, dim) = (700, 8);
+        let raw: Vec<u8> = (0..n * dim).map(|_| rng.random()).collect();
+        let f: Vec<f32> = raw.iter().map(|&x| x as f32).collect();
+        let pq = PqCodebook::train(&f, dim, 4, Metric::L2, 2).unwrap();
+        let a = pq.encode_all(MatrixView::new(&raw, n, dim).unwrap());
+        let b = pq.encode_all(MatrixView::new(&f, n, dim).unwrap());
+        assert_eq!(a, b);
+        let mut code = [0u8; 4];
+        pq.encode(&f[5 * dim..6 * dim], &mut code);
+        assert_eq!(&code[..], &a[5 * 4..6 * 4]);
+    }
+
+    #[test]
+    fn tiny_sample_still_has_256_centroids() {
+        let data = clustered(10, 6, 10, 1.0, 6);
+        let pq = PqCodebook::train(&data, 6, 3, Metric::L2, 0).unwrap();
+        assert_eq!(pq.centroids().len(), 256 * 6);
+        let codes = pq.encode_all(MatrixView::new(&data, 10, 6).unwrap());
+        let rec = decode_all(&pq, &codes);
+        for (a, b) in data.iter().zip(&rec) {
+            assert!((a - b).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn training_is_deterministic_across_thread_counts() {
+        let data = clustered(2500, 16, 50, 2.0, 8);
+        let train = |t: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+                .install(|| PqCodebook::train(&data, 16, 4, Metric::L2, 99).unwrap())
+        };
+        let (a, b) = (train(1), train(3));
+        assert_eq!(a.to_bytes(), b.to_bytes());
+    }
+
+    #[test]
+    fn serialization_round_trip_and_corruption() {
+        let data = clustered(500, 9, 7, 1.0, 10);
+        let pq = PqCodebook::train(&data, 9, 4, Metric::L2, 4).unwrap();
+        let bytes = pq.to_bytes();
+        assert_eq!(&bytes[..4], b"NLPQ");
+        let p = Path::new("pq.bin");
+        let back = PqCodebook::from_bytes(p, &bytes).unwrap();
+        assert_eq!(back, pq);
+
+        let is_format = |r: Result<PqCodebook>| matches!(r, Err(Error::Format { .. }));
+        for len in [0, 3, 15, 16, 20, bytes.len() - 1] {
+            assert!(
+                is_format(PqCodebook::from_bytes(p, &bytes[..len])),
+                "len {len}"
+            );
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(is_format(PqCodebook::from_bytes(p, &longer)));
+        let patch = |at: usize, v: &[u8]| {
+            let mut b = bytes.clone();
+            b[at..at + v.len()].copy_from_slice(v);
+            b
+        };
+        assert!(is_format(PqCodebook::from_bytes(p, &patch(0, b"XLPQ"))));
+        assert!(matches!(
+            PqCodebook::from_bytes(p, &patch(4, &2u32.to_le_bytes())),
+            Err(Error::Version { .. })
+        ));
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(8, &0u32.to_le_bytes())
+        )));
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(12, &0u32.to_le_bytes())
+        )));
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(12, &10u32.to_le_bytes())
+        )));
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(8, &u32::MAX.to_le_bytes())
+        )));
+        // Offsets: [0, 3, 5, 7, 9]; make one chunk empty, then move the end.
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(20, &0u32.to_le_bytes())
+        )));
+        assert!(is_format(PqCodebook::from_bytes(
+            p,
+            &patch(32, &8u32.to_le_bytes())
+        )));
+        // Non-finite center and centroid values name the field.
+        let center_at = 16 + 4 * 5;
+        let e = PqCodebook::from_bytes(p, &patch(center_at + 4, &f32::NAN.to_le_bytes()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("center[1]") && e.contains("pq.bin"), "{e}");
+        let e = PqCodebook::from_bytes(p, &patch(bytes.len() - 4, &f32::INFINITY.to_le_bytes()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("centroids[2303]"), "{e}");
+    }
+
+    #[test]
+    fn bad_training_arguments() {
+        let data = clustered(300, 8, 5, 1.0, 11);
+        assert!(PqCodebook::train(&data, 8, 0, Metric::L2, 0).is_err());
+        assert!(PqCodebook::train(&data, 8, 9, Metric::L2, 0).is_err());
+        assert!(PqCodebook::train(&data, 0, 1, Metric::L2, 0).is_err());
+        assert!(PqCodebook::train(&data[..13], 8, 2, Metric::L2, 0).is_err());
+        assert!(PqCodebook::train(&[], 8, 2, Metric::L2, 0).is_err());
+        let mut bad = data.clone();
+        bad[17] = f32::NAN;
+        assert!(PqCodebook::train(&bad, 8, 2, Metric::InnerProduct, 0).is_err());
+    }
+
+    #[test]
+    fn budget_rule() {
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 500_000_000), 128);
+        assert_eq!(pq_bytes_for_budget(1_000, 4096, u64::MAX), 512);
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 10), 1);
+        assert_eq!(pq_bytes_for_budget(0, 96, 0), 96);
+        assert_eq!(pq_bytes_for_budget(10, 0, 1000), 1);
+    }
 }

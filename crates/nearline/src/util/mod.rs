@@ -1,1 +1,5 @@
-//! Small utilities: byte budgets.
+//! Small utilities shared across components.
+
+pub mod budget;
+
+pub use budget::Budget;

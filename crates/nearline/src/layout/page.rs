@@ -1,0 +1,265 @@
+//! Page geometry, the page header and its CRC32C, and record access.
+//!
+//! Every block of the page file starts with a 16-byte header:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | magic `NLPG` |
+//! | 4 | page kind (1 = graph records) |
+//! | 5 | layout id (1 = ID layout) |
+//! | 6..8 | records in this block (u16) |
+//! | 8..12 | block number (u32), so a misplaced block is detected |
+//! | 12..16 | CRC32C of the whole block with these four bytes taken as zero |
+//!
+//! A record is `[vector: dim × elem, zero-padded to 4 bytes][u32 degree]
+//! [u32 × R neighbours]`, so every vector starts 4-byte aligned inside a
+//! 4 KiB-aligned buffer. Records never straddle a page; a record larger
+//! than a page occupies a block of whole consecutive pages.
+
+#[cfg(target_endian = "big")]
+compile_error!("nearline's index format is little-endian; big-endian targets are not supported");
+
+/// Bytes of the block header.
+pub const PAGE_HEADER_BYTES: usize = 16;
+/// Magic at the start of every block.
+pub const PAGE_MAGIC: [u8; 4] = *b"NLPG";
+/// Page kind: graph records (vector + adjacency list).
+pub const KIND_GRAPH: u8 = 1;
+/// Layout id of the ID layout.
+pub const LAYOUT_ID: u8 = 1;
+
+/// Where records sit in the page file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageGeometry {
+    pub page_size: usize,
+    /// Bytes of a block: one page, or whole pages for records larger than a page.
+    pub block_size: usize,
+    pub record_size: usize,
+    pub records_per_block: usize,
+    pub n_blocks: u64,
+    /// Bytes of the vector at the start of each record (unpadded).
+    pub vector_bytes: usize,
+    /// Offset of the degree field (vector bytes rounded up to 4).
+    pub degree_offset: usize,
+    pub max_degree: usize,
+}
+
+impl PageGeometry {
+    /// Geometry for `n` records of `vector_bytes` plus an adjacency list of
+    /// up to `max_degree` ids, on pages of `page_size` bytes.
+    pub fn new(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        if ![4096, 8192, 16384].contains(&page_size) {
+            return Err(crate::Error::arg(format!(
+                "page_size {page_size} is not supported: expected 4096, 8192 or 16384"
+            )));
+        }
+        if max_degree == 0 || max_degree > u16::MAX as usize {
+            return Err(crate::Error::arg(format!(
+                "max degree R={max_degree} must be in 1..=65535"
+            )));
+        }
+        let degree_offset = vector_bytes.div_ceil(4) * 4;
+        let record_size = degree_offset + 4 + 4 * max_degree;
+        let (block_size, records_per_block) = if PAGE_HEADER_BYTES + record_size <= page_size {
+            let rpb = ((page_size - PAGE_HEADER_BYTES) / record_size).min(u16::MAX as usize);
+            (page_size, rpb)
+        } else {
+            (
+                (PAGE_HEADER_BYTES + record_size).div_ceil(page_size) * page_size,
+                1,
+            )
+        };
+        Ok(PageGeometry {
+            page_size,
+            block_size,
+            record_size,
+            records_per_block,
+            n_blocks: (n as u64).div_ceil(records_per_block as u64),
+            vector_bytes,
+            degree_offset,
+            max_degree,
+        })
+    }
+
+    /// Block and slot of node `v` in the ID layout.
+    #[inline]
+    pub fn location(&self, v: u32) -> (u64, usize) {
+        let v = v as u64;
+        let rpb = self.records_per_block as u64;
+        (v / rpb, (v % rpb) as usize)
+    }
+
+    /// Byte offset of block `b` in the page file.
+    #[inline]
+    pub fn block_offset(&self, b: u64) -> u64 {
+        b * self.block_size as u64
+    }
+
+    /// Size of the page file.
+    pub fn file_bytes(&self) -> u64 {
+        self.n_blocks * self.block_size as u64
+    }
+
+    /// The record at `slot` of a verified block.
+    #[inline]
+    pub fn record<'a>(&self, block: &'a [u8], slot: usize) -> &'a [u8] {
+        let start = PAGE_HEADER_BYTES + slot * self.record_size;
+        &block[start..start + self.record_size]
+    }
+
+    /// Splits a record into its vector bytes and its neighbour-id bytes
+    /// (read them with [`ids`]). `None` if the stored degree exceeds R.
+    #[inline]
+    pub fn split_record<'a>(&self, rec: &'a [u8]) -> Option<(&'a [u8], &'a [u8])> {
+        let o = self.degree_offset;
+        let deg = u32::from_le_bytes([rec[o], rec[o + 1], rec[o + 2], rec[o + 3]]) as usize;
+        if deg > self.max_degree {
+            return None;
+        }
+        Some((&rec[..self.vector_bytes], &rec[o + 4..o + 4 + 4 * deg]))
+    }
+
+    /// Writes a record: vector bytes, degree, neighbour ids (zero padding).
+    pub fn write_record(&self, out: &mut [u8], vector: &[u8], nbrs: &[u32]) {
+        let o = self.degree_offset;
+        out[..vector.len()].copy_from_slice(vector);
+        out[vector.len()..o].fill(0);
+        let deg = nbrs.len().min(self.max_degree);
+        out[o..o + 4].copy_from_slice(&(deg as u32).to_le_bytes());
+        for (i, &v) in nbrs[..deg].iter().enumerate() {
+            out[o + 4 + 4 * i..o + 8 + 4 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        out[o + 4 + 4 * deg..self.record_size].fill(0);
+    }
+}
+
+/// Neighbour ids stored little-endian in `bytes`.
+#[inline]
+pub fn ids(bytes: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+}
+
+/// CRC32C of a block with its checksum field taken as zero.
+pub fn block_crc(block: &[u8]) -> u32 {
+    let c = crc32c::crc32c(&block[..12]);
+    let c = crc32c::crc32c_append(c, &[0u8; 4]);
+    crc32c::crc32c_append(c, &block[PAGE_HEADER_BYTES..])
+}
+
+/// Writes the header of block `block_no` holding `n_records` records and
+/// seals it with its CRC (the records must already be in place).
+pub fn seal_block(block: &mut [u8], block_no: u64, n_records: usize) {
+    block[0..4].copy_from_slice(&PAGE_MAGIC);
+    block[4] = KIND_GRAPH;
+    block[5] = LAYOUT_ID;
+    block[6..8].copy_from_slice(&(n_records as u16).to_le_bytes());
+    block[8..12].copy_from_slice(&(block_no as u32).to_le_bytes());
+    let crc = block_crc(block);
+    block[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Checks a block read from disk: magic, kind, layout, block number,
+/// record count and CRC. The error says which check failed.
+pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(), String> {
+    if block.len() < geo.block_size {
+        return Err(format!(
+            "block {block_no} is short: {} of {} bytes",
+            block.len(),
+            geo.block_size
+        ));
+    }
+    let block = &block[..geo.block_size];
+    if block[0..4] != PAGE_MAGIC {
+        return Err(format!(
+            "block {block_no} has a bad magic {:?}",
+            &block[0..4]
+        ));
+    }
+    if block[4] != KIND_GRAPH || block[5] != LAYOUT_ID {
+        return Err(format!(
+            "block {block_no} has page kind {} layout {}, expected {KIND_GRAPH} and {LAYOUT_ID}",
+            block[4], block[5]
+        ));
+    }
+    let stored_no = u32::from_le_bytes([block[8], block[9], block[10], block[11]]);
+    if stored_no != block_no as u32 {
+        return Err(format!("block {block_no} claims to be block {stored_no}"));
+    }
+    let nrec = u16::from_le_bytes([block[6], block[7]]) as usize;
+    if nrec > geo.records_per_block {
+        return Err(format!(
+            "block {block_no} claims {nrec} records, at most {} fit",
+            geo.records_per_block
+        ));
+    }
+    let stored = u32::from_le_bytes([block[12], block[13], block[14], block[15]]);
+    let actual = block_crc(block);
+    if stored != actual {
+        return Err(format!("block {block_no} fails its CRC32C check (stored {stored:#010x}, computed {actual:#010x})"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_small_and_large_records() {
+        // 128-d f32, R=64: 512 + 4 + 256 = 772 B → 5 per 4 KiB page.
+        let g = PageGeometry::new(4096, 512, 64, 1000).unwrap();
+        assert_eq!(g.record_size, 772);
+        assert_eq!(g.records_per_block, 5);
+        assert_eq!(g.block_size, 4096);
+        assert_eq!(g.n_blocks, 200);
+        assert_eq!(g.location(7), (1, 2));
+        // 1536-d f32 record (6 KiB+) spans two whole pages.
+        let g = PageGeometry::new(4096, 6144, 64, 10).unwrap();
+        assert_eq!(g.records_per_block, 1);
+        assert_eq!(g.block_size, 8192);
+        assert!(PageGeometry::new(3000, 16, 4, 1).is_err());
+        assert!(PageGeometry::new(4096, 16, 0, 1).is_err());
+    }
+
+    #[test]
+    fn crc_detects_any_flipped_byte() {
+        let g = PageGeometry::new(4096, 64, 8, 100).unwrap();
+        let mut b = vec![0u8; 4096];
+        for (i, x) in b.iter_mut().enumerate().skip(PAGE_HEADER_BYTES) {
+            *x = (i * 31 % 251) as u8;
+        }
+        seal_block(&mut b, 3, g.records_per_block);
+        assert!(verify_block(&b, 3, &g).is_ok());
+        assert!(verify_block(&b, 4, &g)
+            .unwrap_err()
+            .contains("claims to be block 3"));
+        for pos in [0usize, 5, 13, 16, 100, 4095] {
+            let mut c = b.clone();
+            c[pos] ^= 0x40;
+            assert!(verify_block(&c, 3, &g).is_err(), "flip at {pos} undetected");
+        }
+        assert!(verify_block(&b[..100], 3, &g).is_err());
+    }
+
+    #[test]
+    fn split_record_rejects_oversized_degree() {
+        let g = PageGeometry::new(4096, 8, 4, 1).unwrap();
+        let mut rec = vec![0u8; g.record_size];
+        g.write_record(&mut rec, &[1u8; 8], &[7, 9]);
+        let (v, nb) = g.split_record(&rec).unwrap();
+        assert_eq!(v, &[1u8; 8]);
+        assert_eq!(ids(nb).collect::<Vec<_>>(), vec![7, 9]);
+        // A 3-byte vector is padded so the degree stays aligned.
+        let g3 = PageGeometry::new(4096, 3, 4, 1).unwrap();
+        assert_eq!(g3.degree_offset, 4);
+        rec[8..12].copy_from_slice(&5u32.to_le_bytes());
+        assert!(g.split_record(&rec).is_none());
+    }
+}

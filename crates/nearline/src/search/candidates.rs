@@ -1,0 +1,126 @@
+//! The bounded, sorted candidate list of a best-first search.
+
+/// One candidate: distance, id and whether it has been expanded.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candidate {
+    pub dist: f32,
+    pub id: u32,
+    pub expanded: bool,
+}
+
+/// A list of at most `capacity` candidates sorted by distance (then id).
+#[derive(Debug, Default)]
+pub struct CandidateList {
+    items: Vec<Candidate>,
+    capacity: usize,
+    /// No unexpanded candidate sits before this position.
+    cursor: usize,
+}
+
+impl CandidateList {
+    /// Empties the list and sets its capacity.
+    pub fn reset(&mut self, capacity: usize) {
+        self.items.clear();
+        self.items.reserve(capacity + 1);
+        self.capacity = capacity.max(1);
+        self.cursor = 0;
+    }
+
+    /// Inserts a candidate unless the list is full of closer ones.
+    /// Returns whether it was inserted.
+    #[inline]
+    pub fn insert(&mut self, dist: f32, id: u32) -> bool {
+        if self.items.len() == self.capacity {
+            match self.items.last() {
+                Some(last) if (dist, id) >= (last.dist, last.id) => return false,
+                _ => {}
+            }
+        }
+        let pos = self.items.partition_point(|c| (c.dist, c.id) < (dist, id));
+        self.items.insert(
+            pos,
+            Candidate {
+                dist,
+                id,
+                expanded: false,
+            },
+        );
+        if self.items.len() > self.capacity {
+            self.items.pop();
+        }
+        if pos < self.cursor {
+            self.cursor = pos;
+        }
+        true
+    }
+
+    /// Moves up to `w` closest unexpanded candidates into `out`, marking them expanded.
+    pub fn take_unexpanded(&mut self, w: usize, out: &mut Vec<u32>) {
+        let mut i = self.cursor;
+        while i < self.items.len() && out.len() < w {
+            let c = &mut self.items[i];
+            if !c.expanded {
+                c.expanded = true;
+                out.push(c.id);
+            }
+            i += 1;
+        }
+        while self.cursor < self.items.len() && self.items[self.cursor].expanded {
+            self.cursor += 1;
+        }
+    }
+
+    /// Whether an unexpanded candidate remains.
+    pub fn has_unexpanded(&self) -> bool {
+        self.items[self.cursor.min(self.items.len())..]
+            .iter()
+            .any(|c| !c.expanded)
+    }
+
+    /// The candidates, closest first.
+    pub fn items(&self) -> &[Candidate] {
+        &self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn keeps_the_closest_sorted(ds in proptest::collection::vec(0u32..1000, 1..200), cap in 1usize..50) {
+            let mut l = CandidateList::default();
+            l.reset(cap);
+            for (i, &d) in ds.iter().enumerate() {
+                l.insert(d as f32, i as u32);
+            }
+            let mut want: Vec<(u32, u32)> = ds.iter().enumerate().map(|(i, &d)| (d, i as u32)).collect();
+            want.sort();
+            want.truncate(cap);
+            let got: Vec<(u32, u32)> = l.items().iter().map(|c| (c.dist as u32, c.id)).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn take_unexpanded_walks_in_order() {
+        let mut l = CandidateList::default();
+        l.reset(10);
+        for (d, id) in [(3.0, 3), (1.0, 1), (2.0, 2), (5.0, 5)] {
+            l.insert(d, id);
+        }
+        let mut out = Vec::new();
+        l.take_unexpanded(2, &mut out);
+        assert_eq!(out, vec![1, 2]);
+        l.insert(0.5, 9);
+        out.clear();
+        l.take_unexpanded(2, &mut out);
+        assert_eq!(out, vec![9, 3]);
+        out.clear();
+        l.take_unexpanded(5, &mut out);
+        assert_eq!(out, vec![5]);
+        assert!(!l.has_unexpanded());
+    }
+}

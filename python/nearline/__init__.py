@@ -1,0 +1,386 @@
+"""nearline: disk-resident approximate nearest-neighbour search.
+
+Build an index on SSD, search it at in-memory speed::
+
+    import numpy as np, nearline
+    x = np.random.rand(10_000, 64).astype(np.float32)
+    index = nearline.build(x, "my.index", metric="l2")
+    ids, dists = index.search(x[:5], k=10)
+
+See ``README.md`` and ``docs/`` for the full guide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+import numpy as np
+
+from . import _nearline
+from ._nearline import CorruptIndexError, FormatError
+
+__all__ = [
+    "build",
+    "open",
+    "Index",
+    "read_vectors",
+    "write_vectors",
+    "compute_ground_truth",
+    "read_ground_truth",
+    "write_ground_truth",
+    "recall",
+    "parse_budget",
+    "FormatError",
+    "CorruptIndexError",
+    "PRESETS",
+    "__version__",
+]
+
+__version__: str = _nearline.__version__
+log = logging.getLogger("nearline")
+
+#: Presets this version knows; ``"auto"`` resolves to one of the others.
+PRESETS = ("auto", "diskann")
+METRICS = ("l2", "ip", "cosine")
+
+Budget = Union[int, float, str]
+PathLike = Union[str, "os.PathLike[str]"]
+_DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8), np.dtype(np.int8)}
+
+
+def _budget_str(value: Budget, name: str) -> str:
+    """Normalises a budget (bytes, ``"512MB"``/``"2GiB"``, or a fraction in (0, 1]) to the engine's text form."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be bytes (int), a size string or a fraction, not bool")
+    if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise ValueError(f"{name}={value} must not be negative")
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        if not (0.0 < v <= 1.0):
+            raise ValueError(
+                f"{name}={v} is out of range: a float budget is a fraction of the raw vector bytes in (0, 1]; "
+                "give bytes as an int or a string such as '512MB'"
+            )
+        return repr(v)
+    if isinstance(value, str):
+        _nearline.parse_budget(value, 0)  # validates, raises ValueError with the accepted forms
+        return value
+    raise TypeError(f"{name} must be an int, float or str, not {type(value).__name__}")
+
+
+def parse_budget(value: Budget, raw_bytes: int) -> int:
+    """Resolves a budget to bytes for data whose raw vectors take ``raw_bytes``."""
+    return int(_nearline.parse_budget(_budget_str(value, "budget"), int(raw_bytes)))
+
+
+def _check_int(name: str, value: Any, lo: int, hi: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__}")
+    v = int(value)
+    if v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ValueError(f"{name}={v} must be {rng}")
+    return v
+
+
+def _as_matrix(data: Any, name: str) -> np.ndarray:
+    arr = np.asarray(data)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (n, dim), got shape {arr.shape}")
+    if arr.shape[1] == 0:
+        raise ValueError(f"{name} has dimension 0")
+    if arr.dtype not in _DTYPES:
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        else:
+            raise ValueError(f"{name} has dtype {arr.dtype}; expected float32, float16, uint8 or int8")
+    return np.ascontiguousarray(arr)
+
+
+def build(
+    data: Union[np.ndarray, PathLike],
+    path: PathLike,
+    *,
+    metric: str = "l2",
+    preset: str = "auto",
+    ids: Optional[np.ndarray] = None,
+    R: int = 64,
+    build_L: int = 100,
+    alpha: float = 1.2,
+    passes: int = 2,
+    pq_bytes: Optional[int] = None,
+    memory_budget: Budget = 0.125,
+    build_memory_budget: Optional[Budget] = None,
+    page_size: int = 4096,
+    threads: Optional[int] = None,
+    seed: int = 0,
+    dtype: Optional[str] = None,
+    progress: Optional[Callable[[str, int, int], None]] = None,
+    overwrite: bool = False,
+) -> "Index":
+    """Builds a disk index at ``path`` (a directory) and opens it.
+
+    Args:
+        data: a 2-D numpy array (float32, float16, uint8, int8; float64 is cast to
+            float32) or a path to a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin,
+            .fvecs/.bvecs, .npy). Arrays are copied; files are memory-mapped and
+            streamed, so data larger than memory should be passed as a file.
+        path: the index directory to create.
+        metric: ``"l2"`` (squared Euclidean), ``"ip"`` (inner product) or
+            ``"cosine"`` (float data only; vectors are normalised).
+        preset: ``"auto"`` or ``"diskann"`` (more presets arrive with later layouts).
+        ids: optional external ids (one per row, unique, non-negative int64); search
+            returns them instead of row numbers.
+        R: maximum graph degree. build_L: build candidate list size.
+        alpha: pruning parameter (≥ 1). passes: Vamana passes (DiskANN: 2).
+        pq_bytes: PQ code bytes per vector; by default derived from
+            ``memory_budget`` as DiskANN does (floor(budget / n), at most min(dim, 512)).
+        memory_budget: search memory budget: bytes, ``"512MB"`` (10^6·512),
+            ``"2GiB"`` (2^31), or a float in (0, 1] = fraction of the raw vector bytes.
+        build_memory_budget: memory the build may use (same forms); when data and
+            graph do not fit, the build partitions the data and merges the parts.
+        page_size: 4096, 8192 or 16384.
+        threads: build threads (default: all cores). seed: RNG seed (builds are
+            deterministic for a fixed seed and thread count).
+        dtype: element type of a bare ``.bin`` file.
+        progress: ``callable(stage, done, total)``, called from this thread.
+        overwrite: replace an existing index at ``path``.
+
+    Raises:
+        ValueError: bad arguments or data (NaN/inf, wrong shapes, unknown preset).
+        FormatError: an input file is malformed. OSError: file-system errors.
+        KeyboardInterrupt: Ctrl-C; the build stops and leaves no index behind.
+    """
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}")
+    if not isinstance(preset, str):
+        raise TypeError("preset must be a string")
+    R = _check_int("R", R, 1, 1024)
+    build_L = _check_int("build_L", build_L, 1)
+    passes = _check_int("passes", passes, 1, 4)
+    page_size = _check_int("page_size", page_size, 4096, 16384)
+    if pq_bytes is not None:
+        pq_bytes = _check_int("pq_bytes", pq_bytes, 1)
+    if threads is not None:
+        threads = _check_int("threads", threads, 1)
+    seed = _check_int("seed", seed, 0, 2**64 - 1)
+    alpha = float(alpha)
+    if not np.isfinite(alpha) or alpha < 1.0:
+        raise ValueError(f"alpha={alpha} must be a finite number >= 1.0")
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable(stage, done, total)")
+    ids_arr = None
+    if ids is not None:
+        ids_np = np.asarray(ids)
+        if ids_np.ndim != 1 or not np.issubdtype(ids_np.dtype, np.integer):
+            raise ValueError("ids must be a 1-D integer array")
+        if ids_np.size and ids_np.min() < 0:
+            raise ValueError("ids must be non-negative")
+        ids_arr = np.ascontiguousarray(ids_np.astype(np.uint64))
+    if isinstance(data, (str, os.PathLike)):
+        src: Any = os.fspath(data)
+        if not Path(src).exists():
+            raise FileNotFoundError(f"data file {src} does not exist")
+    else:
+        src = _as_matrix(data, "data")
+    mb = _budget_str(memory_budget, "memory_budget")
+    bmb = None if build_memory_budget is None else _budget_str(build_memory_budget, "build_memory_budget")
+    log.info("building %s (preset=%s, metric=%s, R=%d, build_L=%d)", path, preset, metric, R, build_L)
+    _nearline.build_index(
+        src, os.fspath(path), metric, preset, ids_arr, R, build_L, alpha, passes, pq_bytes, mb, bmb,
+        page_size, threads, seed, progress, bool(overwrite), dtype,
+    )
+    return open(path)
+
+
+def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
+    path: PathLike,
+    *,
+    memory_budget: Optional[Budget] = None,
+    cache_nodes: Optional[int] = None,
+    threads: Optional[int] = None,
+    io: str = "auto",
+) -> "Index":
+    """Opens an index directory.
+
+    Args:
+        memory_budget: search memory budget (bytes, size string or fraction of the
+            raw vector bytes); what the PQ codes and maps leave of it holds the
+            node cache. Default: the budget the index was built with.
+        cache_nodes: cache exactly this many nodes (overrides the budget's share).
+        threads: default search threads (default: all cores).
+        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"`` or ``"pread"``;
+            the environment variable ``NEARLINE_IO`` overrides ``auto``.
+    """
+    mb = None if memory_budget is None else _budget_str(memory_budget, "memory_budget")
+    if cache_nodes is not None:
+        cache_nodes = _check_int("cache_nodes", cache_nodes, 0)
+    if threads is not None:
+        threads = _check_int("threads", threads, 1)
+    p = os.fspath(path)
+    if not Path(p).exists():
+        raise FileNotFoundError(f"index directory {p} does not exist")
+    return Index(_nearline.RawIndex(p, mb, cache_nodes, io), p, threads)
+
+
+class Index:
+    """An open index. Thread-safe; ``search`` releases the GIL and uses all cores."""
+
+    def __init__(self, raw: Any, path: str, threads: Optional[int]) -> None:
+        self._raw = raw
+        self.path = path
+        self._threads = threads
+        self._info = json.loads(raw.info())
+
+    @property
+    def n(self) -> int:
+        """Number of vectors."""
+        return int(self._info["n"])
+
+    @property
+    def dim(self) -> int:
+        """Vector dimension."""
+        return int(self._info["dim"])
+
+    @property
+    def metric(self) -> str:
+        """``"l2"``, ``"ip"`` or ``"cosine"``."""
+        return str(self._info["metric"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """Element type of the stored vectors."""
+        return np.dtype(self._info["dtype"])
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._raw.closed)
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        *,
+        L: Optional[int] = None,
+        W: int = 4,
+        threads: Optional[int] = None,
+        return_stats: bool = False,
+    ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
+        """k-nearest-neighbour search.
+
+        Args:
+            queries: ``(nq, dim)`` or ``(dim,)`` array (converted to float32; for
+                integer indexes the values must be integers in the type's range).
+            k: neighbours per query. If ``k`` exceeds the number of vectors, the
+                extra columns hold id -1 and distance +inf (-inf for ip/cosine).
+            L: candidate list size (default ``max(k, 100)``; larger is more accurate).
+            W: beam width: reads issued per hop (1..64).
+            threads: search threads (default: the index's, else all cores).
+            return_stats: also return per-query statistics (a dict of arrays:
+                hops, reads, bytes_read, cache_hits, pq_distances,
+                exact_distances, io_wait_us, cpu_us, total_us, used_bytes,
+                io_utilisation).
+
+        Returns:
+            ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
+            ``(nq, k)`` values: squared L2 distances (ascending) for ``l2``, inner
+            products (descending) for ``ip``, cosine similarities (descending) for
+            ``cosine``. A 1-D query gives ``(k,)`` arrays.
+        """
+        q = np.asarray(queries)
+        single = q.ndim == 1
+        if single:
+            q = q[None, :]
+        if q.ndim != 2:
+            raise ValueError(f"queries must be 1-D or 2-D, got shape {q.shape}")
+        if q.shape[1] != self.dim:
+            raise ValueError(f"queries have dimension {q.shape[1]}, the index has {self.dim}")
+        if not (np.issubdtype(q.dtype, np.floating) or np.issubdtype(q.dtype, np.integer)):
+            raise ValueError(f"queries have dtype {q.dtype}; expected a numeric array")
+        q = np.ascontiguousarray(q, dtype=np.float32)
+        k = _check_int("k", k, 1)
+        L = max(k, 100) if L is None else _check_int("L", L, 1)
+        if L < k:
+            raise ValueError(f"L={L} must be at least k={k}")
+        W = _check_int("W", W, 1, 64)
+        th = threads if threads is not None else self._threads
+        if th is not None:
+            th = _check_int("threads", th, 1)
+        ids, dists, stats = self._raw.search(q, k, L, W, th, bool(return_stats))
+        if single:
+            ids, dists = ids[0], dists[0]
+        if return_stats:
+            return ids, dists, stats
+        return ids, dists
+
+    def info(self) -> Dict[str, Any]:
+        """Sizes, memory accounting (every resident byte the index holds), I/O engine and build spec."""
+        return json.loads(self._raw.info())
+
+    def close(self) -> None:
+        """Releases the index's memory and files. Further searches raise ValueError."""
+        self._raw.close()
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"n={self.n}, dim={self.dim}, metric={self.metric}"
+        return f"<nearline.Index {self.path} {state}>"
+
+
+def read_vectors(path: PathLike, dtype: Optional[str] = None) -> np.ndarray:
+    """Reads a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin, .fvecs/.bvecs, .npy) into memory."""
+    return _nearline.read_vectors(os.fspath(path), dtype)
+
+
+def write_vectors(path: PathLike, data: np.ndarray) -> None:
+    """Writes a 2-D array to a vector file; the extension picks the format and must match the dtype."""
+    _nearline.write_vectors(os.fspath(path), _as_matrix(data, "data"))
+
+
+def compute_ground_truth(
+    base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2", threads: Optional[int] = None
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Exact top-k neighbours (multi-threaded, SIMD): ``(ids int64, values float32)`` as ``search`` returns them."""
+    b = _as_matrix(base, "base")
+    q = _as_matrix(queries, "queries")
+    if q.dtype != b.dtype:
+        q = q.astype(b.dtype)
+    k = _check_int("k", k, 1)
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}")
+    return _nearline.ground_truth(b, q, k, metric, threads)
+
+
+def read_ground_truth(path: PathLike) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """Reads a ground-truth file (DiskANN binary format or .ivecs): ``(ids, distances or None)``."""
+    return _nearline.read_ground_truth(os.fspath(path))
+
+
+def write_ground_truth(path: PathLike, ids: np.ndarray, distances: np.ndarray) -> None:
+    """Writes ground truth in DiskANN's binary format (int32 n, int32 k, u32 ids, f32 distances)."""
+    _nearline.write_ground_truth(
+        os.fspath(path), np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(distances, dtype=np.float32)
+    )
+
+
+def recall(found: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """Mean recall@k: |found[:, :k] ∩ truth[:, :k]| / k, averaged over queries."""
+    found = np.asarray(found)[:, :k]
+    truth = np.asarray(truth)[:, :k]
+    if found.shape[0] != truth.shape[0]:
+        raise ValueError(f"found has {found.shape[0]} rows, truth has {truth.shape[0]}")
+    if truth.shape[1] < k:
+        raise ValueError(f"ground truth has only {truth.shape[1]} neighbours per query, k={k}")
+    hits = sum(len(np.intersect1d(f[f >= 0], t)) for f, t in zip(found, truth))
+    return hits / (k * found.shape[0])

@@ -1,0 +1,50 @@
+"""Shared fixtures: small clustered datasets with shuffled ids, built indexes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def clustered(n: int, dim: int, *, clusters: int = 32, seed: int = 0, queries: int = 200):
+    """Gaussian mixture with shuffled row order (ids carry no locality) and held-out queries."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 4.0, size=(clusters, dim)).astype(np.float32)
+    total = n + queries
+    labels = rng.integers(0, clusters, size=total)
+    spread = rng.uniform(0.5, 1.5, size=clusters).astype(np.float32)
+    x = centers[labels] + rng.normal(0, 1.0, size=(total, dim)).astype(np.float32) * spread[labels, None]
+    x = x.astype(np.float32)
+    perm = rng.permutation(total)
+    x = x[perm]
+    return np.ascontiguousarray(x[:n]), np.ascontiguousarray(x[n:])
+
+
+def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2") -> np.ndarray:
+    """Brute-force reference in numpy (independent of the engine)."""
+    b = base.astype(np.float64)
+    q = queries.astype(np.float64)
+    if metric == "l2":
+        d = (q * q).sum(1)[:, None] - 2 * q @ b.T + (b * b).sum(1)[None, :]
+    elif metric == "ip":
+        d = -(q @ b.T)
+    else:
+        bn = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-30)
+        qn = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30)
+        d = -(qn @ bn.T)
+    return np.argsort(d, axis=1, kind="stable")[:, :k]
+
+
+@pytest.fixture(scope="session")
+def small_data():
+    return clustered(5000, 24, seed=1)
+
+
+@pytest.fixture(scope="session")
+def small_index(tmp_path_factory, small_data):
+    import nearline
+
+    base, _ = small_data
+    path = tmp_path_factory.mktemp("idx") / "small.index"
+    nearline.build(base, path, R=24, build_L=60, pq_bytes=12, threads=2)
+    return path

@@ -1,0 +1,311 @@
+"""End-to-end tests of the Python API: build, open, search, info, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nearline
+from conftest import clustered, exact_knn
+
+pytestmark = pytest.mark.io_engine
+
+
+def test_end_to_end_recall_20k(tmp_path):
+    """A 20k-vector index with shuffled ids reaches recall@10 >= 0.9 against exact ground truth."""
+    base, queries = clustered(20_000, 48, clusters=64, seed=7, queries=300)
+    idx = nearline.build(base, tmp_path / "e2e.index", R=32, build_L=64, pq_bytes=16, threads=2)
+    gt = exact_knn(base, queries, 10)
+    ids, dists, stats = idx.search(queries, k=10, L=100, W=4, return_stats=True)
+    assert ids.shape == (300, 10) and ids.dtype == np.int64
+    assert dists.dtype == np.float32
+    r = nearline.recall(ids, gt, 10)
+    assert r >= 0.9, r
+    # Distances are exact squared L2 of the returned ids, ascending.
+    d_true = ((base[ids] - queries[:, None, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(dists, d_true, rtol=1e-3, atol=1e-2)
+    assert np.all(np.diff(dists, axis=1) >= -1e-5)
+    assert (stats["reads"] > 0).all() and (stats["hops"] > 0).all()
+    assert np.all(stats["io_utilisation"] > 0) and np.all(stats["io_utilisation"] <= 1)
+    assert (stats["bytes_read"] == stats["reads"] * 4096).all()
+    # The engine's own ground truth agrees with numpy's.
+    gt_ids, _ = nearline.compute_ground_truth(base, queries, 10)
+    assert nearline.recall(gt_ids, gt, 10) > 0.999
+
+
+def test_search_shapes_padding_and_single_query(small_index, small_data):
+    base, queries = small_data
+    with nearline.open(small_index) as idx:
+        ids, d = idx.search(queries[0], k=5)
+        assert ids.shape == (5,) and d.shape == (5,)
+        ids, d = idx.search(queries[:3], k=idx.n + 5, L=idx.n + 5)
+        assert (ids[:, idx.n :] == -1).all() and np.isinf(d[:, idx.n :]).all()
+        assert (ids[:, : idx.n] >= 0).all()
+    assert idx.closed
+    with pytest.raises(ValueError, match="closed"):
+        idx.search(queries[:1], k=1)
+
+
+def test_bad_search_arguments(small_index, small_data):
+    _, queries = small_data
+    idx = nearline.open(small_index)
+    with pytest.raises(ValueError, match="dimension"):
+        idx.search(queries[:, :5], k=3)
+    with pytest.raises(ValueError, match="k=0"):
+        idx.search(queries, k=0)
+    with pytest.raises(ValueError, match="at least k"):
+        idx.search(queries, k=10, L=5)
+    with pytest.raises(ValueError, match="W=0"):
+        idx.search(queries, k=10, W=0)
+    with pytest.raises(ValueError, match="W=65"):
+        idx.search(queries, k=10, W=65)
+    bad = queries[:2].copy()
+    bad[1, 3] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        idx.search(bad, k=3)
+    with pytest.raises(ValueError, match="shape"):
+        idx.search(np.zeros((2, 2, 24), np.float32), k=3)
+
+
+def test_bad_build_arguments(tmp_path, small_data):
+    base, _ = small_data
+    p = tmp_path / "x.index"
+    with pytest.raises(ValueError, match="unknown preset"):
+        nearline.build(base, p, preset="bogus")
+    with pytest.raises(ValueError, match="unknown metric"):
+        nearline.build(base, p, metric="hamming")
+    with pytest.raises(ValueError, match="R=0"):
+        nearline.build(base, p, R=0)
+    with pytest.raises(ValueError, match="alpha"):
+        nearline.build(base, p, alpha=0.5)
+    with pytest.raises(ValueError, match="memory budget"):
+        nearline.build(base, p, memory_budget="12 parsecs")
+    with pytest.raises(ValueError, match="fraction"):
+        nearline.build(base, p, memory_budget=1.5)
+    with pytest.raises(ValueError, match="pq_bytes"):
+        nearline.build(base, p, pq_bytes=1000)
+    with pytest.raises(ValueError, match="page_size"):
+        nearline.build(base, p, page_size=5000)
+    with pytest.raises(ValueError, match="2-D"):
+        nearline.build(base[0], p)
+    with pytest.raises(ValueError, match="dtype"):
+        nearline.build(base.astype(np.complex64), p)
+    nan = base[:100].copy()
+    nan[17, 2] = np.inf
+    with pytest.raises(ValueError, match="row 17"):
+        nearline.build(nan, p)
+    with pytest.raises(ValueError, match="unique"):
+        nearline.build(base[:10], p, ids=np.array([1] * 10))
+    with pytest.raises(ValueError, match="ids"):
+        nearline.build(base[:10], p, ids=np.arange(9))
+    with pytest.raises(ValueError, match="cosine"):
+        nearline.build(base[:10].astype(np.uint8), p, metric="cosine")
+    with pytest.raises(FileNotFoundError):
+        nearline.build(tmp_path / "missing.fbin", p)
+    assert not p.exists(), "a failed build must not leave an index directory"
+    # Existing directory without overwrite.
+    p.mkdir()
+    with pytest.raises(ValueError, match="already exists"):
+        nearline.build(base[:200], p, R=8, build_L=16)
+
+
+def test_external_ids_and_metrics(tmp_path):
+    base, queries = clustered(3000, 16, seed=3, queries=50)
+    ext = np.random.default_rng(0).permutation(3000).astype(np.int64) * 1000 + 7
+    idx = nearline.build(base, tmp_path / "ids.index", ids=ext, R=24, build_L=64, pq_bytes=8)
+    ids, _ = idx.search(queries, k=10, L=80)
+    gt = ext[exact_knn(base, queries, 10)]
+    assert nearline.recall(ids, gt, 10) >= 0.9
+    for metric in ("ip", "cosine"):
+        ix = nearline.build(base, tmp_path / f"{metric}.index", metric=metric, R=24, build_L=64, pq_bytes=8)
+        ids, vals = ix.search(queries, k=10, L=100)
+        gt = exact_knn(base, queries, 10, metric)
+        assert nearline.recall(ids, gt, 10) >= 0.85, metric
+        assert np.all(np.diff(vals, axis=1) <= 1e-4), "scores must be descending"
+        if metric == "ip":
+            np.testing.assert_allclose(vals[:, 0], (base[ids[:, 0]] * queries).sum(1), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "uint8", "int8"])
+def test_other_dtypes(tmp_path, dtype):
+    rng = np.random.default_rng(5)
+    if dtype == "float16":
+        base, queries = clustered(2000, 16, seed=5, queries=40)
+        base, queries = base.astype(np.float16), queries.astype(np.float16)
+    else:
+        lo, hi = (0, 256) if dtype == "uint8" else (-128, 128)
+        centers = rng.integers(lo + 40, hi - 40, size=(16, 16))
+        lab = rng.integers(0, 16, size=2040)
+        x = np.clip(centers[lab] + rng.integers(-30, 31, size=(2040, 16)), lo, hi - 1).astype(dtype)
+        base, queries = x[:2000], x[2000:]
+    idx = nearline.build(base, tmp_path / f"{dtype}.index", R=24, build_L=64, pq_bytes=8)
+    assert idx.dtype == np.dtype(dtype)
+    ids, _ = idx.search(queries, k=10, L=100)
+    gt = exact_knn(base, queries, 10)
+    assert nearline.recall(ids, gt, 10) >= 0.85
+    if dtype != "float16":
+        with pytest.raises(ValueError, match="not representable"):
+            idx.search(queries.astype(np.float32) + 0.5, k=3)
+
+
+def test_build_from_file_and_info(tmp_path, small_data):
+    base, queries = small_data
+    f = tmp_path / "base.fbin"
+    nearline.write_vectors(f, base)
+    idx = nearline.build(f, tmp_path / "f.index", R=16, build_L=40, pq_bytes=8, memory_budget="4MB")
+    info = idx.info()
+    assert info["n"] == 5000 and info["dim"] == 24 and info["dtype"] == "float32"
+    assert info["preset"] == "diskann" and info["pq_bytes"] == 8
+    assert info["format_version"] == "1.0"
+    mem = info["memory"]
+    assert mem["pq_codes"] == 5000 * 8
+    assert mem["total"] >= mem["pq_codes"] + mem["cache"] > 0
+    assert mem["budget"] == 4_000_000 and mem["within_budget"]
+    assert mem["cache_nodes"] > 0
+    assert info["io_engine"] in ("io_uring", "pread")
+    # A second open with no budget beyond the PQ codes caches nothing.
+    idx2 = nearline.open(tmp_path / "f.index", memory_budget=0)
+    assert idx2.info()["memory"]["cache_nodes"] == 0
+    a, _ = idx.search(queries, k=10, L=50)
+    b, _ = idx2.search(queries, k=10, L=50)
+    assert (a == b).all(), "the cache must not change results"
+
+
+def test_cache_serves_hops(small_index, small_data):
+    _, queries = small_data
+    big = nearline.open(small_index, cache_nodes=2000)
+    none = nearline.open(small_index, cache_nodes=0)
+    _, _, s1 = big.search(queries, k=10, L=50, return_stats=True)
+    _, _, s0 = none.search(queries, k=10, L=50, return_stats=True)
+    assert s1["cache_hits"].sum() > 0 and s0["cache_hits"].sum() == 0
+    assert s1["reads"].mean() < s0["reads"].mean()
+    assert (s1["hops"] == s0["hops"]).all()
+
+
+def test_threads_share_an_index(small_index, small_data):
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, queries = small_data
+    idx = nearline.open(small_index)
+    ref, _ = idx.search(queries, k=10, L=50, threads=1)
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda t: idx.search(queries, k=10, L=50, threads=t)[0], [1, 2, 3, 2]))
+    for o in outs:
+        assert (o == ref).all()
+
+
+def _copy_index(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_corrupt_page_is_detected(tmp_path, small_index, small_data):
+    _, queries = small_data
+    p = _copy_index(small_index, tmp_path / "c.index")
+    pages = p / "pages.bin"
+    data = bytearray(pages.read_bytes())
+    # Flip a byte inside every block: any read must fail its CRC.
+    for off in range(100, len(data), 4096):
+        data[off] ^= 0xFF
+    pages.write_bytes(bytes(data))
+    idx = nearline.open(p, cache_nodes=0)
+    with pytest.raises(nearline.CorruptIndexError, match="CRC32C"):
+        idx.search(queries[:5], k=10)
+
+
+def test_truncated_and_damaged_sections(tmp_path, small_index):
+    p = _copy_index(small_index, tmp_path / "t.index")
+    with open(p / "pages.bin", "r+b") as f:
+        f.truncate(4096 * 3)
+    with pytest.raises(nearline.CorruptIndexError, match="truncated"):
+        nearline.open(p)
+    p = _copy_index(small_index, tmp_path / "t2.index")
+    codes = bytearray((p / "pq_codes.bin").read_bytes())
+    codes[10] ^= 1
+    (p / "pq_codes.bin").write_bytes(bytes(codes))
+    with pytest.raises(nearline.CorruptIndexError, match="CRC32C"):
+        nearline.open(p)
+    p = _copy_index(small_index, tmp_path / "t3.index")
+    (p / "pq_codes.bin").write_bytes(codes[:100])
+    with pytest.raises(nearline.CorruptIndexError, match="bytes"):
+        nearline.open(p)
+
+
+def test_manifest_versions_and_garbage(tmp_path, small_index):
+    p = _copy_index(small_index, tmp_path / "v.index")
+    m = json.loads((p / "manifest.json").read_text())
+    m["format_major"] = 99
+    (p / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(nearline.FormatError, match="newer"):
+        nearline.open(p)
+    m["format_major"] = 1
+    m["format_minor"] = 7  # a newer minor of the same major stays readable
+    m["some_future_field"] = {"x": 1}
+    (p / "manifest.json").write_text(json.dumps(m))
+    nearline.open(p).close()
+    (p / "manifest.json").write_text("{not json")
+    with pytest.raises(nearline.CorruptIndexError, match="JSON"):
+        nearline.open(p)
+    m2 = dict(m)
+    m2["format"] = "something-else"
+    (p / "manifest.json").write_text(json.dumps(m2))
+    with pytest.raises(nearline.FormatError, match="not a nearline index"):
+        nearline.open(p)
+    with pytest.raises(FileNotFoundError):
+        nearline.open(tmp_path / "nope")
+
+
+def test_progress_callback_and_cancellation(tmp_path, small_data):
+    base, _ = small_data
+    seen = []
+    nearline.build(base, tmp_path / "p.index", R=16, build_L=32, pq_bytes=8, progress=lambda s, d, t: seen.append((s, d, t)))
+    stages = {s for s, _, _ in seen}
+    assert {"pq", "graph", "layout"} <= stages
+    g = [(d, t) for s, d, t in seen if s == "graph"]
+    assert g[-1][0] == g[-1][1] and all(d <= t for d, t in g)
+
+    class Stop(Exception):
+        pass
+
+    def stop(stage, done, total):
+        if stage == "graph" and done > 0:
+            raise Stop()
+
+    target = tmp_path / "cancelled.index"
+    with pytest.raises(Stop):
+        nearline.build(base, target, R=16, build_L=32, pq_bytes=8, progress=stop)
+    assert not target.exists()
+    assert not any(x.name.startswith(".cancelled.index") for x in tmp_path.iterdir()), "temp dir left behind"
+
+
+def test_rss_delta_within_budget(tmp_path):
+    """The resident memory open() adds stays within the search budget + 5% (measured in a clean subprocess)."""
+    base, _ = clustered(20_000, 64, seed=11, queries=10)
+    path = tmp_path / "rss.index"
+    nearline.build(base, path, R=32, build_L=40, pq_bytes=16, threads=2)
+    budget = 6_000_000
+    code = f"""
+import nearline, json
+def rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) * 1024
+# Warm up: the first open pulls the extension's code pages into RSS; those
+# belong to the library, not to the index.
+nearline.open({str(path)!r}, memory_budget=0).close()
+r0 = rss()
+idx = nearline.open({str(path)!r}, memory_budget={budget})
+r1 = rss()
+print(json.dumps({{"delta": r1 - r0, "total": idx.info()["memory"]["total"]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout)
+    assert res["total"] <= budget
+    assert res["delta"] <= budget * 1.05, res
