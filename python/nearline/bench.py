@@ -253,18 +253,21 @@ def _environment() -> dict[str, Any]:
     try:
         import nearline
 
-        for attr in ("__version__", "simd_level", "SIMD_LEVEL"):
-            v = getattr(nearline, attr, None)
-            if v is not None:
-                env["nearline_" + attr.strip("_").lower()] = v() if callable(v) else v
+        env["nearline_version"] = getattr(nearline, "__version__", None)
+        for mod in (nearline, getattr(nearline, "_nearline", None)):
+            fn = getattr(mod, "simd_level", None)
+            if fn is not None:
+                env["simd_level"] = fn() if callable(fn) else fn
+                break
     except Exception:  # the bindings may be missing; the peers still run
-        pass
-    for mod in ("diskannpy", "faiss", "hnswlib"):
+        log.debug("nearline bindings unavailable for the environment record", exc_info=True)
+    from importlib import metadata
+
+    for dist in ("diskannpy", "faiss-cpu", "hnswlib"):
         try:
-            m = __import__(mod)
-            env[f"{mod}_version"] = getattr(m, "__version__", "?")
-        except Exception:
-            pass
+            env[f"{dist}_version"] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            env[f"{dist}_version"] = None
     return env
 
 

@@ -49,8 +49,9 @@ class _Progress:
         if self.bar is not None:
             if total and self.bar.total != total:
                 self.bar.total = total
-            self.bar.n = int(done)
-            self.bar.refresh()
+            step = int(done) - self.bar.n
+            if step > 0:
+                self.bar.update(step)  # tqdm rate-limits redraws
 
     def close(self) -> None:
         """Closes the current bar."""
