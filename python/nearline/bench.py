@@ -40,7 +40,8 @@ TARGET_RECALLS = (0.90, 0.95, 0.99)
 POINT_METRICS = (
     "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "mean_reads",
     "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes", "mean_cache_hits", "mean_bytes_read",
-    "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us", "mean_cpu_us",
+    "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us", "mean_cpu_us", "single_lat_mean_ms",
+    "single_lat_p50_ms", "single_lat_p99_ms", "single_lat_p999_ms",
 )
 
 
