@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -210,15 +209,18 @@ def test_report_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     from nearline import plots
 
-    summary = {"nearline": {"points": [{"L": 10, "recall": 0.9, "qps": 5000.0}, {"L": 20, "recall": 0.97, "qps": 3000.0}]},
-               "diskannpy": {"points": [{"L": 10, "recall": 0.88, "qps": 2000.0}, {"L": 20, "recall": 0.96, "qps": 1000.0}]}}
+    summary = {
+        "nearline": {"points": [{"L": 10, "recall": 0.9, "qps": 5000.0}, {"L": 20, "recall": 0.97, "qps": 3000.0}]},
+        "diskannpy": {"points": [{"L": 10, "recall": 0.88, "qps": 2000.0}, {"L": 20, "recall": 0.96, "qps": 1000.0}]},
+    }
     out = plots.plot_qps_recall(summary, tmp_path / "c.png", k=10, title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     full = {"nearline": {"points": bench.median_points([summary["nearline"]["points"]])},
             "diskannpy": {"points": bench.median_points([summary["diskannpy"]["points"]])}}
+    at = bench.matched_ratios(full["nearline"], full["diskannpy"])
     result = {"params": {"k": 10}, "summary": full,
-              "comparisons": {"nearline/diskannpy": {"at_recall": bench.matched_ratios(full["nearline"], full["diskannpy"]),
-                                                     "build_time_ratio": 0.5, "peak_build_rss_ratio": 0.8}},
+              "comparisons": {"nearline/diskannpy": {"at_recall": at, "build_time_ratio": 0.5,
+                                                     "peak_build_rss_ratio": 0.8}},
               "builds": {"nearline": {"build_s": 1.0, "peak_rss_bytes": 2**20}, "diskannpy": {"build_s": 2.0}}}
     text = bench.format_report(result)
     assert "QPS ratio nearline/diskannpy @ recall 0.95 = " in text
@@ -261,7 +263,9 @@ def test_run_bench_orchestration_with_fake_engine(tmp_path, monkeypatch):
 
     def fake_build(data, path, **kw):
         built.update(kw, data=data)
-        Path(path).mkdir(parents=True)
+        if not Path(path).parent.is_dir():  # as the engine does
+            raise ValueError(f"parent directory {Path(path).parent} does not exist")
+        Path(path).mkdir()
         return _FakeBuilt(datasets.read_vectors(data))
 
     ds = datasets.load_dataset("synthetic:1000:8", tmp_path)  # the spec run_bench resolves

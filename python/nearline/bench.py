@@ -199,7 +199,9 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def run_worker(spec: dict[str, Any], log_path: Optional[Path] = None, timeout_s: Optional[float] = None) -> dict[str, Any]:
+def run_worker(
+    spec: dict[str, Any], log_path: Optional[Path] = None, timeout_s: Optional[float] = None
+) -> dict[str, Any]:
     """Runs ``python -m nearline._bench_worker`` with ``spec`` on stdin; returns its JSON result.
 
     The worker's stderr goes to ``log_path`` (or is inherited). Raises
@@ -278,6 +280,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
+    (work / "indexes").mkdir(exist_ok=True)  # nearline.build wants the parent of the index to exist
     if cfg.k <= 0:
         raise ValueError(f"--k must be positive, got {cfg.k}")
     Ls = [L for L in cfg.Ls if L >= cfg.k]
@@ -368,7 +371,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             "peak_build_rss_ratio": _ratio(builds[first].get("peak_rss_bytes"), builds[other].get("peak_rss_bytes")),
         }
     result = {
-        "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps, "queries_repeat": cfg.queries_repeat,
+        "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps,
+                   "queries_repeat": cfg.queries_repeat,
                    "systems": cfg.systems, "pq_bytes_matched": pq_bytes},
         "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
                     "nq": int(ds.queries.shape[0]), "metric": ds.metric},
