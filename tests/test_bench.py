@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -210,15 +209,18 @@ def test_report_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     from nearline import plots
 
-    summary = {"nearline": {"points": [{"L": 10, "recall": 0.9, "qps": 5000.0}, {"L": 20, "recall": 0.97, "qps": 3000.0}]},
-               "diskannpy": {"points": [{"L": 10, "recall": 0.88, "qps": 2000.0}, {"L": 20, "recall": 0.96, "qps": 1000.0}]}}
+    summary = {
+        "nearline": {"points": [{"L": 10, "recall": 0.9, "qps": 5000.0}, {"L": 20, "recall": 0.97, "qps": 3000.0}]},
+        "diskannpy": {"points": [{"L": 10, "recall": 0.88, "qps": 2000.0}, {"L": 20, "recall": 0.96, "qps": 1000.0}]},
+    }
     out = plots.plot_qps_recall(summary, tmp_path / "c.png", k=10, title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     full = {"nearline": {"points": bench.median_points([summary["nearline"]["points"]])},
             "diskannpy": {"points": bench.median_points([summary["diskannpy"]["points"]])}}
+    at = bench.matched_ratios(full["nearline"], full["diskannpy"])
     result = {"params": {"k": 10}, "summary": full,
-              "comparisons": {"nearline/diskannpy": {"at_recall": bench.matched_ratios(full["nearline"], full["diskannpy"]),
-                                                     "build_time_ratio": 0.5, "peak_build_rss_ratio": 0.8}},
+              "comparisons": {"nearline/diskannpy": {"at_recall": at, "build_time_ratio": 0.5,
+                                                     "peak_build_rss_ratio": 0.8}},
               "builds": {"nearline": {"build_s": 1.0, "peak_rss_bytes": 2**20}, "diskannpy": {"build_s": 2.0}}}
     text = bench.format_report(result)
     assert "QPS ratio nearline/diskannpy @ recall 0.95 = " in text
@@ -247,3 +249,60 @@ def test_worker_peak_rss_is_its_own(tmp_path):
     assert 0 < res["peak_rss_bytes"] < 300 * 2**20  # VmHWM: the worker's own peak
     assert res["ru_maxrss_bytes"] >= 400 * 2**20  # ru_maxrss carries the parent's over fork/exec
     assert res["build_s"] > 0 and res["index_bytes"] > 0
+
+
+class _FakeBuilt(_FakeIndex):
+    def info(self):
+        return {"n": len(self.base), "pq_bytes": 4, "memory": {"total": 1}}
+
+
+def test_run_bench_orchestration_with_fake_engine(tmp_path, monkeypatch):
+    """nearline (faked, in process) then diskannpy with nearline's PQ size; ratios and report."""
+    pytest.importorskip("diskannpy")
+    built = {}
+
+    def fake_build(data, path, **kw):
+        built.update(kw, data=data)
+        if not Path(path).parent.is_dir():  # as the engine does
+            raise ValueError(f"parent directory {Path(path).parent} does not exist")
+        Path(path).mkdir()
+        return _FakeBuilt(datasets.read_vectors(data))
+
+    ds = datasets.load_dataset("synthetic:1000:8", tmp_path)  # the spec run_bench resolves
+    monkeypatch.setattr(nearline, "build", fake_build, raising=False)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
+    calls = []
+    real_worker = bench.run_worker
+
+    def in_process(spec, log_path=None, timeout_s=None):
+        calls.append((spec["action"], spec["system"]))
+        if spec["system"] != "nearline":  # DiskANN cannot open an index twice in one process
+            return real_worker(spec, log_path, timeout_s)
+        return json.loads(json.dumps(peers.jsonable(_bench_worker.run(json.loads(json.dumps(spec))))))
+
+    monkeypatch.setattr(bench, "run_worker", in_process)
+    cfg = bench.BenchConfig(data="synthetic:1000:8", systems=["nearline", "diskannpy"], Ls=[5, 10, 20, 40], k=10,
+                            R=16, build_L=24, threads=1, reps=2, workdir=tmp_path, warmup=0, latency_queries=5)
+    res = bench.run_bench(cfg, progress=False)
+    assert built["R"] == 16 and built["build_L"] == 24 and built["metric"] == "l2"
+    assert calls == [("build", "nearline"), ("build", "diskannpy"), ("search", "nearline"), ("search", "diskannpy"),
+                     ("search", "diskannpy"), ("search", "nearline")]
+    assert res["builds"]["diskannpy"]["pq_bytes"] == 4 and res["params"]["pq_bytes_matched"] == 4
+    assert res["params"]["Ls"] == [10, 20, 40]  # L < k dropped
+    nl_pts = res["summary"]["nearline"]["points"]
+    assert all(0.85 <= p["recall"] <= 0.9 and p["mean_reads"] == 12 for p in nl_pts)
+    assert "nearline/diskannpy" in res["comparisons"]
+    assert "build nearline" in bench.format_report(res)
+
+
+def test_cache_nodes_for_matches_both_systems():
+    assert peers.cache_nodes_for(0, 64, 4, 32) == 0
+    assert peers.cache_nodes_for(None, 64, 4, 32) == 0
+    node = 64 * 4 + 4 + 4 * 32
+    assert peers.cache_nodes_for(10 * node + 5, 64, 4, 32) == 10
+    assert peers.cache_nodes_for("1MiB", 64, 4, 32) == 2**20 // node
+
+
+def test_environment_record():
+    env = bench._environment()
+    assert env["cpu_count"] >= 1 and "date" in env and "diskannpy_version" in env

@@ -91,10 +91,11 @@ def _files(tmp_path, engine):
 # --------------------------------------------------------------------------- argument errors
 
 
-@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["build", "only-one"], ["search", "i", "q", "--k", "0"],
-                                  ["bench", "--data", "x", "--L", "10,abc"], ["bench", "--data", "x", "--compare", "annoy"],
-                                  ["build", "d", "o", "--memory-budget", "1.5"], ["build", "d", "o", "--metric", "hamming"],
-                                  ["bench"]])
+@pytest.mark.parametrize("argv", [
+    [], ["frobnicate"], ["build", "only-one"], ["search", "i", "q", "--k", "0"],
+    ["bench", "--data", "x", "--L", "10,abc"], ["bench", "--data", "x", "--compare", "annoy"],
+    ["build", "d", "o", "--memory-budget", "1.5"], ["build", "d", "o", "--metric", "hamming"], ["bench"],
+])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)

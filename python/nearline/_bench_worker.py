@@ -121,13 +121,20 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
                 point["mean_reads"] = read_bytes / 4096.0 / nq
             elif system in ("faiss-hnsw", "hnswlib"):
                 point["mean_reads"] = 0.0
-            if n_lat:
-                lat = np.empty(n_lat)
-                for i in range(n_lat):
-                    s = time.perf_counter()
-                    h.single(queries[i], k, L)
-                    lat[i] = (time.perf_counter() - s) * 1000.0
-                point["latency_source"] = f"single-query timing of {n_lat} queries"
+        # Sequential single-query timings on a subset, for every system: the
+        # peers' latency figures, and nearline's cross-check of its own stats.
+        single = None
+        if n_lat:
+            single = np.empty(n_lat)
+            for i in range(n_lat):
+                s = time.perf_counter()
+                h.single(queries[i], k, L)
+                single[i] = (time.perf_counter() - s) * 1000.0
+            point["latency_source"] = "per-query total_us (batch)" if lat is not None else (
+                f"single-query timing of {n_lat} queries")
+            point.update({"single_" + key: v for key, v in _latency_summary(single).items()})
+        if lat is None:
+            lat = single
         point.update(_latency_summary(lat))
         points.append(point)
         log.info("%s L=%d recall@%d=%.4f qps=%.0f", system, L, k, point["recall"], point["qps"] or 0)

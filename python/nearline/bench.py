@@ -40,7 +40,8 @@ TARGET_RECALLS = (0.90, 0.95, 0.99)
 POINT_METRICS = (
     "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "mean_reads",
     "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes", "mean_cache_hits", "mean_bytes_read",
-    "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us", "mean_cpu_us",
+    "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us", "mean_cpu_us", "single_lat_mean_ms",
+    "single_lat_p50_ms", "single_lat_p99_ms", "single_lat_p999_ms",
 )
 
 
@@ -198,7 +199,9 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
-def run_worker(spec: dict[str, Any], log_path: Optional[Path] = None, timeout_s: Optional[float] = None) -> dict[str, Any]:
+def run_worker(
+    spec: dict[str, Any], log_path: Optional[Path] = None, timeout_s: Optional[float] = None
+) -> dict[str, Any]:
     """Runs ``python -m nearline._bench_worker`` with ``spec`` on stdin; returns its JSON result.
 
     The worker's stderr goes to ``log_path`` (or is inherited). Raises
@@ -253,18 +256,21 @@ def _environment() -> dict[str, Any]:
     try:
         import nearline
 
-        for attr in ("__version__", "simd_level", "SIMD_LEVEL"):
-            v = getattr(nearline, attr, None)
-            if v is not None:
-                env["nearline_" + attr.strip("_").lower()] = v() if callable(v) else v
+        env["nearline_version"] = getattr(nearline, "__version__", None)
+        for mod in (nearline, getattr(nearline, "_nearline", None)):
+            fn = getattr(mod, "simd_level", None)
+            if fn is not None:
+                env["simd_level"] = fn() if callable(fn) else fn
+                break
     except Exception:  # the bindings may be missing; the peers still run
-        pass
-    for mod in ("diskannpy", "faiss", "hnswlib"):
+        log.debug("nearline bindings unavailable for the environment record", exc_info=True)
+    from importlib import metadata
+
+    for dist in ("diskannpy", "faiss-cpu", "hnswlib"):
         try:
-            m = __import__(mod)
-            env[f"{mod}_version"] = getattr(m, "__version__", "?")
-        except Exception:
-            pass
+            env[f"{dist}_version"] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            env[f"{dist}_version"] = None
     return env
 
 
@@ -274,6 +280,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
+    (work / "indexes").mkdir(exist_ok=True)  # nearline.build wants the parent of the index to exist
     if cfg.k <= 0:
         raise ValueError(f"--k must be positive, got {cfg.k}")
     Ls = [L for L in cfg.Ls if L >= cfg.k]
@@ -364,7 +371,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             "peak_build_rss_ratio": _ratio(builds[first].get("peak_rss_bytes"), builds[other].get("peak_rss_bytes")),
         }
     result = {
-        "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps, "queries_repeat": cfg.queries_repeat,
+        "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps,
+                   "queries_repeat": cfg.queries_repeat,
                    "systems": cfg.systems, "pq_bytes_matched": pq_bytes},
         "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
                     "nq": int(ds.queries.shape[0]), "metric": ds.metric},

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -49,8 +48,9 @@ class _Progress:
         if self.bar is not None:
             if total and self.bar.total != total:
                 self.bar.total = total
-            self.bar.n = int(done)
-            self.bar.refresh()
+            step = int(done) - self.bar.n
+            if step > 0:
+                self.bar.update(step)  # tqdm rate-limits redraws
 
     def close(self) -> None:
         """Closes the current bar."""
@@ -135,11 +135,17 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
 def format_info(info: dict[str, Any]) -> str:
     """Two-column table of an ``Index.info()`` dict (nested keys dotted; memory in human units)."""
     rows = []
-    for key, val in _flatten(info):
+    first = ("path", "n", "dim", "dtype", "metric", "preset", "R", "pq_bytes", "page_size", "records_per_page")
+    flat = _flatten(info)
+    flat.sort(key=lambda kv: first.index(kv[0]) if kv[0] in first else len(first))  # stable: rest keep order
+    for key, val in flat:
         if isinstance(val, (list, tuple)):
             val = ", ".join(str(v) for v in val)
-        elif key.startswith("memory.") or key.endswith("bytes") and not key.endswith("pq_bytes"):
-            val = f"{_human_bytes(val)} ({val})" if isinstance(val, (int, float)) else val
+        elif key.startswith("memory.") and not key.endswith(("nodes", "within_budget")) or (
+            key.endswith(("bytes", "budget")) and not key.endswith("pq_bytes")
+        ):
+            if isinstance(val, (int, float)) and not isinstance(val, bool):
+                val = f"{_human_bytes(val)} ({val})"
         rows.append((key, str(val)))
     width = max((len(k) for k, _ in rows), default=0)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -299,7 +299,9 @@ def synthetic_clustered(
         ``(base (n, dim), queries (queries, dim))`` of ``dtype``.
     """
     if n <= 0 or dim <= 0 or queries < 0:
-        raise ValueError(f"synthetic_clustered: need n > 0, dim > 0, queries >= 0 (got n={n}, dim={dim}, queries={queries})")
+        raise ValueError(
+            f"synthetic_clustered: need n > 0, dim > 0, queries >= 0 (got n={n}, dim={dim}, queries={queries})"
+        )
     out_dt = np.dtype(dtype)
     if out_dt not in _EXT_FOR_DTYPE:
         raise ValueError(f"synthetic_clustered: dtype {out_dt} unsupported: expected float32, float16, uint8 or int8")
@@ -424,7 +426,9 @@ def load_wordnet(folder: PathLike) -> Dataset:
             raise ValueError(f"{gt_path}: shorter than its 8-byte header (int32 n, int32 k)")
         nq, k = int(raw[0]), int(raw[1])
         if raw.size != 2 + nq * k:
-            raise ValueError(f"{gt_path}: header says n={nq}, k={k}: expected {8 + 4 * nq * k} bytes, got {4 * raw.size}")
+            raise ValueError(
+                f"{gt_path}: header says n={nq}, k={k}: expected {8 + 4 * nq * k} bytes, got {4 * raw.size}"
+            )
         gt_ids = raw[2:].reshape(nq, k).astype(np.int64)
         dpath = folder / "gt_dist.fbin"
         if dpath.exists():
@@ -460,7 +464,10 @@ def load_dataset(spec: str, workdir: Optional[PathLike] = None, *, queries: int 
     kind, _, rest = spec.partition(":")
     kind = kind.lower()
     if not rest:
-        raise ValueError(f"dataset spec {spec!r}: expected synthetic:N:DIM[:SEED], wordnet:PATH, hdf5:PATH or files:BASE,QUERIES[,GT]")
+        raise ValueError(
+            f"dataset spec {spec!r}: expected synthetic:N:DIM[:SEED], wordnet:PATH, hdf5:PATH "
+            "or files:BASE,QUERIES[,GT]"
+        )
     if kind == "synthetic":
         parts = rest.split(":")
         if len(parts) not in (2, 3):

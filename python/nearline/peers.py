@@ -188,11 +188,13 @@ class Handle:
 class _NearlineHandle(Handle):
     has_stats = True
 
-    def __init__(self, index_dir: Path, p: Params):
+    def __init__(self, index_dir: Path, p: Params, dim: int, elem_size: int):
         import nearline
 
         self.p = p
-        self.idx = nearline.open(str(index_dir), memory_budget=p.cache_budget, threads=p.threads, io=p.io)
+        # The same node count diskannpy caches (0 unless a cache budget is given).
+        self.cache_nodes = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
+        self.idx = nearline.open(str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io)
 
     def batch(self, queries, k, L):
         ids, _d, stats = self.idx.search(queries, k, L=L, W=self.p.W, threads=self.p.threads, return_stats=True)
@@ -301,11 +303,12 @@ class _DiskannHandle(Handle):
         import diskannpy
 
         self.p = p
-        cache = _budget_bytes(p.cache_budget) or 0
-        node_bytes = dim * elem_size + 4 + 4 * p.R
-        self.num_nodes_to_cache = int(cache // node_bytes) if cache else 0
+        self.num_nodes_to_cache = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
+        # DiskANN's constructor hangs with num_threads=1 (loading the medoid data
+        # waits for a second I/O context), so its context pool gets at least 2;
+        # batch_search still runs on p.threads threads.
         self.idx = diskannpy.StaticDiskIndex(
-            str(index_dir), num_threads=p.threads, num_nodes_to_cache=self.num_nodes_to_cache
+            str(index_dir), num_threads=max(2, p.threads), num_nodes_to_cache=self.num_nodes_to_cache
         )
         self.metric = p.metric
 
@@ -322,6 +325,10 @@ class _DiskannHandle(Handle):
         q = self._q(query[None, :])[0]
         ids, _d = self.idx.search(q, k_neighbors=k, complexity=max(L, k), beam_width=self.p.W)
         return np.asarray(ids, dtype=np.int64)
+
+    def close(self):
+        # DiskANN keeps per-thread I/O contexts; the worker process ends right after.
+        self.idx = None
 
 
 # --------------------------------------------------------------------------- faiss / hnswlib
@@ -423,7 +430,7 @@ def build_system(system: str, base_path: Path, index_dir: Path, p: Params, pq_by
 def open_system(system: str, index_dir: Path, p: Params, dim: int, elem_size: int) -> Handle:
     """Opens ``system``'s index for searching."""
     openers: dict[str, Callable[[], Handle]] = {
-        "nearline": lambda: _NearlineHandle(index_dir, p),
+        "nearline": lambda: _NearlineHandle(index_dir, p, dim, elem_size),
         "diskannpy": lambda: _DiskannHandle(index_dir, p, dim, elem_size),
         "faiss-hnsw": lambda: _FaissHandle(index_dir, p),
         "hnswlib": lambda: _HnswlibHandle(index_dir, p),
@@ -463,6 +470,15 @@ def _budget_bytes(value: Any, raw_bytes: Optional[int] = None) -> Optional[int]:
 def _budget_gb(value: Any, raw_bytes: int) -> Optional[float]:
     b = _budget_bytes(value, raw_bytes)
     return None if b is None else b / 1024**3
+
+
+def cache_nodes_for(cache_budget: Any, dim: int, elem_size: int, R: int) -> int:
+    """Nodes a cache budget holds, with DiskANN's node size (vector + degree + R neighbour ids).
+
+    Both disk systems get this same node count, so neither gets more cache.
+    """
+    cache = _budget_bytes(cache_budget) or 0
+    return int(cache // (dim * elem_size + 4 + 4 * R)) if cache > 0 else 0
 
 
 def _jsonable(x: Any) -> Any:
