@@ -64,6 +64,7 @@ class BenchConfig:
     memory_budget: Any = None
     build_memory_budget: Any = None
     cache_budget: Any = 0
+    entry_points: int = 0
     threads: Optional[int] = None
     W: int = 4
     reps: int = 3
@@ -83,6 +84,7 @@ class BenchConfig:
             metric="l2", R=self.R, build_L=self.build_L, alpha=self.alpha, pq_bytes=self.pq_bytes,
             memory_budget=self.memory_budget, build_memory_budget=self.build_memory_budget,
             cache_budget=self.cache_budget, threads=peers.env_threads(self.threads), seed=self.seed, W=self.W,
+            entry_points=self.entry_points,
         )
 
 

@@ -80,6 +80,17 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _nonneg_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 0")
+    return v
+
+
 def _budget(text: str) -> Any:
     """A budget: bytes (int), a size string ("512MB", "2GiB") or a fraction in (0, 1]."""
     t = text.strip()
@@ -216,7 +227,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError("range search (--radius) is not yet supported")
     nl = _engine()
     queries = nl.read_vectors(args.queries)
-    with nl.open(args.index, memory_budget=args.memory_budget, threads=args.threads) as idx:
+    with nl.open(
+        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points
+    ) as idx:
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True)
         wall = time.perf_counter() - t0
@@ -339,7 +352,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = bench.BenchConfig(
         data=args.data, systems=systems, Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
         pq_bytes=args.pq_bytes, memory_budget=args.memory_budget, build_memory_budget=args.build_memory_budget,
-        cache_budget=args.cache_budget, threads=args.threads, W=args.W, reps=args.reps, seed=args.seed,
+        cache_budget=args.cache_budget, entry_points=args.entry_points, threads=args.threads, W=args.W,
+        reps=args.reps, seed=args.seed,
         workdir=Path(args.workdir) if args.workdir else bench.datasets.default_workdir(),
         out=Path(args.out) if args.out else None, plot=Path(args.plot) if args.plot else None,
         queries_repeat=args.queries_repeat, rebuild=args.rebuild, warmup=args.warmup,
@@ -400,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--W", type=_positive_int, default=4)
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
+    p.add_argument("--entry-points", type=_nonneg_int, default=0,
+                   help="sampled in-memory entry points (0 = start from the medoid)")
     p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
     p.add_argument("--radius", type=float, default=None, help="range search (not yet supported)")
@@ -435,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-budget", type=_budget, default=None, help="nearline's search memory budget at build")
     p.add_argument("--build-memory-budget", type=_budget, default=None)
     p.add_argument("--cache-budget", type=_budget, default=0, help="node cache at search (both disk systems)")
+    p.add_argument("--entry-points", type=_nonneg_int, default=0,
+                   help="nearline: sampled in-memory entry points per index (0 = start from the medoid, as DiskANN)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--W", type=_positive_int, default=4)
     p.add_argument("--reps", type=_positive_int, default=3)

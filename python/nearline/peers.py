@@ -157,6 +157,8 @@ class Params:
     seed: int = 0
     W: int = 4
     io: str = "auto"
+    #: nearline only: sampled in-memory entry points (0 = medoid, as DiskANN).
+    entry_points: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Params":
@@ -194,7 +196,9 @@ class _NearlineHandle(Handle):
         self.p = p
         # The same node count diskannpy caches (0 unless a cache budget is given).
         self.cache_nodes = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
-        self.idx = nearline.open(str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io)
+        self.idx = nearline.open(
+            str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io, entry_points=p.entry_points
+        )
 
     def batch(self, queries, k, L):
         ids, _d, stats = self.idx.search(queries, k, L=L, W=self.p.W, threads=self.p.threads, return_stats=True)
