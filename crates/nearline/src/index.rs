@@ -234,7 +234,7 @@ pub fn build<T: Element>(
 
     let manifest = pool.install(|| -> Result<Manifest> {
         let t0 = Instant::now();
-        files::check_finite("input vectors", data.view())?;
+        check_finite_streaming(&data)?;
         let data = if opts.metric == Metric::Cosine {
             normalized(&data)?
         } else {
@@ -400,6 +400,36 @@ pub fn build<T: Element>(
     std::fs::rename(&tmp.path, dir).map_err(|e| Error::io(dir, e))?;
     tmp.keep = true;
     Ok(manifest)
+}
+
+/// Checks every value is finite, in chunks whose mapped pages are released
+/// afterwards so a streamed input never becomes resident all at once.
+fn check_finite_streaming<T: Element>(data: &Matrix<T>) -> Result<()> {
+    let (n, dim) = (data.n(), data.dim());
+    let chunk = 65_536;
+    for start in (0..n).step_by(chunk) {
+        let end = (start + chunk).min(n);
+        let view = MatrixView::new(&data.as_slice()[start * dim..end * dim], end - start, dim)?;
+        files::check_finite("input vectors", view).map_err(|e| match e {
+            // Row numbers in the message are relative to the chunk: re-issue with the global row.
+            Error::InvalidArgument(m) => Error::InvalidArgument(rebase_row(&m, start)),
+            other => other,
+        })?;
+        data.release_rows(start, end);
+    }
+    Ok(())
+}
+
+/// Rewrites "row R" in a message to "row R+offset".
+fn rebase_row(msg: &str, offset: usize) -> String {
+    if let Some(i) = msg.find("row ") {
+        let rest = &msg[i + 4..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(r) = digits.parse::<usize>() {
+            return format!("{}row {}{}", &msg[..i], r + offset, &rest[digits.len()..]);
+        }
+    }
+    msg.to_string()
 }
 
 fn normalized<T: Element>(data: &Matrix<T>) -> Result<Matrix<T>> {
