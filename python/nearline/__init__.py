@@ -114,6 +114,7 @@ def build(
     build_L: int = 100,
     alpha: float = 1.2,
     passes: int = 2,
+    saturate: bool = True,
     pq_bytes: Optional[int] = None,
     memory_budget: Budget = 0.125,
     build_memory_budget: Optional[Budget] = None,
@@ -139,6 +140,9 @@ def build(
             returns them instead of row numbers.
         R: maximum graph degree. build_L: build candidate list size.
         alpha: pruning parameter (≥ 1). passes: Vamana passes (DiskANN: 2).
+        saturate: after α-pruning, fill adjacency lists up to R with the nearest
+            remaining candidates, as DiskANN's disk builds do (denser graph,
+            higher recall per read).
         pq_bytes: PQ code bytes per vector; by default derived from
             ``memory_budget`` as DiskANN does (floor(budget / n), at most min(dim, 512)).
         memory_budget: search memory budget: bytes, ``"512MB"`` (10^6·512),
@@ -194,7 +198,7 @@ def build(
     log.info("building %s (preset=%s, metric=%s, R=%d, build_L=%d)", path, preset, metric, R, build_L)
     _nearline.build_index(
         src, os.fspath(path), metric, preset, ids_arr, R, build_L, alpha, passes, pq_bytes, mb, bmb,
-        page_size, threads, seed, progress, bool(overwrite), dtype,
+        page_size, threads, seed, progress, bool(overwrite), dtype, saturate=bool(saturate),
     )
     return open(path)
 

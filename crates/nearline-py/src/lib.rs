@@ -155,7 +155,7 @@ fn run_cancellable<R: Send>(
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None))]
+#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=true))]
 fn build_index(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -176,6 +176,7 @@ fn build_index(
     progress: Option<Py<PyAny>>,
     overwrite: bool,
     dtype: Option<&str>,
+    saturate: bool,
 ) -> PyResult<String> {
     let opts = BuildOptions {
         metric: Metric::parse(metric).map_err(to_py)?,
@@ -184,6 +185,7 @@ fn build_index(
         build_l,
         alpha,
         passes,
+        saturate,
         pq_bytes,
         memory_budget: Budget::parse(memory_budget).map_err(to_py)?,
         build_memory_budget: parse_budget(build_memory_budget)?,

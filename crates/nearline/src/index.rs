@@ -49,6 +49,8 @@ pub struct BuildOptions {
     pub build_l: usize,
     pub alpha: f32,
     pub passes: usize,
+    /// Fill pruned adjacency lists up to R (DiskANN's disk builds do).
+    pub saturate: bool,
     /// PQ bytes per vector; `None` derives them from `memory_budget` as DiskANN does.
     pub pq_bytes: Option<usize>,
     pub memory_budget: Budget,
@@ -72,6 +74,7 @@ impl Default for BuildOptions {
             build_l: 100,
             alpha: 1.2,
             passes: 2,
+            saturate: true,
             pq_bytes: None,
             memory_budget: Budget::Fraction(0.125),
             build_memory_budget: None,
@@ -284,6 +287,7 @@ pub fn build<T: Element>(
             alpha: opts.alpha,
             passes: opts.passes,
             seed: opts.seed,
+            saturate: opts.saturate,
             ..VamanaParams::default()
         };
         let gp = |d: u64, t: u64| progress("graph", d, t);
@@ -355,6 +359,7 @@ pub fn build<T: Element>(
                 build_l: opts.build_l,
                 alpha: opts.alpha,
                 passes: opts.passes,
+                saturate: opts.saturate,
                 pq_bytes,
                 memory_budget: mem_budget,
                 build_memory_budget: if build_budget == u64::MAX {
@@ -1038,6 +1043,36 @@ mod tests {
         );
         assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn saturation_fills_lists_towards_r() {
+        let tmp = tempfile::tempdir().unwrap();
+        let never = AtomicBool::new(false);
+        let mut degrees = Vec::new();
+        for saturate in [false, true] {
+            let m = Matrix::from_vec(clustered(2000, 16, 1), 2000, 16).unwrap();
+            let opts = BuildOptions {
+                r: 16,
+                build_l: 40,
+                pq_bytes: Some(8),
+                threads: Some(2),
+                saturate,
+                ..Default::default()
+            };
+            let man = build(
+                m,
+                &tmp.path().join(format!("s{saturate}")),
+                &opts,
+                &|_, _, _| {},
+                &never,
+            )
+            .unwrap();
+            assert_eq!(man.spec.saturate, saturate);
+            degrees.push(man.build_stats.mean_degree);
+        }
+        assert!(degrees[1] > degrees[0], "{degrees:?}");
+        assert!(degrees[1] >= 0.9 * 16.0, "{degrees:?}");
     }
 
     #[test]

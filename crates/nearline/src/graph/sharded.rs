@@ -428,6 +428,7 @@ pub fn build_sharded<T: Element>(
                         params.alpha,
                         r,
                         params.max_candidates,
+                        params.saturate && params.alpha > 1.0,
                         &mut out,
                     );
                     out

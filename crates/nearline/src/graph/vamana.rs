@@ -49,6 +49,9 @@ pub struct VamanaParams {
     pub max_candidates: usize,
     /// Seed of the insertion order.
     pub seed: u64,
+    /// Fill pruned lists up to R with the nearest remaining candidates when
+    /// α > 1 (DiskANN's disk builds do; their graphs have degree R).
+    pub saturate: bool,
 }
 
 impl Default for VamanaParams {
@@ -60,6 +63,7 @@ impl Default for VamanaParams {
             passes: 2,
             max_candidates: 750,
             seed: 0,
+            saturate: true,
         }
     }
 }
@@ -271,6 +275,7 @@ pub fn search_graph_with(
 /// point `p` into `out`: walk the candidates nearest first, keep `x` unless
 /// an already kept `y` has `α·d(y, x) ≤ d(p, x)`; at most `r` kept, at most
 /// `max_c` candidates considered. `pool` is sorted and deduplicated in place.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
     space: &D,
     p: u32,
@@ -278,6 +283,7 @@ pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
     alpha: f32,
     r: usize,
     max_c: usize,
+    saturate: bool,
     out: &mut Vec<u32>,
 ) {
     out.clear();
@@ -295,6 +301,20 @@ pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
         let occluded = out.iter().any(|&y| alpha * space.dist(y, x) <= d);
         if !occluded {
             out.push(x);
+        }
+    }
+    // Saturation (DiskANN's disk builds): fill the slots the α rule left
+    // empty with the nearest remaining candidates, so every pruned list has
+    // R entries. Denser lists cost PQ work per hop but raise recall at a
+    // given list size, which is what disk reads pay for.
+    if saturate && out.len() < r {
+        for &(_, x) in pool.iter().take(max_c) {
+            if out.len() >= r {
+                break;
+            }
+            if x != p && !out.contains(&x) {
+                out.push(x);
+            }
         }
     }
 }
@@ -400,7 +420,17 @@ pub fn build_vamana<D: PointDistance>(
         .par_iter()
         .map(|&v| {
             slots.with(|s| {
-                prune_list(space, &g, v, &[], params.alpha, r, params.max_candidates, s);
+                prune_list(
+                    space,
+                    &g,
+                    v,
+                    &[],
+                    params.alpha,
+                    r,
+                    params.max_candidates,
+                    params.saturate && params.alpha > 1.0,
+                    s,
+                );
                 s.out.clone()
             })
         })
@@ -496,6 +526,7 @@ fn prune_list<D: PointDistance + ?Sized>(
     alpha: f32,
     r: usize,
     max_c: usize,
+    saturate: bool,
     s: &mut SearchScratch,
 ) {
     s.pool.clear();
@@ -503,7 +534,7 @@ fn prune_list<D: PointDistance + ?Sized>(
         s.pool.push((space.dist(v, u), u));
     }
     let mut pool = std::mem::take(&mut s.pool);
-    robust_prune(space, v, &mut pool, alpha, r, max_c, &mut s.out);
+    robust_prune(space, v, &mut pool, alpha, r, max_c, saturate, &mut s.out);
     s.pool = pool;
 }
 
@@ -544,6 +575,7 @@ fn insert_batch<D: PointDistance>(
                         alpha,
                         r,
                         params.max_candidates,
+                        params.saturate && alpha > 1.0,
                         &mut s.out,
                     );
                     s.pool = pool;
@@ -590,7 +622,17 @@ fn insert_batch<D: PointDistance>(
                 slots.with(|s| {
                     s.out.clear();
                     let extra: Vec<u32> = pairs[a..b].iter().map(|&(_, p)| p).collect();
-                    prune_list(space, g, q, &extra, alpha, r, params.max_candidates, s);
+                    prune_list(
+                        space,
+                        g,
+                        q,
+                        &extra,
+                        alpha,
+                        r,
+                        params.max_candidates,
+                        params.saturate && alpha > 1.0,
+                        s,
+                    );
                     Some(s.out.clone())
                 })
             })

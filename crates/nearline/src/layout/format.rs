@@ -28,6 +28,9 @@ pub struct BuildSpec {
     pub build_l: usize,
     pub alpha: f32,
     pub passes: usize,
+    /// Whether pruned lists were filled up to R (absent in early manifests: true).
+    #[serde(default = "default_true")]
+    pub saturate: bool,
     pub pq_bytes: usize,
     /// Search memory budget in bytes (sizes the node cache at open by default).
     pub memory_budget: u64,
@@ -36,6 +39,10 @@ pub struct BuildSpec {
     pub page_size: usize,
     pub seed: u64,
     pub threads: usize,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// Geometry of the page file.
