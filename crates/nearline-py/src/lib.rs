@@ -155,7 +155,7 @@ fn run_cancellable<R: Send>(
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=true))]
+#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false))]
 fn build_index(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,

@@ -74,7 +74,7 @@ impl Default for BuildOptions {
             build_l: 100,
             alpha: 1.2,
             passes: 2,
-            saturate: true,
+            saturate: false,
             pq_bytes: None,
             memory_budget: Budget::Fraction(0.125),
             build_memory_budget: None,

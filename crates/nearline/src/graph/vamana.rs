@@ -50,7 +50,8 @@ pub struct VamanaParams {
     /// Seed of the insertion order.
     pub seed: u64,
     /// Fill pruned lists up to R with the nearest remaining candidates when
-    /// α > 1 (DiskANN's disk builds do; their graphs have degree R).
+    /// α > 1 (DiskANN's disk builds do; their graphs have degree R). Off by
+    /// default: on 1M × 128 it did not change recall at a given L.
     pub saturate: bool,
 }
 
@@ -63,7 +64,7 @@ impl Default for VamanaParams {
             passes: 2,
             max_candidates: 750,
             seed: 0,
-            saturate: true,
+            saturate: false,
         }
     }
 }
@@ -479,11 +480,20 @@ pub(crate) fn connect_unreachable<D: PointDistance + ?Sized>(
 ) {
     let n = g.n();
     let mut stack = Vec::new();
-    for _round in 0..4 {
+    for _round in 0..8 {
         let mut seen = vec![false; n];
         let mut reached = mark_reachable(g, start, &mut seen, &mut stack);
         if reached == n {
             return;
+        }
+        // In-degrees: a full list gives up an edge whose target other nodes
+        // also reach, so the repair does not disconnect someone else
+        // (saturated graphs have no free slot anywhere).
+        let mut indeg = vec![0u32; n];
+        for v in 0..n as u32 {
+            for &x in g.neighbors(v) {
+                indeg[x as usize] += 1;
+            }
         }
         let mut replaced = false;
         for u in 0..n as u32 {
@@ -500,10 +510,24 @@ pub(crate) fn connect_unreachable<D: PointDistance + ?Sized>(
             let Some(w) = pick else { continue };
             if !g.push_neighbor(w, u) || g.degree(w) > r {
                 let mut list = g.neighbors(w).to_vec();
+                list.truncate(r);
+                // Farthest-first (lists are kept nearest-first): drop an edge
+                // whose target keeps another in-edge; else the farthest.
+                let drop = (0..list.len())
+                    .rev()
+                    .find(|&i| list[i] != u && indeg[list[i] as usize] >= 2)
+                    .unwrap_or(list.len().saturating_sub(1));
+                if drop < list.len() {
+                    indeg[list[drop] as usize] -= 1;
+                    list.remove(drop);
+                }
                 list.truncate(r.saturating_sub(1));
                 list.push(u);
+                indeg[u as usize] += 1;
                 g.set_neighbors(w, &list);
                 replaced = true;
+            } else {
+                indeg[u as usize] += 1;
             }
             reached += mark_reachable(g, u, &mut seen, &mut stack);
             if reached == n {

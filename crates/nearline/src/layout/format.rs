@@ -28,8 +28,8 @@ pub struct BuildSpec {
     pub build_l: usize,
     pub alpha: f32,
     pub passes: usize,
-    /// Whether pruned lists were filled up to R (absent in early manifests: true).
-    #[serde(default = "default_true")]
+    /// Whether pruned lists were filled up to R (absent: false).
+    #[serde(default)]
     pub saturate: bool,
     pub pq_bytes: usize,
     /// Search memory budget in bytes (sizes the node cache at open by default).
@@ -39,10 +39,6 @@ pub struct BuildSpec {
     pub page_size: usize,
     pub seed: u64,
     pub threads: usize,
-}
-
-fn default_true() -> bool {
-    true
 }
 
 /// Geometry of the page file.
