@@ -727,6 +727,9 @@ impl Index {
                 workers: WorkerPool::default(),
             })
         });
+        // Scratch of the load (BFS frontier, section buffers) is freed: give
+        // it back so the resident set is what the index holds.
+        crate::util::return_freed_memory();
         Ok(Index {
             dir: dir.to_path_buf(),
             manifest: m,

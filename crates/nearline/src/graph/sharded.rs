@@ -64,19 +64,6 @@ pub fn estimate_build_bytes(n: usize, dim: usize, elem_size: usize, r: usize) ->
     vectors + graph + per_point + scratch + batch
 }
 
-/// Hands memory freed by the allocator back to the kernel. glibc keeps freed
-/// heap memory (and raises its mmap threshold after large frees), so a
-/// shard's buffers would otherwise stay resident and count against the
-/// budget while the next shard is built.
-fn return_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim has no preconditions; it only releases free heap
-    // pages and never touches live allocations.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 /// The plan of a sharded build.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardPlan {
@@ -382,7 +369,7 @@ pub fn build_sharded<T: Element>(
         offset += params.passes as u64 * ids.len() as u64;
         drop(space);
         drop(buf);
-        return_freed_memory();
+        crate::util::return_freed_memory();
         for (lv, &gv) in ids.iter().enumerate() {
             for &lu in g.neighbors(lv as u32) {
                 let gu = ids[lu as usize];
@@ -393,7 +380,7 @@ pub fn build_sharded<T: Element>(
         }
     }
     drop(assign);
-    return_freed_memory();
+    crate::util::return_freed_memory();
 
     // 5. Merge: prune lists over R with true distances, block by block.
     let r = params.r;
