@@ -4,11 +4,10 @@
 //! adjacency list) of the nodes nearest the entry point in BFS order, loaded
 //! at open time and served without I/O.
 
-use crate::layout::page::{verify_block, PageGeometry};
+use crate::layout::page::{PageGeometry, RecordReader};
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// A multiplicative hasher for u32 node ids (SipHash is needlessly slow here).
@@ -81,8 +80,7 @@ impl NodeCache {
         cache.record_words = geo.record_size / 4;
         cache.words.reserve_exact(max_nodes * cache.record_words);
         cache.slots.reserve(max_nodes);
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut block = vec![0u8; geo.block_size];
+        let mut reader = RecordReader::open(path, geo)?;
         let mut queue = VecDeque::from([start]);
         let mut seen = IdMap::<()>::default();
         seen.insert(start, ());
@@ -90,11 +88,7 @@ impl NodeCache {
             if cache.slots.len() >= max_nodes {
                 break;
             }
-            let (b, slot) = geo.location(v);
-            file.read_exact_at(&mut block, geo.block_offset(b))
-                .map_err(|e| Error::io(path, e))?;
-            verify_block(&block, b, geo).map_err(|m| Error::corrupt(path, m))?;
-            let rec = geo.record(&block, slot);
+            let rec = reader.record(v)?;
             let (_, nbrs) = geo.split_record(rec).ok_or_else(|| {
                 Error::corrupt(path, format!("record of node {v} has a degree above R"))
             })?;

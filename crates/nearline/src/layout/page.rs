@@ -207,6 +207,40 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
     Ok(())
 }
 
+/// Blocking reads of single records, verified, for open-time loads (node
+/// cache, entry points); searches go through the I/O engine instead.
+pub struct RecordReader {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    geo: PageGeometry,
+    block: Vec<u8>,
+}
+
+impl RecordReader {
+    /// Opens the page file at `path`.
+    pub fn open(path: &std::path::Path, geo: &PageGeometry) -> crate::Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| crate::Error::io(path, e))?;
+        Ok(RecordReader {
+            file,
+            path: path.to_path_buf(),
+            geo: *geo,
+            block: vec![0u8; geo.block_size],
+        })
+    }
+
+    /// The record of node `v` (its block read and CRC-checked).
+    pub fn record(&mut self, v: u32) -> crate::Result<&[u8]> {
+        use std::os::unix::fs::FileExt;
+        let (b, slot) = self.geo.location(v);
+        self.file
+            .read_exact_at(&mut self.block, self.geo.block_offset(b))
+            .map_err(|e| crate::Error::io(&self.path, e))?;
+        verify_block(&self.block, b, &self.geo)
+            .map_err(|m| crate::Error::corrupt(&self.path, m))?;
+        Ok(self.geo.record(&self.block, slot))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,10 +6,9 @@
 //! skipping the first hops from the medoid towards its region.
 
 use crate::data::dtype::Element;
-use crate::layout::page::{verify_block, PageGeometry};
-use crate::{Error, Result};
+use crate::layout::page::{PageGeometry, RecordReader};
+use crate::Result;
 use rand::SeedableRng;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// Reads the vectors of `count` nodes sampled uniformly (deterministically
@@ -31,16 +30,11 @@ pub fn load_sampled_entries<T: Element>(
         .map(|i| i as u32)
         .collect();
     ids.sort_unstable();
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut block = vec![0u8; geo.block_size];
+    let mut reader = RecordReader::open(path, geo)?;
     let dim = geo.vector_bytes / std::mem::size_of::<T>();
     let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
     for &v in &ids {
-        let (b, slot) = geo.location(v);
-        file.read_exact_at(&mut block, geo.block_offset(b))
-            .map_err(|e| Error::io(path, e))?;
-        verify_block(&block, b, geo).map_err(|m| Error::corrupt(path, m))?;
-        let rec = geo.record(&block, slot);
+        let rec = reader.record(v)?;
         let bytes = &rec[..geo.vector_bytes];
         vecs.extend(
             bytes
