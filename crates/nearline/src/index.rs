@@ -21,6 +21,7 @@ use crate::layout::format::{
 use crate::layout::page::PageGeometry;
 use crate::layout::writer::write_pages;
 use crate::quant::pq::PqCodebook;
+use crate::search::entry::EntryPoints;
 use crate::search::pool::{BatchResult, WorkerPool};
 use crate::search::{IndexData, QueryStats, SearchParams};
 use crate::util::Budget;
@@ -699,13 +700,23 @@ impl Index {
         let (file, direct_io) = open_direct(&pages_path)?;
         let file = Arc::new(file);
         let engine = with_dtype!(m.dtype, T, {
-            let (entry_ids, entry_vecs) = crate::search::entry::load_sampled_entries::<T>(
-                &pages_path,
-                &geo,
-                m.n,
-                opts.entry_points,
-                m.spec.seed,
-            )?;
+            let entries = if opts.entry_points == 0 {
+                EntryPoints::Medoid(m.medoid)
+            } else {
+                let (ids, vecs) = crate::search::entry::load_sampled_entries::<T>(
+                    &pages_path,
+                    &geo,
+                    m.n,
+                    opts.entry_points,
+                    m.spec.seed,
+                )?;
+                EntryPoints::Sampled {
+                    medoid: m.medoid,
+                    dim: m.dim,
+                    ids,
+                    vecs,
+                }
+            };
             let data = IndexData::<T> {
                 geo,
                 metric: m.metric,
@@ -718,8 +729,7 @@ impl Index {
                 pages_path: pages_path.clone(),
                 file,
                 io_kind: opts.io,
-                entry_ids,
-                entry_vecs,
+                entries,
                 _elem: PhantomData,
             };
             wrap(Engine {

@@ -3,6 +3,7 @@
 //! the vectors in the fetched records, served from the node cache when held.
 
 use super::candidates::CandidateList;
+use super::entry::EntryPoints;
 use super::stats::QueryStats;
 use crate::cache::{IdMap, NodeCache};
 use crate::data::dtype::Element;
@@ -76,10 +77,8 @@ pub struct IndexData<T: Element> {
     pub pages_path: PathBuf,
     pub file: Arc<File>,
     pub io_kind: EngineKind,
-    /// Entry points held in memory (ids and row-major vectors); the search
-    /// starts from the one nearest the query. Empty: start from the medoid.
-    pub entry_ids: Vec<u32>,
-    pub entry_vecs: Vec<T>,
+    /// Where each query's search starts.
+    pub entries: EntryPoints<T>,
     pub _elem: PhantomData<T>,
 }
 
@@ -237,10 +236,15 @@ fn search_inner<T: Element>(
     let codes = &data.codes;
     let pq = |table: &[f32], v: u32| adc(table, &codes[v as usize * m..(v as usize + 1) * m]);
 
-    let start = nearest_entry(data, &s.qt, st);
-    s.visited.insert(start, ());
-    s.cand.insert(pq(&s.table, start), start);
-    st.pq_distances += 1;
+    s.frontier.clear();
+    data.entries.seeds(data.metric, &s.qt, &mut s.frontier, st);
+    for i in 0..s.frontier.len() {
+        let start = s.frontier[i];
+        if s.visited.insert(start, ()).is_none() {
+            s.cand.insert(pq(&s.table, start), start);
+            st.pq_distances += 1;
+        }
+    }
 
     loop {
         s.frontier.clear();
@@ -307,20 +311,6 @@ fn search_inner<T: Element>(
     s.exact.dedup_by_key(|e| e.1);
     s.results.extend(s.exact.iter().take(p.k).copied());
     Ok(())
-}
-
-/// The in-memory entry point nearest the query (exact distance), or the medoid.
-#[inline]
-fn nearest_entry<T: Element>(data: &IndexData<T>, q: &[T], st: &mut QueryStats) -> u32 {
-    let mut best = (f32::INFINITY, data.medoid);
-    for (i, v) in data.entry_vecs.chunks_exact(data.dim).enumerate() {
-        let d = data.metric.distance(q, v);
-        if d < best.0 {
-            best = (d, data.entry_ids[i]);
-        }
-    }
-    st.exact_distances += data.entry_ids.len() as u32;
-    best.1
 }
 
 fn process_completion<T: Element>(
