@@ -25,6 +25,7 @@
 //! streaming block, so the resident set stays within the plan's
 //! [`ShardPlan::peak_bytes`].
 
+use super::space::{FileRowSpace, GatheredSpace};
 use super::vamana::{
     batch_cap, build_vamana, connect_unreachable, medoid, nearest_row_dist, robust_prune,
     slack_degree, sum_f64, SearchScratch,
@@ -382,24 +383,42 @@ pub fn build_sharded<T: Element>(
     drop(assign);
     crate::util::return_freed_memory();
 
-    // 5. Merge: prune lists over R with true distances, block by block.
+    // 5. Merge: prune lists over R with true distances, block by block. The
+    // rows a block needs are copied (`gather_rows` reads them: scattered
+    // touches of the mapping would map whole page-cache folios).
     let r = params.r;
-    let space = MatrixSpace::with_extra(data.view(), extra)?;
-    let merge_block = if data.is_mapped() {
-        let touched = (2 * plan.shard_r + 1) as u64 * (dim * esz).max(4096) as u64;
+    let row_bytes = (dim * esz) as u64;
+    let merge_block = {
+        let touched = (2 * plan.shard_r + 1) as u64 * (row_bytes + 8);
         let avail = budget_bytes.saturating_sub(global_bytes(n, plan.shard_r));
-        ((avail / touched.max(1)) as usize).clamp(16, 8192)
-    } else {
-        8192
+        ((avail / 2 / touched.max(1)) as usize).clamp(16, 8192)
     };
+    let mut need: Vec<u32> = Vec::new();
+    let mut rows_buf: Vec<T> = Vec::new();
     for a in (0..n).step_by(merge_block) {
         check_cancel(cancel)?;
         let b = (a + merge_block).min(n);
         let over: Vec<u32> = (a as u32..b as u32)
             .filter(|&v| merged.degree(v) > r)
             .collect();
+        need.clear();
+        for &v in &over {
+            need.push(v);
+            need.extend_from_slice(merged.neighbors(v));
+        }
+        need.sort_unstable();
+        need.dedup();
+        rows_buf.clear();
+        data.gather_rows(&need, &mut rows_buf)?;
+        let gathered = GatheredSpace {
+            n,
+            ids: &need,
+            rows: MatrixView::new(&rows_buf, need.len(), dim)?,
+            extra: extra.as_deref(),
+        };
         let pruned: Vec<Vec<u32>> = {
             let merged = &merged;
+            let space = &gathered;
             over.par_iter()
                 .map(|&v| {
                     let mut pool: Vec<(f32, u32)> = merged
@@ -409,7 +428,7 @@ pub fn build_sharded<T: Element>(
                         .collect();
                     let mut out = Vec::with_capacity(r);
                     robust_prune(
-                        &space,
+                        space,
                         v,
                         &mut pool,
                         params.alpha,
@@ -425,13 +444,16 @@ pub fn build_sharded<T: Element>(
         for (&v, list) in over.iter().zip(&pruned) {
             merged.set_neighbors(v, list);
         }
-        if data.is_mapped() {
-            data.release_rows(0, n);
-        }
         progress(offset + b as u64, total);
     }
+    drop(rows_buf);
+    drop(need);
+    // Reachability repair searches from the entry for the few unreachable
+    // nodes: scattered single rows, read rather than mapped.
+    let space = FileRowSpace::new(data, extra.as_deref());
     let mut scratch = SearchScratch::new();
     connect_unreachable(&space, &mut merged, start, r, params.l, &mut scratch);
+    space.finish()?;
     data.release_rows(0, n);
     merged.shrink_degree(r);
     Ok((merged, start))

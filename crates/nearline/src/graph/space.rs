@@ -1,7 +1,7 @@
 //! Point spaces: what a graph build needs to know about the points.
 
 use crate::data::dtype::Element;
-use crate::data::matrix::MatrixView;
+use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
 use rayon::prelude::*;
 
@@ -87,6 +87,106 @@ impl<T: Element> PointDistance for MatrixSpace<'_, T> {
             Some(e) => {
                 let x = e[a as usize] - e[b as usize];
                 d + x * x
+            }
+            None => d,
+        }
+    }
+}
+
+/// A [`PointDistance`] over a few rows copied out of a larger matrix, still
+/// addressed by their ids in it: `ids` (sorted, distinct) names the rows of
+/// `rows` in order. Asking for a point not gathered is a caller bug; it
+/// reads as infinitely far (and asserts in debug builds).
+pub struct GatheredSpace<'a, T: Element> {
+    pub n: usize,
+    pub ids: &'a [u32],
+    pub rows: MatrixView<'a, T>,
+    /// Extra MIPS coordinate of every point of the full matrix (inner product).
+    pub extra: Option<&'a [f32]>,
+}
+
+impl<T: Element> GatheredSpace<'_, T> {
+    #[inline]
+    fn row(&self, a: u32) -> Option<&[T]> {
+        let i = self.ids.binary_search(&a).ok();
+        debug_assert!(i.is_some(), "point {a} was not gathered");
+        i.map(|i| self.rows.row(i))
+    }
+}
+
+impl<T: Element> PointDistance for GatheredSpace<'_, T> {
+    fn n(&self) -> usize {
+        self.n
+    }
+    #[inline]
+    fn dist(&self, a: u32, b: u32) -> f32 {
+        let (Some(x), Some(y)) = (self.row(a), self.row(b)) else {
+            return f32::INFINITY;
+        };
+        let d = T::l2_sq(x, y);
+        match self.extra {
+            Some(e) => {
+                let t = e[a as usize] - e[b as usize];
+                d + t * t
+            }
+            None => d,
+        }
+    }
+}
+
+/// A [`PointDistance`] that reads both rows of every distance from the
+/// matrix's file instead of touching its mapping, for sparse, scattered
+/// access (a few searches over a large input) under a memory budget. The
+/// first read error is kept and reported by [`FileRowSpace::finish`];
+/// distances after it read as infinitely far.
+pub struct FileRowSpace<'a, T: Element> {
+    data: &'a Matrix<T>,
+    extra: Option<&'a [f32]>,
+    error: std::sync::Mutex<Option<crate::Error>>,
+}
+
+impl<'a, T: Element> FileRowSpace<'a, T> {
+    pub fn new(data: &'a Matrix<T>, extra: Option<&'a [f32]>) -> Self {
+        FileRowSpace {
+            data,
+            extra,
+            error: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The first read error, if any.
+    pub fn finish(self) -> crate::Result<()> {
+        match self.error.into_inner() {
+            Ok(None) => Ok(()),
+            Ok(Some(e)) => Err(e),
+            Err(_) => Err(crate::Error::Engine("row reader lock poisoned".into())),
+        }
+    }
+}
+
+impl<T: Element> PointDistance for FileRowSpace<'_, T> {
+    fn n(&self) -> usize {
+        self.data.n()
+    }
+    fn dist(&self, a: u32, b: u32) -> f32 {
+        let dim = self.data.dim();
+        let mut rows = vec![T::zeroed(); 2 * dim];
+        let (x, y) = rows.split_at_mut(dim);
+        let read = self
+            .data
+            .read_row(a as usize, x)
+            .and_then(|_| self.data.read_row(b as usize, y));
+        if let Err(e) = read {
+            if let Ok(mut g) = self.error.lock() {
+                g.get_or_insert(e);
+            }
+            return f32::INFINITY;
+        }
+        let d = T::l2_sq(x, y);
+        match self.extra {
+            Some(e) => {
+                let t = e[a as usize] - e[b as usize];
+                d + t * t
             }
             None => d,
         }

@@ -415,34 +415,42 @@ pub fn build_vamana<D: PointDistance>(
     if cancel.load(AtomicOrdering::Relaxed) {
         return Err(Error::Cancelled);
     }
-    // Final cleanup: prune every list over R.
+    // Final cleanup: prune every list over R, a chunk at a time so the pruned
+    // lists held before they are written back stay small (a list per node
+    // at once cost ~120 bytes per node, outside the build estimate).
     let over: Vec<u32> = (0..n as u32).filter(|&v| g.degree(v) > r).collect();
-    let pruned: Vec<Vec<u32>> = over
-        .par_iter()
-        .map(|&v| {
-            slots.with(|s| {
-                prune_list(
-                    space,
-                    &g,
-                    v,
-                    &[],
-                    params.alpha,
-                    r,
-                    params.max_candidates,
-                    params.saturate && params.alpha > 1.0,
-                    s,
-                );
-                s.out.clone()
+    for chunk in over.chunks(PRUNE_CHUNK) {
+        let pruned: Vec<Vec<u32>> = chunk
+            .par_iter()
+            .map(|&v| {
+                slots.with(|s| {
+                    prune_list(
+                        space,
+                        &g,
+                        v,
+                        &[],
+                        params.alpha,
+                        r,
+                        params.max_candidates,
+                        params.saturate && params.alpha > 1.0,
+                        s,
+                    );
+                    s.out.clone()
+                })
             })
-        })
-        .collect();
-    for (&v, list) in over.iter().zip(&pruned) {
-        g.set_neighbors(v, list);
+            .collect();
+        for (&v, list) in chunk.iter().zip(&pruned) {
+            g.set_neighbors(v, list);
+        }
     }
+    drop(over);
     slots.with(|s| connect_unreachable(space, &mut g, start, r, params.l, s));
     g.shrink_degree(r);
     Ok(g)
 }
+
+/// Nodes pruned per parallel step of the final cleanup.
+const PRUNE_CHUNK: usize = 4096;
 
 /// Marks in `seen` every node reachable from `from`; returns how many were new.
 fn mark_reachable(g: &Graph, from: u32, seen: &mut [bool], stack: &mut Vec<u32>) -> usize {
