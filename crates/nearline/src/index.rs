@@ -817,6 +817,15 @@ impl Index {
         })
     }
 
+    /// The search data of a float32 index (tests drive workers directly).
+    #[cfg(test)]
+    pub(crate) fn data_f32(&self) -> Option<&IndexData<f32>> {
+        match &self.engine {
+            AnyEngine::F32(e) => Some(&e.data),
+            _ => None,
+        }
+    }
+
     /// A JSON description: sizes, memory accounting and the build spec.
     pub fn info(&self) -> serde_json::Value {
         let m = &self.manifest;

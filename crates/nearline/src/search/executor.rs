@@ -378,7 +378,8 @@ pub struct Scratch<T: Element> {
     file: Arc<File>,
     slots: Vec<Query<T>>,
     completions: Vec<Completion>,
-    /// Completions dropped because their query had ended (abandoned reads).
+    /// Completions dropped because their query had ended (abandoned reads,
+    /// reaped during the batch or when it ends).
     stale: u64,
     /// Best results of the last [`search_one`]: (internal distance, id).
     pub results: Vec<(f32, u32)>,
@@ -466,6 +467,7 @@ impl<T: Element> Scratch<T> {
         let mut comps = std::mem::take(&mut self.completions);
         comps.clear();
         let r = self.io.engine.drain(&mut comps);
+        self.stale += comps.len() as u64;
         for c in comps.drain(..) {
             self.io.pool.put(c.buf);
         }
@@ -528,6 +530,7 @@ pub fn search_one<T: Element>(
     p: &SearchParams,
     st: &mut QueryStats,
 ) -> Result<()> {
+    p.check()?;
     if query.len() != data.dim {
         return Err(Error::arg(format!(
             "query has dimension {}, the index has {}",
@@ -618,14 +621,16 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, P: PagePolicy>(
             // Admit queries into free slots.
             let mut active = 0;
             for i in 0..nslots {
-                if !s.slots[i].active() && !exhausted {
+                // A query served entirely from the cache ends at admission:
+                // keep admitting until the slot holds a running query.
+                while !s.slots[i].active() && !exhausted {
                     match next() {
                         Some(qi) => {
                             let q = queries.get(qi * dim..(qi + 1) * dim).ok_or_else(|| {
                                 Error::arg(format!("query {qi} is outside the batch"))
                             })?;
                             let slot = &mut s.slots[i];
-                            start(env, slot, &mut s.io, i, qi, q)?;
+                            start(env, slot, &mut s.io, i, qi, q, &mut mark)?;
                             charge(slot, &mut mark);
                             if slot.phase == Phase::Done {
                                 finish(env, slot, emit);
@@ -697,12 +702,14 @@ fn start<T: Element, L: Layout, S: Scorer>(
     slot: usize,
     qi: usize,
     query: &[f32],
+    mark: &mut Instant,
 ) -> Result<()> {
     let data = env.data;
     q.gen = q.gen.wrapping_add(1);
     q.phase = Phase::Idle;
     q.qi = qi;
     q.started = Instant::now();
+    *mark = q.started;
     q.stats = QueryStats::default();
     q.cand.reset(env.p.l);
     q.visited.clear();

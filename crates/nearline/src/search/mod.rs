@@ -18,3 +18,6 @@ pub use params::{
 pub use pool::WorkerPool;
 pub use scorer::{AnyScorer, PqScorer, Scorer};
 pub use stats::QueryStats;
+
+#[cfg(test)]
+mod tests;
