@@ -475,16 +475,16 @@ fn bad_parameters_are_refused_by_the_index() {
     }
 }
 
+/// Finished queries by index: best (distance, id) and statistics.
+type Finished = BTreeMap<usize, (Vec<(f32, u32)>, QueryStats)>;
+
 /// Runs `nq` queries on one worker and collects results by query index.
 fn run_all(
     d: &IndexData<f32>,
     s: &mut Scratch<f32>,
     p: &SearchParams,
     queries: &[f32],
-) -> (
-    crate::Result<()>,
-    BTreeMap<usize, (Vec<(f32, u32)>, QueryStats)>,
-) {
+) -> (crate::Result<()>, Finished) {
     let nq = queries.len() / d.dim;
     let mut next = 0;
     let mut out = BTreeMap::new();
