@@ -26,7 +26,10 @@ class FakeIndex:
                               "build": {"seconds": 1.5}}
         self.closed = False
 
-    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False):
+    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False, executor="auto",
+               adaptive_beam=False, early_dispatch=None, queries_in_flight=1):
+        self.last_search = {"executor": executor, "adaptive_beam": adaptive_beam,
+                            "early_dispatch": early_dispatch, "queries_in_flight": queries_in_flight}
         ids, d = datasets.brute_force_ground_truth(self.base, np.asarray(queries, np.float32), k)
         nq = len(queries)
         stats = {"hops": np.full(nq, 7), "reads": np.full(nq, 21), "total_us": np.full(nq, 100.0),
@@ -95,6 +98,9 @@ def _files(tmp_path, engine):
     [], ["frobnicate"], ["build", "only-one"], ["search", "i", "q", "--k", "0"],
     ["bench", "--data", "x", "--L", "10,abc"], ["bench", "--data", "x", "--compare", "annoy"],
     ["build", "d", "o", "--memory-budget", "1.5"], ["build", "d", "o", "--metric", "hamming"], ["bench"],
+    ["search", "i", "q", "--executor", "warp"], ["search", "i", "q", "--early-dispatch", "0"],
+    ["search", "i", "q", "--early-dispatch", "1.5"], ["search", "i", "q", "--early-dispatch", "nan"],
+    ["search", "i", "q", "--queries-in-flight", "0"], ["search", "i", "q", "--queries-in-flight", "65"],
 ])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
@@ -190,6 +196,31 @@ def test_search_reports_recall_and_writes(engine, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["recall@10"] == 1.0 and summary["mean"]["reads"] == 21 and summary["latency_ms"]["p99"] == 0.1
     assert len(json.loads((tmp_path / "r.json").read_text())["ids"]) == 20
+
+
+def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monkeypatch):
+    _, q, g = _files(tmp_path, engine)
+    opened = []
+    real_open = nearline.open
+
+    def open_(path, **kw):
+        idx = real_open(path, **kw)
+        opened.append(idx)
+        return idx
+
+    monkeypatch.setattr(nearline, "open", open_, raising=False)
+    assert cli.main(["search", "idx", q, "--k", "5", "--json"]) == 0
+    assert opened[-1].last_search == {"executor": "auto", "adaptive_beam": False, "early_dispatch": None,
+                                      "queries_in_flight": 1}
+    capsys.readouterr()
+    assert cli.main(["search", "idx", q, "--k", "5", "--gt", g, "--json", "--executor", "beam", "--adaptive-beam",
+                     "--early-dispatch", "0.5", "--queries-in-flight", "8"]) == 0
+    assert opened[-1].last_search == {"executor": "beam", "adaptive_beam": True, "early_dispatch": 0.5,
+                                      "queries_in_flight": 8}
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["executor"] == "beam" and summary["queries_in_flight"] == 8 and summary["recall@5"] == 1.0
+    assert cli.main(["search", "idx", q, "--executor", "pipeline", "--json"]) == 0
+    assert opened[-1].last_search["executor"] == "pipeline"
 
 
 def test_gt_command(engine, tmp_path, capsys):

@@ -385,3 +385,90 @@ def test_entry_points(small_index, small_data):
         nearline.open(small_index, entry_points=-1)
     with pytest.raises(ValueError, match="io engine"):
         nearline.open(small_index, io="carrier-pigeon")
+
+
+@pytest.fixture(scope="module")
+def random_index(tmp_path_factory):
+    """1500 uniform random 16-d vectors with shuffled external ids."""
+    rng = np.random.default_rng(3)
+    base = rng.uniform(-1, 1, size=(1500, 16)).astype(np.float32)
+    queries = rng.uniform(-1, 1, size=(12, 16)).astype(np.float32)
+    ids = rng.permutation(1500).astype(np.uint64) * 3 + 17
+    path = tmp_path_factory.mktemp("exec") / "rand.index"
+    nearline.build(base, path, R=16, build_L=40, pq_bytes=8, threads=2, ids=ids)
+    return path, base, queries, ids
+
+
+@pytest.mark.parametrize("opts", [
+    {"executor": "beam"},
+    {"executor": "beam", "adaptive_beam": True},
+    {"executor": "beam", "early_dispatch": 0.5},
+    {"executor": "beam", "queries_in_flight": 4},
+    {"executor": "pipeline"},
+    {"executor": "pipeline", "queries_in_flight": 4},
+    {"executor": "auto", "adaptive_beam": True, "early_dispatch": 0.25, "queries_in_flight": 3},
+])
+def test_every_executor_is_exact_with_a_full_list(random_index, opts):
+    """With L >= n every executor is an exhaustive best-first search: brute force's top-k."""
+    path, base, queries, ids = random_index
+    gt = ids[exact_knn(base, queries, 10)].astype(np.int64)
+    with nearline.open(path) as idx:
+        for threads in (1, 2):
+            got, dists, stats = idx.search(queries, k=10, L=len(base), W=8, threads=threads, return_stats=True,
+                                           **opts)
+            assert (got == gt).all(), opts
+            d_true = ((base[np.argsort(ids)][np.searchsorted(np.sort(ids), got)] - queries[:, None, :]) ** 2).sum(-1)
+            np.testing.assert_allclose(dists, d_true, rtol=1e-4, atol=1e-5)
+            assert set(stats) == {"hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances",
+                                  "io_wait_us", "cpu_us", "total_us", "used_bytes", "io_utilisation"}
+            assert (stats["hops"] >= 1400).all() and (stats["reads"] > 0).all()
+            assert (stats["bytes_read"] == stats["reads"] * 4096).all()
+            assert (stats["total_us"] >= stats["cpu_us"]).all()
+
+
+def test_executors_at_a_normal_list_size(small_index, small_data):
+    """Every executor reaches the beam's recall at L=60; interleaving queries changes no beam result."""
+    base, queries = small_data
+    gt = exact_knn(base, queries, 10)
+    with nearline.open(small_index) as idx:
+        beam, _, s0 = idx.search(queries, k=10, L=60, executor="beam", return_stats=True)
+        r0 = nearline.recall(beam, gt, 10)
+        assert r0 >= 0.9
+        many, _, s1 = idx.search(queries, k=10, L=60, executor="beam", queries_in_flight=8, return_stats=True)
+        assert (many == beam).all() and (s1["reads"] == s0["reads"]).all() and (s1["hops"] == s0["hops"]).all()
+        for opts in ({"executor": "pipeline", "W": 8}, {"executor": "beam", "adaptive_beam": True},
+                     {"executor": "beam", "early_dispatch": 0.5, "queries_in_flight": 4}):
+            ids = idx.search(queries, k=10, L=60, **opts)[0]
+            assert nearline.recall(ids, gt, 10) >= r0 - 0.03, opts
+
+
+def test_bad_executor_arguments(small_index, small_data):
+    _, queries = small_data
+    idx = nearline.open(small_index)
+    q = queries[:2]
+    with pytest.raises(ValueError, match="unknown executor"):
+        idx.search(q, k=3, executor="warp")
+    with pytest.raises(TypeError, match="executor"):
+        idx.search(q, k=3, executor=3)
+    with pytest.raises(TypeError, match="adaptive_beam"):
+        idx.search(q, k=3, adaptive_beam="yes")
+    for bad in (0, 0.0, -0.5, 1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="early_dispatch"):
+            idx.search(q, k=3, early_dispatch=bad)
+    with pytest.raises(TypeError, match="early_dispatch"):
+        idx.search(q, k=3, early_dispatch="half")
+    for bad in (0, 65):
+        with pytest.raises(ValueError, match=f"queries_in_flight={bad}"):
+            idx.search(q, k=3, queries_in_flight=bad)
+    with pytest.raises(TypeError, match="queries_in_flight"):
+        idx.search(q, k=3, queries_in_flight=2.5)
+    # Beam-only options with the pipeline are refused by the engine.
+    with pytest.raises(ValueError, match="adaptive_beam"):
+        idx.search(q, k=3, executor="pipeline", adaptive_beam=True)
+    with pytest.raises(ValueError, match="early_dispatch"):
+        idx.search(q, k=3, executor="pipeline", early_dispatch=0.5)
+    # The raw binding checks too.
+    with pytest.raises(ValueError, match="early_dispatch"):
+        idx._raw.search(np.ascontiguousarray(q), 3, 10, 4, 1, False, "beam", False, 2.0, 1)
+    with pytest.raises(ValueError, match="queries_in_flight"):
+        idx._raw.search(np.ascontiguousarray(q), 3, 10, 4, 1, False, "beam", False, None, 99)

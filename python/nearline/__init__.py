@@ -37,6 +37,7 @@ __all__ = [
     "FormatError",
     "CorruptIndexError",
     "PRESETS",
+    "EXECUTORS",
     "__version__",
 ]
 
@@ -45,6 +46,8 @@ log = logging.getLogger("nearline")
 
 #: Presets this version knows; ``"auto"`` resolves to one of the others.
 PRESETS = ("auto", "diskann")
+#: Search executors accepted by :meth:`Index.search` (``executor=``).
+EXECUTORS = ("auto", "beam", "pipeline")
 METRICS = ("l2", "ip", "cosine")
 
 Budget = Union[int, float, str]
@@ -282,6 +285,10 @@ class Index:
         W: int = 4,
         threads: Optional[int] = None,
         return_stats: bool = False,
+        executor: str = "auto",
+        adaptive_beam: bool = False,
+        early_dispatch: Optional[float] = None,
+        queries_in_flight: int = 1,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
@@ -291,12 +298,25 @@ class Index:
             k: neighbours per query. If ``k`` exceeds the number of vectors, the
                 extra columns hold id -1 and distance +inf (-inf for ip/cosine).
             L: candidate list size (default ``max(k, 100)``; larger is more accurate).
-            W: beam width: reads issued per hop (1..64).
+            W: beam width (1..64): reads issued per hop for the beam executor, the
+                most reads in flight per query for the pipeline.
             threads: search threads (default: the index's, else all cores).
             return_stats: also return per-query statistics (a dict of arrays:
                 hops, reads, bytes_read, cache_hits, pq_distances,
                 exact_distances, io_wait_us, cpu_us, total_us, used_bytes,
                 io_utilisation).
+            executor: ``"beam"`` (DiskANN: W reads per hop, the next hop once the
+                hop's pages are processed), ``"pipeline"`` (PipeANN: reads kept in
+                flight and pages processed as they arrive, with an adaptive
+                width up to W) or ``"auto"`` (the planner's rule: the pipeline
+                when a block holds fewer than two records, else the beam; the
+                beam whenever a beam-only option below is set).
+            adaptive_beam: beam only: width ``min(2**i, W)`` at hop ``i`` (AlayaLaser).
+            early_dispatch: beam only: a fraction in (0, 1]; the next hop is issued
+                once this share of the current hop's pages is processed, late pages
+                fold in when they arrive (AlayaLaser). ``None`` waits for the whole hop.
+            queries_in_flight: queries each search thread interleaves on its I/O
+                queue (1..64); more keep the device busier at some latency cost.
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -323,7 +343,22 @@ class Index:
         th = threads if threads is not None else self._threads
         if th is not None:
             th = _check_int("threads", th, 1)
-        ids, dists, stats = self._raw.search(q, k, L, W, th, bool(return_stats))
+        if not isinstance(executor, str):
+            raise TypeError(f"executor must be a string, not {type(executor).__name__}")
+        if executor.strip().lower() not in EXECUTORS:
+            raise ValueError(f"unknown executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+        if not isinstance(adaptive_beam, (bool, np.bool_)):
+            raise TypeError(f"adaptive_beam must be a bool, not {type(adaptive_beam).__name__}")
+        if early_dispatch is not None:
+            if isinstance(early_dispatch, bool) or not isinstance(early_dispatch, (int, float, np.integer, np.floating)):
+                raise TypeError(f"early_dispatch must be a number or None, not {type(early_dispatch).__name__}")
+            early_dispatch = float(early_dispatch)
+            if not (0.0 < early_dispatch <= 1.0):
+                raise ValueError(f"early_dispatch={early_dispatch} must be a finite fraction in (0, 1]")
+        qif = _check_int("queries_in_flight", queries_in_flight, 1, 64)
+        ids, dists, stats = self._raw.search(
+            q, k, L, W, th, bool(return_stats), executor.strip().lower(), bool(adaptive_beam), early_dispatch, qif
+        )
         if single:
             ids, dists = ids[0], dists[0]
         if return_stats:

@@ -91,6 +91,25 @@ def _nonneg_int(text: str) -> int:
     return v
 
 
+def _fraction(text: str) -> float:
+    """argparse type: a finite fraction in (0, 1]."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (0.0 < v <= 1.0):
+        raise argparse.ArgumentTypeError(f"{v} must be a fraction in (0, 1]")
+    return v
+
+
+def _queries_in_flight(text: str) -> int:
+    """argparse type: an integer in 1..64."""
+    v = _positive_int(text)
+    if v > 64:
+        raise argparse.ArgumentTypeError(f"expected at most 64, got {v}")
+    return v
+
+
 def _budget(text: str) -> Any:
     """A budget: bytes (int), a size string ("512MB", "2GiB") or a fraction in (0, 1]."""
     t = text.strip()
@@ -231,12 +250,16 @@ def cmd_search(args: argparse.Namespace) -> int:
         args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points
     ) as idx:
         t0 = time.perf_counter()
-        ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True)
+        ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True,
+                                       executor=args.executor, adaptive_beam=args.adaptive_beam,
+                                       early_dispatch=args.early_dispatch, queries_in_flight=args.queries_in_flight)
         wall = time.perf_counter() - t0
     ids = np.asarray(ids)
     dists = np.asarray(dists)
     nq = ids.shape[0]
-    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "seconds": wall,
+    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "executor": args.executor,
+                               "adaptive_beam": args.adaptive_beam, "early_dispatch": args.early_dispatch,
+                               "queries_in_flight": args.queries_in_flight, "seconds": wall,
                                "qps": nq / wall if wall > 0 else None}
     if args.gt:
         gt_ids, _ = nl.read_ground_truth(args.gt)
@@ -412,6 +435,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=10)
     p.add_argument("--L", type=_positive_int, default=None)
     p.add_argument("--W", type=_positive_int, default=4)
+    p.add_argument("--executor", choices=["auto", "beam", "pipeline"], default="auto",
+                   help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records)")
+    p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")
+    p.add_argument("--early-dispatch", type=_fraction, default=None, metavar="F",
+                   help="issue the next hop once this fraction of the current hop's pages is processed")
+    p.add_argument("--queries-in-flight", type=_queries_in_flight, default=1, metavar="Q",
+                   help="queries each search thread interleaves on its I/O queue (1..64)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
     p.add_argument("--entry-points", type=_nonneg_int, default=0,

@@ -6,7 +6,7 @@ use nearline::data::groundtruth::compute_ground_truth;
 use nearline::data::matrix::Matrix;
 use nearline::index::{BuildOptions, Index, OpenOptions};
 use nearline::io::EngineKind;
-use nearline::search::SearchParams;
+use nearline::search::{ExecutorKind, SearchParams};
 use nearline::util::Budget;
 use nearline::{with_dtype, DType, Element, Error, Metric};
 use numpy::{
@@ -252,7 +252,10 @@ impl RawIndex {
         })
     }
 
-    #[pyo3(signature = (queries, k, l, w, threads=None, return_stats=false))]
+    #[pyo3(signature = (
+        queries, k, l, w, threads=None, return_stats=false, executor="auto",
+        adaptive_beam=false, early_dispatch=None, queries_in_flight=1
+    ))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn search<'py>(
         &self,
@@ -263,6 +266,10 @@ impl RawIndex {
         w: usize,
         threads: Option<usize>,
         return_stats: bool,
+        executor: &str,
+        adaptive_beam: bool,
+        early_dispatch: Option<f32>,
+        queries_in_flight: usize,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyAny>,
@@ -273,7 +280,15 @@ impl RawIndex {
         let q = queries
             .as_slice()
             .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let p = SearchParams { k, l, w };
+        let p = SearchParams {
+            k,
+            l,
+            w,
+            executor: ExecutorKind::parse(executor).map_err(to_py)?,
+            adaptive_beam,
+            early_dispatch,
+            queries_in_flight,
+        };
         let out = py
             .detach(|| idx.search(q, nq, &p, threads))
             .map_err(to_py)?;

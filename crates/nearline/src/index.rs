@@ -20,10 +20,11 @@ use crate::layout::format::{
 };
 use crate::layout::page::PageGeometry;
 use crate::layout::writer::write_pages;
+use crate::layout::{AnyLayout, IdLayout};
 use crate::quant::pq::PqCodebook;
 use crate::search::entry::EntryPoints;
 use crate::search::pool::{BatchResult, WorkerPool};
-use crate::search::{IndexData, QueryStats, SearchParams};
+use crate::search::{AnyScorer, IndexData, PqScorer, QueryStats, SearchParams};
 use crate::util::Budget;
 use crate::{with_dtype, Error, Result};
 use rand::seq::index::sample;
@@ -719,12 +720,16 @@ impl Index {
             };
             let data = IndexData::<T> {
                 geo,
+                layout: AnyLayout::Id(IdLayout::new(geo, m.n)),
+                scorer: AnyScorer::Pq(PqScorer {
+                    codebook,
+                    codes,
+                    metric: m.metric,
+                }),
                 metric: m.metric,
                 dim: m.dim,
                 n: m.n,
                 medoid: m.medoid,
-                codebook,
-                codes,
                 cache,
                 pages_path: pages_path.clone(),
                 file,
@@ -810,6 +815,15 @@ impl Index {
             distances,
             stats: r.stats,
         })
+    }
+
+    /// The search data of a float32 index (tests drive workers directly).
+    #[cfg(test)]
+    pub(crate) fn data_f32(&self) -> Option<&IndexData<f32>> {
+        match &self.engine {
+            AnyEngine::F32(e) => Some(&e.data),
+            _ => None,
+        }
     }
 
     /// A JSON description: sizes, memory accounting and the build spec.
@@ -906,7 +920,7 @@ fn wrap<E: Wrap>(e: E) -> AnyEngine {
 mod tests {
     use super::*;
     use crate::io::{FakeOptions, IoEngine};
-    use crate::search::beam::{search_one, Scratch};
+    use crate::search::{search_one, Scratch};
     use rand::Rng;
 
     fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
@@ -959,7 +973,7 @@ mod tests {
         let e = engine_f32(&idx);
         let pages = Arc::new(std::fs::read(&e.data.pages_path).unwrap());
         let queries = clustered(30, 16, 9);
-        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let p = SearchParams::new(10, 60, 8);
         let mut real = Scratch::new(&e.data).unwrap();
         for seed in 0..4 {
             let fake = IoEngine::fake(
@@ -998,7 +1012,7 @@ mod tests {
             },
         );
         let mut s = Scratch::with_engine(&e.data, fake);
-        let p = SearchParams { k: 10, l: 60, w: 8 };
+        let p = SearchParams::new(10, 60, 8);
         let mut errors = 0;
         for q in clustered(20, 16, 4).chunks_exact(16) {
             let mut st = QueryStats::default();

@@ -108,4 +108,9 @@ impl BufferPool {
     pub fn allocated(&self) -> usize {
         self.allocated
     }
+    /// Buffers back in the pool; equal to [`BufferPool::allocated`] when
+    /// every buffer handed out has been returned.
+    pub fn available(&self) -> usize {
+        self.free.len()
+    }
 }

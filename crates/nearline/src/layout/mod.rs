@@ -7,7 +7,9 @@
 
 pub mod format;
 pub mod page;
+pub mod placement;
 pub mod writer;
 
 pub use format::{BuildSpec, LayoutInfo, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR};
 pub use page::{PageGeometry, PAGE_HEADER_BYTES};
+pub use placement::{AnyLayout, IdLayout, Layout};

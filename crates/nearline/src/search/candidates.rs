@@ -70,11 +70,40 @@ impl CandidateList {
         }
     }
 
+    /// Takes the closest unexpanded candidate, marking it expanded.
+    #[inline]
+    pub fn take_best(&mut self) -> Option<Candidate> {
+        while self.cursor < self.items.len() && self.items[self.cursor].expanded {
+            self.cursor += 1;
+        }
+        let c = self.items.get_mut(self.cursor)?;
+        c.expanded = true;
+        let taken = *c;
+        self.cursor += 1;
+        Some(taken)
+    }
+
     /// Whether an unexpanded candidate remains.
     pub fn has_unexpanded(&self) -> bool {
         self.items[self.cursor.min(self.items.len())..]
             .iter()
             .any(|c| !c.expanded)
+    }
+
+    /// Whether the candidate `(dist, id)` is still in the list.
+    #[inline]
+    pub fn contains(&self, dist: f32, id: u32) -> bool {
+        let pos = self.items.partition_point(|c| (c.dist, c.id) < (dist, id));
+        self.items
+            .get(pos)
+            .is_some_and(|c| c.id == id && c.dist == dist)
+    }
+
+    /// Whether the first `n` positions of the list (all of it when shorter)
+    /// have been taken for expansion.
+    #[inline]
+    pub fn prefix_taken(&self, n: usize) -> bool {
+        self.items.iter().take(n).all(|c| c.expanded)
     }
 
     /// The candidates, closest first.
@@ -121,6 +150,44 @@ mod tests {
         out.clear();
         l.take_unexpanded(5, &mut out);
         assert_eq!(out, vec![5]);
+        assert!(!l.has_unexpanded());
+    }
+
+    #[test]
+    fn contains_and_prefix_taken() {
+        let mut l = CandidateList::default();
+        l.reset(3);
+        for (d, id) in [(3.0, 3), (1.0, 1), (2.0, 2)] {
+            l.insert(d, id);
+        }
+        assert!(l.contains(1.0, 1) && l.contains(3.0, 3));
+        assert!(!l.contains(1.0, 2) && !l.contains(9.0, 9));
+        assert!(!l.prefix_taken(1));
+        let mut out = Vec::new();
+        l.take_unexpanded(2, &mut out);
+        assert!(l.prefix_taken(2) && !l.prefix_taken(3));
+        // A closer candidate pushes (3.0, 3) out of the full list.
+        l.insert(0.5, 7);
+        assert!(!l.contains(3.0, 3) && l.contains(0.5, 7));
+        assert!(!l.prefix_taken(1));
+        out.clear();
+        l.take_unexpanded(5, &mut out);
+        assert!(l.prefix_taken(5));
+    }
+
+    #[test]
+    fn take_best_walks_in_order() {
+        let mut l = CandidateList::default();
+        l.reset(10);
+        for (d, id) in [(3.0, 3), (1.0, 1), (2.0, 2)] {
+            l.insert(d, id);
+        }
+        assert_eq!(l.take_best().map(|c| (c.dist, c.id)), Some((1.0, 1)));
+        l.insert(0.5, 9);
+        assert_eq!(l.take_best().map(|c| c.id), Some(9));
+        assert_eq!(l.take_best().map(|c| c.id), Some(2));
+        assert_eq!(l.take_best().map(|c| c.id), Some(3));
+        assert!(l.take_best().is_none());
         assert!(!l.has_unexpanded());
     }
 }

@@ -1,12 +1,23 @@
-//! Query execution: the candidate list, the beam-search executor, the
+//! Query execution: the candidate list, the executor (one loop for every
+//! layout, scorer and executor kind), page policies, neighbour scorers, the
 //! worker pool that runs batches, and per-query statistics.
 
-pub mod beam;
 pub mod candidates;
 pub mod entry;
+pub mod executor;
+pub mod params;
+pub mod policy;
 pub mod pool;
+pub mod scorer;
 pub mod stats;
 
-pub use beam::{IndexData, Scratch, SearchParams};
+pub use executor::{search_one, IndexData, Scratch};
+pub use params::{
+    ExecutorKind, SearchParams, MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT,
+};
 pub use pool::WorkerPool;
+pub use scorer::{AnyScorer, PqScorer, Scorer};
 pub use stats::QueryStats;
+
+#[cfg(test)]
+mod tests;

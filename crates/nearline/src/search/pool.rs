@@ -2,7 +2,8 @@
 //! a buffer pool and scratch space, pulling queries from a shared counter.
 //! No rayon task per query: rayon is for builds.
 
-use super::beam::{search_one, IndexData, Scratch, SearchParams};
+use super::executor::{run, IndexData, Scratch};
+use super::params::SearchParams;
 use super::stats::QueryStats;
 use crate::data::dtype::Element;
 use crate::{Error, Result};
@@ -95,31 +96,40 @@ impl<T: Element> WorkerPool<T> {
         let threads = threads.clamp(1, nq);
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
-        let dim = data.dim;
-        type Rows = Vec<(usize, Vec<(f32, u32)>, QueryStats)>;
+        // Each worker keeps its finished queries: index, statistics, and k
+        // (distance, id) pairs per query (padded) in one flat vector.
+        type Rows = (Vec<(usize, QueryStats)>, Vec<(f32, u32)>);
         let per_worker: Vec<Result<Rows>> = std::thread::scope(|sc| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     sc.spawn(|| -> Result<Rows> {
                         let mut s = self.take(data)?;
                         let mut rows = Vec::new();
-                        let mut res = Ok(());
-                        while !failed.load(Ordering::Relaxed) {
+                        let mut res = Vec::new();
+                        let mut next_query = || {
+                            if failed.load(Ordering::Relaxed) {
+                                return None;
+                            }
                             let qi = next.fetch_add(1, Ordering::Relaxed);
-                            if qi >= nq {
-                                break;
-                            }
-                            let mut st = QueryStats::default();
-                            let q = &queries[qi * dim..(qi + 1) * dim];
-                            if let Err(e) = search_one(data, &mut s, q, p, &mut st) {
-                                failed.store(true, Ordering::Relaxed);
-                                res = Err(e);
-                                break;
-                            }
-                            rows.push((qi, s.results.clone(), st));
+                            (qi < nq).then_some(qi)
+                        };
+                        let r = run(
+                            data,
+                            &mut s,
+                            p,
+                            queries,
+                            &mut next_query,
+                            &mut |qi, best, st| {
+                                rows.push((qi, *st));
+                                res.extend_from_slice(best);
+                                res.resize(rows.len() * k, (f32::INFINITY, u32::MAX));
+                            },
+                        );
+                        if r.is_err() {
+                            failed.store(true, Ordering::Relaxed);
                         }
                         self.give_back(s);
-                        res.map(|_| rows)
+                        r.map(|_| (rows, res))
                     })
                 })
                 .collect();
@@ -132,10 +142,11 @@ impl<T: Element> WorkerPool<T> {
                 .collect()
         });
         for r in per_worker {
-            for (qi, res, st) in r? {
-                for (j, (d, id)) in res.into_iter().enumerate().take(k) {
-                    out.ids[qi * k + j] = id;
-                    out.distances[qi * k + j] = d;
+            let (rows, res) = r?;
+            for (j, (qi, st)) in rows.into_iter().enumerate() {
+                for (c, &(d, id)) in res[j * k..(j + 1) * k].iter().enumerate() {
+                    out.ids[qi * k + c] = id;
+                    out.distances[qi * k + c] = d;
                 }
                 out.stats[qi] = st;
             }

@@ -1,0 +1,234 @@
+//! Search parameters of one batch and their validation.
+
+use crate::{Error, Result};
+
+/// Largest beam width accepted (reads in flight per query).
+pub const MAX_BEAM_WIDTH: usize = 64;
+
+/// Largest candidate list accepted (and so the largest k).
+pub const MAX_LIST_SIZE: usize = 1 << 22;
+
+/// Largest number of queries one worker interleaves.
+pub const MAX_QUERIES_IN_FLIGHT: usize = 64;
+
+/// Which executor drives a search. Every kind is the same loop
+/// (`search::executor`) under a different policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecutorKind {
+    /// The planner decides from the layout (see `planner::choose_executor`).
+    #[default]
+    Auto,
+    /// DiskANN's synchronous beam: up to W reads per hop, the next hop once
+    /// the hop's reads are processed (optionally with adaptive width and
+    /// early dispatch, AlayaLaser).
+    Beam,
+    /// PipeANN's I/O-driven pipeline: keeps up to `width` reads in flight,
+    /// processes pages one at a time as they arrive and refills at once.
+    Pipeline,
+}
+
+impl ExecutorKind {
+    /// Parses `auto`, `beam`, `pipeline`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(ExecutorKind::Auto),
+            "beam" => Ok(ExecutorKind::Beam),
+            "pipeline" => Ok(ExecutorKind::Pipeline),
+            other => Err(Error::arg(format!(
+                "unknown executor {other:?}: expected auto, beam or pipeline"
+            ))),
+        }
+    }
+
+    /// `"auto"`, `"beam"` or `"pipeline"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorKind::Auto => "auto",
+            ExecutorKind::Beam => "beam",
+            ExecutorKind::Pipeline => "pipeline",
+        }
+    }
+}
+
+/// Search parameters of one batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchParams {
+    /// Results per query.
+    pub k: usize,
+    /// Candidate list size (≥ k).
+    pub l: usize,
+    /// Beam width: reads issued per hop (Beam) or the most reads in flight
+    /// per query (Pipeline).
+    pub w: usize,
+    /// Which executor runs the search.
+    pub executor: ExecutorKind,
+    /// Beam only: width min(2^i, W) at hop i (AlayaLaser's adaptive beam).
+    pub adaptive_beam: bool,
+    /// Beam only: issue the next hop once this fraction (in (0, 1]) of the
+    /// current hop's pages has been processed; late pages fold in when they
+    /// arrive (AlayaLaser's early dispatch). `None`: wait for the whole hop.
+    pub early_dispatch: Option<f32>,
+    /// Queries each worker interleaves on its I/O engine (1..=64).
+    pub queries_in_flight: usize,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        SearchParams {
+            k: 10,
+            l: 100,
+            w: 4,
+            executor: ExecutorKind::Auto,
+            adaptive_beam: false,
+            early_dispatch: None,
+            queries_in_flight: 1,
+        }
+    }
+}
+
+impl SearchParams {
+    /// Parameters with `k`, `L` and `W` and defaults for the rest.
+    pub fn new(k: usize, l: usize, w: usize) -> Self {
+        SearchParams {
+            k,
+            l,
+            w,
+            ..SearchParams::default()
+        }
+    }
+
+    /// Validates the parameters.
+    pub fn check(&self) -> Result<()> {
+        if self.k == 0 {
+            return Err(Error::arg("k must be at least 1"));
+        }
+        if self.l < self.k {
+            return Err(Error::arg(format!(
+                "L={} must be at least k={}",
+                self.l, self.k
+            )));
+        }
+        if self.l > MAX_LIST_SIZE {
+            return Err(Error::arg(format!(
+                "L={} exceeds the maximum list size {MAX_LIST_SIZE}",
+                self.l
+            )));
+        }
+        if self.w == 0 || self.w > MAX_BEAM_WIDTH {
+            return Err(Error::arg(format!(
+                "W={} must be in 1..={MAX_BEAM_WIDTH}",
+                self.w
+            )));
+        }
+        if let Some(f) = self.early_dispatch {
+            if !f.is_finite() || f <= 0.0 || f > 1.0 {
+                return Err(Error::arg(format!(
+                    "early_dispatch={f} must be a finite fraction in (0, 1]"
+                )));
+            }
+        }
+        if self.queries_in_flight == 0 || self.queries_in_flight > MAX_QUERIES_IN_FLIGHT {
+            return Err(Error::arg(format!(
+                "queries_in_flight={} must be in 1..={MAX_QUERIES_IN_FLIGHT}",
+                self.queries_in_flight
+            )));
+        }
+        if self.executor == ExecutorKind::Pipeline {
+            if self.adaptive_beam {
+                return Err(Error::arg(
+                    "adaptive_beam applies to the beam executor, not to executor=\"pipeline\" \
+                     (the pipeline adapts its width by itself)",
+                ));
+            }
+            if self.early_dispatch.is_some() {
+                return Err(Error::arg(
+                    "early_dispatch applies to the beam executor, not to executor=\"pipeline\"",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a beam-only option (adaptive width, early dispatch) is set.
+    pub fn wants_beam_options(&self) -> bool {
+        self.adaptive_beam || self.early_dispatch.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(p: SearchParams) -> String {
+        p.check().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        SearchParams::default().check().unwrap();
+        SearchParams::new(1, 1, 1).check().unwrap();
+        let p = SearchParams {
+            executor: ExecutorKind::Beam,
+            adaptive_beam: true,
+            early_dispatch: Some(1.0),
+            queries_in_flight: MAX_QUERIES_IN_FLIGHT,
+            ..SearchParams::default()
+        };
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_with_clear_messages() {
+        let base = SearchParams::default();
+        assert!(err(SearchParams { k: 0, ..base }).contains("k must be at least 1"));
+        assert!(err(SearchParams { l: 5, ..base }).contains("L=5 must be at least k=10"));
+        assert!(err(SearchParams { w: 0, ..base }).contains("W=0"));
+        assert!(err(SearchParams { w: 65, ..base }).contains("W=65"));
+        for f in [0.0f32, -0.5, 1.5, f32::NAN, f32::INFINITY] {
+            let e = err(SearchParams {
+                early_dispatch: Some(f),
+                ..base
+            });
+            assert!(e.contains("early_dispatch") && e.contains("(0, 1]"), "{e}");
+        }
+        for q in [0usize, MAX_QUERIES_IN_FLIGHT + 1] {
+            let e = err(SearchParams {
+                queries_in_flight: q,
+                ..base
+            });
+            assert!(e.contains(&format!("queries_in_flight={q}")), "{e}");
+        }
+        let pipe = SearchParams {
+            executor: ExecutorKind::Pipeline,
+            ..base
+        };
+        pipe.check().unwrap();
+        assert!(err(SearchParams {
+            adaptive_beam: true,
+            ..pipe
+        })
+        .contains("adaptive_beam"));
+        assert!(err(SearchParams {
+            early_dispatch: Some(0.5),
+            ..pipe
+        })
+        .contains("early_dispatch"));
+    }
+
+    #[test]
+    fn executor_names_parse() {
+        for k in [
+            ExecutorKind::Auto,
+            ExecutorKind::Beam,
+            ExecutorKind::Pipeline,
+        ] {
+            assert_eq!(ExecutorKind::parse(k.name()).unwrap(), k);
+        }
+        assert_eq!(ExecutorKind::parse(" Beam ").unwrap(), ExecutorKind::Beam);
+        let e = ExecutorKind::parse("warp").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown executor") && e.contains("pipeline"),
+            "{e}"
+        );
+    }
+}

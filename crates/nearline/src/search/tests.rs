@@ -1,0 +1,626 @@
+//! Tests of the executor: every kind against brute force, the beam against a
+//! plain synchronous reference, and many queries per worker over the fake
+//! engine (out of order, delayed, failing reads).
+
+use super::candidates::CandidateList;
+use super::executor::{run, search_one, IndexData, Scratch};
+use super::params::{ExecutorKind, SearchParams};
+use super::scorer::{AnyScorer, Scorer};
+use super::stats::QueryStats;
+use crate::data::matrix::Matrix;
+use crate::distance::Metric;
+use crate::index::{build, BuildOptions, Index, OpenOptions};
+use crate::io::{EngineKind, FakeOptions, IoEngine};
+use crate::layout::page::{ids, RecordReader};
+use proptest::prelude::*;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+const N: usize = 1500;
+const DIM: usize = 16;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    /// Row-major base vectors (row i has external id `ids[i]`).
+    base: Vec<f32>,
+    ids: Vec<u64>,
+    queries: Vec<f32>,
+    /// No node cache.
+    plain: Index,
+    /// 200 cached nodes.
+    cached: Index,
+    pages: Arc<Vec<u8>>,
+}
+
+fn random_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n * dim)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect()
+}
+
+fn build_index(dir: &Path, base: &[f32], n: usize, dim: usize, ids: Option<Vec<u64>>) {
+    let m = Matrix::from_vec(base.to_vec(), n, dim).unwrap();
+    let opts = BuildOptions {
+        r: 16,
+        build_l: 40,
+        pq_bytes: Some(8),
+        threads: Some(2),
+        ids,
+        ..Default::default()
+    };
+    build(m, dir, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+}
+
+fn open(dir: &Path, cache_nodes: usize, io: EngineKind) -> Index {
+    Index::open(
+        dir,
+        &OpenOptions {
+            cache_nodes: Some(cache_nodes),
+            io,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn fixture() -> &'static Fixture {
+    static F: OnceLock<Fixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let base = random_rows(N, DIM, 11);
+        let mut ids: Vec<u64> = (0..N as u64).map(|i| 1000 + 7 * i).collect();
+        ids.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(5));
+        let path = dir.path().join("x");
+        build_index(&path, &base, N, DIM, Some(ids.clone()));
+        let pages = Arc::new(std::fs::read(path.join("pages.bin")).unwrap());
+        Fixture {
+            base,
+            ids,
+            queries: random_rows(40, DIM, 99),
+            plain: open(&path, 0, EngineKind::Auto),
+            cached: open(&path, 200, EngineKind::Auto),
+            pages,
+            _dir: dir,
+        }
+    })
+}
+
+fn data(idx: &Index) -> &IndexData<f32> {
+    idx.data_f32().unwrap()
+}
+
+/// Exact k nearest external ids and distances, with the engine's kernel.
+fn brute_force(f: &Fixture, q: &[f32], k: usize) -> Vec<(f32, i64)> {
+    let mut all: Vec<(f32, usize)> = f
+        .base
+        .chunks_exact(DIM)
+        .enumerate()
+        .map(|(i, x)| (Metric::L2.distance(q, x), i))
+        .collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    all.iter()
+        .take(k)
+        .map(|&(d, i)| (d, f.ids[i] as i64))
+        .collect()
+}
+
+fn params(executor: ExecutorKind, l: usize, w: usize) -> SearchParams {
+    SearchParams {
+        executor,
+        ..SearchParams::new(10, l, w)
+    }
+}
+
+/// The executor configurations the issue names.
+fn kinds() -> Vec<(&'static str, SearchParams)> {
+    let beam = params(ExecutorKind::Beam, N, 8);
+    let pipe = params(ExecutorKind::Pipeline, N, 8);
+    vec![
+        ("beam", beam),
+        (
+            "beam+adaptive",
+            SearchParams {
+                adaptive_beam: true,
+                ..beam
+            },
+        ),
+        (
+            "beam+early0.5",
+            SearchParams {
+                early_dispatch: Some(0.5),
+                ..beam
+            },
+        ),
+        (
+            "beam q4",
+            SearchParams {
+                queries_in_flight: 4,
+                ..beam
+            },
+        ),
+        ("pipeline", pipe),
+        (
+            "pipeline q4",
+            SearchParams {
+                queries_in_flight: 4,
+                ..pipe
+            },
+        ),
+        (
+            "auto adaptive+early q3",
+            SearchParams {
+                executor: ExecutorKind::Auto,
+                adaptive_beam: true,
+                early_dispatch: Some(0.3),
+                queries_in_flight: 3,
+                ..beam
+            },
+        ),
+    ]
+}
+
+#[test]
+fn every_executor_is_exact_with_a_full_list() {
+    let f = fixture();
+    let nq = 8;
+    let queries = &f.queries[..nq * DIM];
+    for (idx, threads) in [(&f.plain, 1), (&f.plain, 2), (&f.cached, 2)] {
+        for (name, p) in kinds() {
+            {
+                let out = idx.search(queries, nq, &p, Some(threads)).unwrap();
+                for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+                    let want = brute_force(f, q, 10);
+                    let got: Vec<(f32, i64)> = (0..10)
+                        .map(|j| (out.distances[qi * 10 + j], out.ids[qi * 10 + j]))
+                        .collect();
+                    assert_eq!(got, want, "{name}, {threads} threads, query {qi}");
+                    let st = &out.stats[qi];
+                    assert!(st.hops as usize >= N - 5, "{name}: {st:?}");
+                    assert!(st.reads > 0 || !data(idx).cache.is_empty(), "{name}");
+                    assert_eq!(
+                        st.bytes_read,
+                        st.reads as u64 * data(idx).geo.block_size as u64
+                    );
+                    assert!(st.total_us >= st.cpu_us, "{name}: {st:?}");
+                }
+            }
+        }
+    }
+}
+
+/// DiskANN's synchronous beam written as plainly as possible: blocking
+/// record reads, the whole hop before the next.
+fn reference_beam(
+    d: &IndexData<f32>,
+    q: &[f32],
+    p: &SearchParams,
+) -> (Vec<(f32, u32)>, QueryStats) {
+    let AnyScorer::Pq(pq) = &d.scorer;
+    let mut reader = RecordReader::open(&d.pages_path, &d.geo).unwrap();
+    let mut table = Vec::new();
+    pq.prepare(q, &mut table);
+    let mut st = QueryStats::default();
+    let mut cand = CandidateList::default();
+    cand.reset(p.l);
+    let mut visited = HashSet::new();
+    let mut exact = Vec::new();
+    let mut seeds = Vec::new();
+    d.entries.seeds(d.metric, q, &mut seeds, &mut st);
+    for v in seeds {
+        if visited.insert(v) {
+            st.pq_distances += 1;
+            cand.insert(pq.score(&table, v), v);
+        }
+    }
+    loop {
+        let mut frontier = Vec::new();
+        cand.take_unexpanded(p.w, &mut frontier);
+        if frontier.is_empty() {
+            break;
+        }
+        let blocks: HashSet<u64> = frontier
+            .iter()
+            .filter(|&&v| d.cache.get(v).is_none())
+            .map(|&v| d.geo.location(v).0)
+            .collect();
+        st.reads += blocks.len() as u32;
+        st.bytes_read += (blocks.len() * d.geo.block_size) as u64;
+        for v in frontier {
+            let rec: Vec<u8> = match d.cache.get(v) {
+                Some(r) => {
+                    st.cache_hits += 1;
+                    r.to_vec()
+                }
+                None => {
+                    st.used_bytes += d.geo.record_size as u64;
+                    reader.record(v).unwrap().to_vec()
+                }
+            };
+            let (vb, nbrs) = d.geo.split_record(&rec).unwrap();
+            let x: Vec<f32> = vb
+                .chunks_exact(4)
+                .map(bytemuck::pod_read_unaligned::<f32>)
+                .collect();
+            st.hops += 1;
+            st.exact_distances += 1;
+            exact.push((d.metric.distance(q, &x), v));
+            for u in ids(nbrs) {
+                if visited.insert(u) {
+                    st.pq_distances += 1;
+                    cand.insert(pq.score(&table, u), u);
+                }
+            }
+        }
+    }
+    exact.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    exact.dedup_by_key(|e| e.1);
+    exact.truncate(p.k);
+    (exact, st)
+}
+
+/// Statistics without the timings.
+fn counts(s: &QueryStats) -> [u64; 7] {
+    [
+        s.hops as u64,
+        s.reads as u64,
+        s.bytes_read,
+        s.cache_hits as u64,
+        s.pq_distances as u64,
+        s.exact_distances as u64,
+        s.used_bytes,
+    ]
+}
+
+#[test]
+fn beam_gives_exactly_the_synchronous_beam() {
+    let f = fixture();
+    for idx in [&f.plain, &f.cached] {
+        let d = data(idx);
+        let mut s = Scratch::new(d).unwrap();
+        for (l, w) in [(20, 1), (40, 4), (60, 8), (N, 8)] {
+            // Early dispatch with f = 1 waits for the whole hop: the same search.
+            for early in [None, Some(1.0)] {
+                let p = SearchParams {
+                    early_dispatch: early,
+                    ..params(ExecutorKind::Beam, l, w)
+                };
+                // Exhaustive lists are slow to read: fewer queries there.
+                let nq = if l == N { 6 } else { 40 };
+                for q in f.queries.chunks_exact(DIM).take(nq) {
+                    let (want, want_st) = reference_beam(d, q, &p);
+                    let mut st = QueryStats::default();
+                    search_one(d, &mut s, q, &p, &mut st).unwrap();
+                    assert_eq!(s.results, want, "L={l} W={w}");
+                    assert_eq!(counts(&st), counts(&want_st), "L={l} W={w}");
+                    assert!(st.io_wait_us >= 0.0 && st.cpu_us > 0.0);
+                    assert_eq!(s.in_flight(), 0);
+                }
+            }
+        }
+        let (alloc, free) = s.buffers();
+        assert_eq!(alloc, free);
+    }
+}
+
+#[test]
+fn auto_picks_the_pipeline_for_one_record_per_block() {
+    // 1100-d float32 records take two pages: one record per block.
+    let dir = tempfile::tempdir().unwrap();
+    let (n, dim) = (300, 1100);
+    let base = random_rows(n, dim, 3);
+    build_index(&dir.path().join("big"), &base, n, dim, None);
+    // The pread engine completes reads in submission order.
+    let idx = open(&dir.path().join("big"), 0, EngineKind::Pread);
+    let d = data(&idx);
+    assert_eq!(d.geo.records_per_block, 1);
+    let queries = random_rows(5, dim, 4);
+    let mut s = Scratch::new(d).unwrap();
+    let mut seen = Vec::new();
+    for kind in [
+        ExecutorKind::Auto,
+        ExecutorKind::Pipeline,
+        ExecutorKind::Beam,
+    ] {
+        let p = params(kind, 40, 8);
+        let mut rows = Vec::new();
+        for q in queries.chunks_exact(dim) {
+            let mut st = QueryStats::default();
+            search_one(d, &mut s, q, &p, &mut st).unwrap();
+            rows.push((s.results.clone(), counts(&st)));
+        }
+        seen.push(rows);
+    }
+    // With an in-order engine the pipeline is deterministic: auto ran it.
+    assert_eq!(seen[0], seen[1]);
+    assert_ne!(seen[0], seen[2], "the beam reads in another order");
+    // The 16-d index holds 30 records per block: auto runs the beam.
+    let f = fixture();
+    let d = data(&f.plain);
+    assert!(d.geo.records_per_block >= 2);
+    let mut s = Scratch::new(d).unwrap();
+    let mut a = QueryStats::default();
+    let mut b = QueryStats::default();
+    let q = &f.queries[..DIM];
+    search_one(d, &mut s, q, &params(ExecutorKind::Auto, 40, 4), &mut a).unwrap();
+    let auto = s.results.clone();
+    search_one(d, &mut s, q, &params(ExecutorKind::Beam, 40, 4), &mut b).unwrap();
+    assert_eq!((auto, counts(&a)), (s.results.clone(), counts(&b)));
+}
+
+#[test]
+fn pipeline_abandons_reads_and_reaps_them() {
+    let f = fixture();
+    let d = data(&f.plain);
+    let mut stale = 0;
+    for seed in 0..6 {
+        let fake = IoEngine::fake(
+            f.pages.clone(),
+            FakeOptions {
+                seed,
+                max_delay_polls: 6,
+                ..Default::default()
+            },
+        );
+        let mut s = Scratch::with_engine(d, fake);
+        let p = SearchParams {
+            queries_in_flight: 4,
+            ..params(ExecutorKind::Pipeline, 10, 16)
+        };
+        let mut done = 0;
+        let mut next = 0;
+        let nq = f.queries.len() / DIM;
+        run(
+            d,
+            &mut s,
+            &p,
+            &f.queries,
+            &mut || {
+                next += 1;
+                (next <= nq).then_some(next - 1)
+            },
+            &mut |_, res, _| {
+                assert_eq!(res.len(), 10);
+                done += 1;
+            },
+        )
+        .unwrap();
+        assert_eq!(done, nq);
+        assert_eq!(s.in_flight(), 0);
+        let (alloc, free) = s.buffers();
+        assert_eq!(alloc, free);
+        stale += s.stale_completions();
+    }
+    assert!(stale > 0, "some pipelined reads should have been abandoned");
+}
+
+#[test]
+fn queries_served_from_the_cache_alone_all_answer() {
+    // Every node cached: queries end at admission without a single read.
+    let f = fixture();
+    let all = open(&f._dir.path().join("x"), N, EngineKind::Auto);
+    let nq = f.queries.len() / DIM;
+    for (name, p) in kinds() {
+        let p = SearchParams { l: 40, ..p };
+        for threads in [1, 2] {
+            let out = all.search(&f.queries, nq, &p, Some(threads)).unwrap();
+            let plain = f.plain.search(&f.queries, nq, &p, Some(threads)).unwrap();
+            for qi in 0..nq {
+                let st = &out.stats[qi];
+                assert_eq!(st.reads, 0, "{name}");
+                assert!(st.hops > 0 && st.cache_hits == st.hops, "{name}: {st:?}");
+                assert!(
+                    out.ids[qi * 10..(qi + 1) * 10].iter().all(|&i| i >= 0),
+                    "{name}"
+                );
+                if name.starts_with("beam") && !name.contains("early") {
+                    // The cache never changes a (synchronous) beam search.
+                    assert_eq!(
+                        out.ids[qi * 10..(qi + 1) * 10],
+                        plain.ids[qi * 10..(qi + 1) * 10]
+                    );
+                    assert_eq!(st.hops, plain.stats[qi].hops, "{name}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_parameters_are_refused_by_the_index() {
+    let f = fixture();
+    let q = &f.queries[..DIM];
+    for (p, msg) in [
+        (
+            SearchParams {
+                early_dispatch: Some(0.0),
+                ..SearchParams::default()
+            },
+            "early_dispatch",
+        ),
+        (
+            SearchParams {
+                queries_in_flight: 0,
+                ..SearchParams::default()
+            },
+            "queries_in_flight=0",
+        ),
+        (
+            SearchParams {
+                queries_in_flight: 65,
+                ..SearchParams::default()
+            },
+            "queries_in_flight=65",
+        ),
+        (
+            SearchParams {
+                executor: ExecutorKind::Pipeline,
+                adaptive_beam: true,
+                ..SearchParams::default()
+            },
+            "adaptive_beam",
+        ),
+    ] {
+        let e = f.plain.search(q, 1, &p, Some(1)).unwrap_err().to_string();
+        assert!(e.contains(msg), "{e}");
+        let d = data(&f.plain);
+        let mut s = Scratch::new(d).unwrap();
+        let mut st = QueryStats::default();
+        let e = search_one(d, &mut s, q, &p, &mut st).unwrap_err();
+        assert!(e.to_string().contains(msg), "{e}");
+    }
+}
+
+/// Finished queries by index: best (distance, id) and statistics.
+type Finished = BTreeMap<usize, (Vec<(f32, u32)>, QueryStats)>;
+
+/// Runs `nq` queries on one worker and collects results by query index.
+fn run_all(
+    d: &IndexData<f32>,
+    s: &mut Scratch<f32>,
+    p: &SearchParams,
+    queries: &[f32],
+) -> (crate::Result<()>, Finished) {
+    let nq = queries.len() / d.dim;
+    let mut next = 0;
+    let mut out = BTreeMap::new();
+    let r = run(
+        d,
+        s,
+        p,
+        queries,
+        &mut || {
+            next += 1;
+            (next <= nq).then_some(next - 1)
+        },
+        &mut |qi, res, st| {
+            assert!(
+                out.insert(qi, (res.to_vec(), *st)).is_none(),
+                "query {qi} ended twice"
+            );
+        },
+    );
+    (r, out)
+}
+
+fn kind_params(kind: usize, q: usize) -> SearchParams {
+    let base = SearchParams {
+        queries_in_flight: q,
+        ..params(ExecutorKind::Beam, 40, 4)
+    };
+    match kind {
+        0 => base,
+        1 => SearchParams {
+            adaptive_beam: true,
+            ..base
+        },
+        // Order-dependent kinds: exhaustive lists make them exact.
+        2 => SearchParams {
+            early_dispatch: Some(0.5),
+            l: N,
+            ..base
+        },
+        _ => SearchParams {
+            executor: ExecutorKind::Pipeline,
+            l: N,
+            w: 8,
+            ..base
+        },
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn many_queries_per_worker_over_the_fake_engine(
+        seed in any::<u64>(),
+        delay in 0u32..5,
+        q in 1usize..9,
+        kind in 0usize..4,
+        fail in prop_oneof![3 => Just(0.0f64), 1 => 0.002f64..0.05],
+        cached in any::<bool>(),
+    ) {
+        let f = fixture();
+        let idx = if cached { &f.cached } else { &f.plain };
+        let d = data(idx);
+        let nq = 8;
+        let queries = &f.queries[..nq * DIM];
+        let p = kind_params(kind, q);
+        // The reference: one query at a time on the in-order pread engine.
+        let mut reference = Scratch::new(d).unwrap();
+        let (r0, want) = run_all(d, &mut reference, &SearchParams { queries_in_flight: 1, ..p }, queries);
+        r0.unwrap();
+        let fake = IoEngine::fake(f.pages.clone(), FakeOptions {
+            seed,
+            max_delay_polls: delay,
+            fail_probability: fail,
+            ..Default::default()
+        });
+        let mut s = Scratch::with_engine(d, fake);
+        let (r, got) = run_all(d, &mut s, &p, queries);
+        // Whatever happened, nothing is left in flight and every buffer is back.
+        prop_assert_eq!(s.in_flight(), 0);
+        let (alloc, free) = s.buffers();
+        prop_assert_eq!(alloc, free);
+        let IoEngine::Fake(fe) = s.engine() else { panic!("fake engine expected") };
+        prop_assert_eq!(fe.double_completions(), 0);
+        prop_assert_eq!(fe.completed(), fe.submitted());
+        let errors = fe.counters().errors;
+        match r {
+            Ok(()) => {
+                // A failed read may only be one its query had abandoned.
+                prop_assert!(errors <= s.stale_completions());
+                prop_assert_eq!(got.len(), nq);
+                let reads: u64 = got.values().map(|(_, st)| st.reads as u64).sum();
+                prop_assert_eq!(reads, fe.submitted(), "every read belongs to one query");
+                for (qi, (res, st)) in &got {
+                    let (wres, wst) = &want[qi];
+                    prop_assert_eq!(res, wres, "query {}", qi);
+                    if kind <= 1 {
+                        // Beam searches do not depend on completion order.
+                        prop_assert_eq!(counts(st), counts(wst), "query {}", qi);
+                    }
+                }
+            }
+            Err(e) => {
+                prop_assert!(errors > 0, "unexpected error {}", e);
+                prop_assert!(e.to_string().contains("injected failure"), "{}", e);
+            }
+        }
+    }
+}
+
+#[test]
+fn several_queries_fill_the_queue() {
+    let f = fixture();
+    let d = data(&f.plain);
+    let fake = IoEngine::fake(
+        f.pages.clone(),
+        FakeOptions {
+            seed: 1,
+            max_delay_polls: 3,
+            ..Default::default()
+        },
+    );
+    let mut s = Scratch::with_engine(d, fake);
+    let p = SearchParams {
+        queries_in_flight: 8,
+        ..params(ExecutorKind::Beam, 40, 4)
+    };
+    let (r, got) = run_all(d, &mut s, &p, &f.queries);
+    r.unwrap();
+    assert_eq!(got.len(), f.queries.len() / DIM);
+    let IoEngine::Fake(fe) = s.engine() else {
+        panic!("fake engine expected")
+    };
+    assert!(
+        fe.max_in_flight() >= 16,
+        "8 queries × W=4 should keep ≥ 16 reads in flight, saw {}",
+        fe.max_in_flight()
+    );
+}
