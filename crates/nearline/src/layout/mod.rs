@@ -7,6 +7,7 @@
 
 pub mod format;
 pub mod page;
+pub mod section;
 pub mod writer;
 
 pub use format::{BuildSpec, LayoutInfo, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR};
