@@ -113,9 +113,9 @@ def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> No
                         "--entry-points > 0, else medoid), medoid, sampled, nav, centroids")
     p.add_argument("--entry-points", type=_nonneg_int, default=0,
                    help=f"{who}sampled in-memory entry points (entry 'sampled'; 0 = none)")
-    p.add_argument("--nav-L", type=_positive_int, default=None, help=f"{who}navigation-graph search list size (48)")
+    p.add_argument("--nav-L", type=_positive_int, default=None, help=f"{who}navigation-graph search list size (32)")
     p.add_argument("--nav-seeds", type=_positive_int, default=None,
-                   help=f"{who}navigation-graph seeds per query (4)")
+                   help=f"{who}navigation-graph seeds per query (1)")
 
 
 def _budget(text: str) -> Any:

@@ -28,9 +28,9 @@ use std::cell::RefCell;
 use std::path::Path;
 
 /// Default list size of the navigation-graph search (see docs/architecture.md).
-pub const DEFAULT_NAV_L: usize = 48;
+pub const DEFAULT_NAV_L: usize = 32;
 /// Default number of navigation-graph seeds per query (see docs/architecture.md).
-pub const DEFAULT_NAV_SEEDS: usize = 4;
+pub const DEFAULT_NAV_SEEDS: usize = 1;
 /// Largest number of navigation-graph seeds accepted.
 pub const MAX_NAV_SEEDS: usize = 256;
 /// Largest navigation-graph list size accepted.
