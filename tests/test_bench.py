@@ -82,6 +82,13 @@ def test_params_key_stable_and_param_sensitive():
     assert bench.params_key("diskannpy", "d", p, 8) == bench.params_key("diskannpy", "d", peers.Params(R=32), 8)
     assert bench.params_key("diskannpy", "d", p, 8) != bench.params_key("diskannpy", "d", p, 16)
     assert bench.params_key("diskannpy", "d", p, 8) != bench.params_key("diskannpy", "d", peers.Params(R=16), 8)
+    # Entry structures change nearline's index; default values keep older cache names.
+    plain = bench.params_key("nearline", "d", peers.Params(), 8)
+    assert plain == bench.params_key("nearline", "d", peers.Params(nav_sample=0.0, entry_clusters=0), 8)
+    assert plain != bench.params_key("nearline", "d", peers.Params(nav_sample=0.01), 8)
+    assert plain != bench.params_key("nearline", "d", peers.Params(entry_clusters=300), 8)
+    # Open-time choices do not.
+    assert plain == bench.params_key("nearline", "d", peers.Params(entry="nav", nav_seeds=8), 8)
 
 
 # --------------------------------------------------------------------------- /proc, budgets

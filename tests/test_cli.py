@@ -263,6 +263,45 @@ def test_bench_wires_config(engine, monkeypatch, tmp_path, capsys):
     assert cfg.reps == 5 and cfg.queries_repeat == 3 and cfg.workdir == tmp_path
 
 
+def test_entry_options_are_passed(engine, monkeypatch, tmp_path, capsys):
+    from nearline import bench
+
+    b, q, _ = _files(tmp_path, engine)
+    assert cli.main(["build", b, str(tmp_path / "idx"), "--nav-sample", "0.01", "--entry-clusters", "300"]) == 0
+    kw = engine["build"][2]
+    assert kw["nav_sample"] == 0.01 and kw["entry_clusters"] == 300
+    assert cli.main(["search", "idx", q, "--entry", "nav", "--nav-L", "64", "--nav-seeds", "8"]) == 0
+    kw = engine["open"][1]
+    assert kw["entry"] == "nav" and kw["nav_L"] == 64 and kw["nav_seeds"] == 8 and kw["entry_points"] == 0
+    assert "entry" in capsys.readouterr().out
+    seen = {}
+
+    def fake_run(cfg, progress=True):
+        seen["cfg"] = cfg
+        return {"params": {"k": cfg.k}, "summary": {}, "comparisons": {}, "builds": {}}
+
+    monkeypatch.setattr(bench, "run_bench", fake_run)
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--compare", "hnswlib", "--entry", "centroids",
+                     "--nav-sample", "0.02", "--entry-clusters", "50", "--workdir", str(tmp_path)]) == 0
+    cfg = seen["cfg"]
+    assert cfg.entry == "centroids" and cfg.nav_sample == 0.02 and cfg.entry_clusters == 50
+    p = cfg.params()
+    assert p.entry == "centroids" and p.nav_sample == 0.02 and p.entry_clusters == 50
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", "a", "b", "--nav-sample", "x"],
+    ["build", "a", "b", "--nav-sample", "nan"],
+    ["build", "a", "b", "--entry-clusters", "-3"],
+    ["search", "i", "q", "--entry", "bogus"],
+    ["search", "i", "q", "--nav-seeds", "0"],
+])
+def test_bad_entry_arguments_are_argparse_errors(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+
+
 def test_progress_callback_bars():
     p = cli._Progress(True)
     p("graph", 1, 4)

@@ -163,7 +163,7 @@ def test_build_from_file_and_info(tmp_path, small_data):
     info = idx.info()
     assert info["n"] == 5000 and info["dim"] == 24 and info["dtype"] == "float32"
     assert info["preset"] == "diskann" and info["pq_bytes"] == 8
-    assert info["format_version"] == "1.0"
+    assert info["format_version"] == "1.1"  # 1.1 added the optional entry sections
     mem = info["memory"]
     assert mem["pq_codes"] == 5000 * 8
     assert mem["total"] >= mem["pq_codes"] + mem["cache"] > 0
@@ -472,3 +472,145 @@ def test_bad_executor_arguments(small_index, small_data):
         idx._raw.search(np.ascontiguousarray(q), 3, 10, 4, 1, False, "beam", False, 2.0, 1)
     with pytest.raises(ValueError, match="queries_in_flight"):
         idx._raw.search(np.ascontiguousarray(q), 3, 10, 4, 1, False, "beam", False, None, 99)
+# --------------------------------------------------------------------------- entry points: nav graph, centroids
+
+
+@pytest.fixture(scope="module")
+def entry_index(tmp_path_factory, small_data):
+    base, _ = small_data
+    path = tmp_path_factory.mktemp("entry") / "entry.index"
+    nearline.build(base, path, R=24, build_L=60, pq_bytes=12, threads=2, nav_sample=0.02, entry_clusters=40)
+    return path
+
+
+@pytest.mark.parametrize("entry", ["auto", "medoid", "sampled", "nav", "centroids"])
+def test_every_entry_kind_is_exact_at_full_list_size(entry_index, small_data, entry):
+    base, queries = small_data
+    idx = nearline.open(entry_index, entry=entry, entry_points=64 if entry == "sampled" else 0, cache_nodes=0)
+    assert idx.entry == ("nav" if entry == "auto" else entry)
+    ids, _ = idx.search(queries[:20], k=10, L=len(base), W=8)
+    assert (ids == exact_knn(base, queries[:20], 10)).all()
+
+
+def test_entry_info_memory_and_recall(entry_index, small_data):
+    base, queries = small_data
+    gt = exact_knn(base, queries, 10)
+    budget = 400_000
+    res = {}
+    for entry in ("medoid", "nav", "centroids"):
+        idx = nearline.open(entry_index, entry=entry, memory_budget=budget)
+        info = idx.info()
+        mem = info["memory"]
+        assert mem["total"] - mem["worker_scratch"] <= budget
+        assert info["entry"]["kind"] == entry and info["entry"]["has_nav"] and info["entry"]["has_centroids"]
+        assert info["build"]["nav_sample"] == 0.02 and info["build"]["entry_clusters"] == 40
+        assert info["format_version"] == "1.1"
+        # Reads compared without a node cache: the BFS cache around the medoid
+        # favours searches that start there.
+        uncached = nearline.open(entry_index, entry=entry, cache_nodes=0)
+        ids, _, st = uncached.search(queries, k=10, L=40, return_stats=True)
+        res[entry] = (mem, nearline.recall(ids, gt, 10), st["reads"].mean(), info)
+    m_med, m_nav, m_cen = res["medoid"][0], res["nav"][0], res["centroids"][0]
+    # 100 sample nodes: u32 id, 24-d f32 vector, R = 32 neighbour slots + degree.
+    assert m_nav["entry_nav"] >= 100 * (4 + 96 + 4 * 33) and m_med["entry_nav"] == 0
+    assert m_cen["entry_centroids"] >= 40 * (4 + 96) and m_nav["entry_centroids"] == 0
+    # The structures are paid for out of the node cache.
+    assert m_nav["cache_nodes"] < m_med["cache_nodes"] and m_cen["cache_nodes"] < m_med["cache_nodes"]
+    assert res["nav"][3]["entry"]["nav_nodes"] == 100 and res["nav"][3]["entry"]["nav_seeds"] == 1
+    assert res["centroids"][3]["entry"]["centroid_nodes"] == 40
+    # Starting near the query costs fewer reads at no loss of recall.
+    for entry in ("nav", "centroids"):
+        assert res[entry][1] >= res["medoid"][1] - 0.02, (entry, res[entry][1], res["medoid"][1])
+        assert res[entry][2] < res["medoid"][2], (entry, res[entry][2], res["medoid"][2])
+    # More nav seeds are accepted and still find the neighbours.
+    idx = nearline.open(entry_index, entry="nav", nav_L=64, nav_seeds=8)
+    assert idx.info()["entry"]["nav_L"] == 64
+    ids, _ = idx.search(queries, k=10, L=40)
+    assert nearline.recall(ids, gt, 10) >= res["medoid"][1] - 0.02
+
+
+def test_nav_graph_is_deterministic(tmp_path, small_data):
+    base, _ = small_data
+    for name in ("a", "b"):
+        nearline.build(base[:2000], tmp_path / name, R=16, build_L=32, pq_bytes=8, nav_sample=0.05,
+                       entry_clusters=10, threads=2)
+    for f in ("nav_graph.bin", "entry_centroids.bin"):
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+    nearline.build(base[:2000], tmp_path / "c", R=16, build_L=32, pq_bytes=8, nav_sample=0.05, seed=1, threads=2)
+    assert (tmp_path / "c" / "nav_graph.bin").read_bytes() != (tmp_path / "a" / "nav_graph.bin").read_bytes()
+
+
+def test_bad_entry_arguments(tmp_path, small_index, small_data):
+    base, _ = small_data
+    for bad in (-0.1, 0.9, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="nav_sample"):
+            nearline.build(base[:500], tmp_path / "x", R=8, build_L=16, pq_bytes=4, nav_sample=bad)
+    with pytest.raises(TypeError, match="nav_sample"):
+        nearline.build(base[:500], tmp_path / "x", R=8, build_L=16, pq_bytes=4, nav_sample="0.01")
+    with pytest.raises(ValueError, match="entry_clusters"):
+        nearline.build(base[:500], tmp_path / "x", R=8, build_L=16, pq_bytes=4, entry_clusters=-1)
+    with pytest.raises(ValueError, match="entry_clusters"):
+        nearline.build(base[:500], tmp_path / "x", R=8, build_L=16, pq_bytes=4, entry_clusters=501)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="unknown entry kind 'bogus'"):
+        nearline.open(small_index, entry="bogus")
+    with pytest.raises(ValueError, match="nav_sample"):
+        nearline.open(small_index, entry="nav")
+    with pytest.raises(ValueError, match="entry_clusters"):
+        nearline.open(small_index, entry="centroids")
+    with pytest.raises(ValueError, match="entry_points"):
+        nearline.open(small_index, entry="sampled")
+    with pytest.raises(ValueError, match="entry_points"):
+        nearline.open(small_index, entry="medoid", entry_points=8)
+    with pytest.raises(ValueError, match="nav_seeds"):
+        nearline.open(small_index, nav_L=4, nav_seeds=8)
+    with pytest.raises(ValueError, match="nav_L"):
+        nearline.open(small_index, nav_L=0)
+    assert nearline.open(small_index).entry == "medoid"
+    assert nearline.open(small_index, entry_points=16).entry == "sampled"
+
+
+def test_damaged_entry_sections(tmp_path, entry_index):
+    p = _copy_index(entry_index, tmp_path / "d.index")
+    nav = bytearray((p / "nav_graph.bin").read_bytes())
+    nav[100] ^= 0x10
+    (p / "nav_graph.bin").write_bytes(bytes(nav))
+    with pytest.raises(nearline.CorruptIndexError, match="CRC32C"):
+        nearline.open(p)
+    nearline.open(p, entry="centroids").close()  # the damaged section is not read
+    (p / "nav_graph.bin").write_bytes(bytes(nav[:-50]))
+    with pytest.raises(nearline.CorruptIndexError, match="truncated"):
+        nearline.open(p, entry="nav")
+    # A truncated section whose manifest entry was made to agree fails the structural check.
+    nav[100] ^= 0x10
+    cut = bytes(nav[:-50])
+    (p / "nav_graph.bin").write_bytes(cut)
+    m = json.loads((p / "manifest.json").read_text())
+    m["sections"]["nav_graph"]["bytes"] = len(cut)
+    m["sections"]["nav_graph"]["crc32c"] = None
+    (p / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(nearline.CorruptIndexError, match="navigation graph"):
+        nearline.open(p, entry="nav")
+    cen = bytearray((p / "entry_centroids.bin").read_bytes())
+    cen[0:4] = b"XXXX"
+    (p / "entry_centroids.bin").write_bytes(bytes(cen))
+    with pytest.raises(nearline.CorruptIndexError):
+        nearline.open(p, entry="centroids")
+    # A manifest field of the wrong type is a corruption error too.
+    m["spec"]["nav_sample"] = "lots"
+    (p / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(nearline.CorruptIndexError, match="manifest"):
+        nearline.open(p)
+
+
+def test_index_without_entry_fields_still_opens(tmp_path, small_index):
+    """A format-1.0 manifest (no nav_sample/entry_clusters) opens with the medoid."""
+    p = _copy_index(small_index, tmp_path / "old.index")
+    m = json.loads((p / "manifest.json").read_text())
+    m["format_minor"] = 0
+    m["spec"].pop("nav_sample")
+    m["spec"].pop("entry_clusters")
+    m["build_stats"].pop("entry_seconds", None)
+    (p / "manifest.json").write_text(json.dumps(m))
+    idx = nearline.open(p)
+    assert idx.entry == "medoid" and idx.info()["build"]["nav_sample"] == 0.0

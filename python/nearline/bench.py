@@ -65,6 +65,11 @@ class BenchConfig:
     build_memory_budget: Any = None
     cache_budget: Any = 0
     entry_points: int = 0
+    entry: str = "auto"
+    nav_L: Optional[int] = None
+    nav_seeds: Optional[int] = None
+    nav_sample: float = 0.0
+    entry_clusters: int = 0
     threads: Optional[int] = None
     W: int = 4
     reps: int = 3
@@ -84,7 +89,8 @@ class BenchConfig:
             metric="l2", R=self.R, build_L=self.build_L, alpha=self.alpha, pq_bytes=self.pq_bytes,
             memory_budget=self.memory_budget, build_memory_budget=self.build_memory_budget,
             cache_budget=self.cache_budget, threads=peers.env_threads(self.threads), seed=self.seed, W=self.W,
-            entry_points=self.entry_points,
+            entry_points=self.entry_points, entry=self.entry, nav_L=self.nav_L, nav_seeds=self.nav_seeds,
+            nav_sample=self.nav_sample, entry_clusters=self.entry_clusters,
         )
 
 
@@ -187,6 +193,11 @@ def params_key(system: str, dataset: str, p: peers.Params, pq_bytes: Optional[in
         build["pq_bytes"] = pq_bytes
     if system == "nearline":
         build.update(alpha=p.alpha, memory_budget=str(p.memory_budget), build_memory_budget=str(p.build_memory_budget))
+        # Only when set, so indexes cached before these options keep their names.
+        if p.nav_sample:
+            build["nav_sample"] = float(p.nav_sample)
+        if p.entry_clusters:
+            build["entry_clusters"] = int(p.entry_clusters)
     h = hashlib.sha1(json.dumps(build, sort_keys=True).encode()).hexdigest()[:10]
     return f"{system}-{dataset}-{h}"
 

@@ -110,6 +110,32 @@ def _queries_in_flight(text: str) -> int:
     return v
 
 
+    """argparse type: a finite float (range checks are the engine's)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+ENTRY_CHOICES = ["auto", "medoid", "sampled", "nav", "centroids"]
+
+
+def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
+    """``--entry``, ``--entry-points``, ``--nav-L``, ``--nav-seeds`` (search/bench)."""
+    who = "nearline: " if bench else ""
+    p.add_argument("--entry", default="auto", choices=ENTRY_CHOICES,
+                   help=f"{who}where queries start: auto (nav graph if built, else centroids, else sampled when "
+                        "--entry-points > 0, else medoid), medoid, sampled, nav, centroids")
+    p.add_argument("--entry-points", type=_nonneg_int, default=0,
+                   help=f"{who}sampled in-memory entry points (entry 'sampled'; 0 = none)")
+    p.add_argument("--nav-L", type=_positive_int, default=None, help=f"{who}navigation-graph search list size (32)")
+    p.add_argument("--nav-seeds", type=_positive_int, default=None,
+                   help=f"{who}navigation-graph seeds per query (1)")
+
+
 def _budget(text: str) -> Any:
     """A budget: bytes (int), a size string ("512MB", "2GiB") or a fraction in (0, 1]."""
     t = text.strip()
@@ -215,15 +241,22 @@ def cmd_build(args: argparse.Namespace) -> int:
             args.data, args.out, metric=args.metric, preset=args.preset, ids=ids, R=args.R, build_L=args.build_L,
             alpha=args.alpha, pq_bytes=args.pq_bytes, memory_budget=args.memory_budget,
             build_memory_budget=args.build_memory_budget, page_size=args.page_size, threads=args.threads,
-            seed=args.seed, progress=progress, overwrite=args.overwrite,
+            seed=args.seed, progress=progress, overwrite=args.overwrite, nav_sample=args.nav_sample,
+            entry_clusters=args.entry_clusters,
         )
     finally:
         progress.close()
     elapsed = time.perf_counter() - t0
     with idx:
         info = idx.info()
+    entry = info.get("entry", {})
+    extra = ""
+    if entry.get("has_nav"):
+        extra += f" nav_sample={entry.get('nav_sample')}"
+    if entry.get("has_centroids"):
+        extra += f" entry_clusters={entry.get('entry_clusters')}"
     print(f"built {args.out}: n={info.get('n')} dim={info.get('dim')} metric={info.get('metric')} "
-          f"preset={info.get('preset')} R={info.get('R')} pq_bytes={info.get('pq_bytes')} in {elapsed:.1f} s")
+          f"preset={info.get('preset')} R={info.get('R')} pq_bytes={info.get('pq_bytes')}{extra} in {elapsed:.1f} s")
     return 0
 
 
@@ -247,20 +280,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     nl = _engine()
     queries = nl.read_vectors(args.queries)
     with nl.open(
-        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points
+        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
+        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
     ) as idx:
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True,
                                        executor=args.executor, adaptive_beam=args.adaptive_beam,
                                        early_dispatch=args.early_dispatch, queries_in_flight=args.queries_in_flight)
         wall = time.perf_counter() - t0
+        entry_kind = str((idx.info().get("entry") or {}).get("kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
     nq = ids.shape[0]
-    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "executor": args.executor,
-                               "adaptive_beam": args.adaptive_beam, "early_dispatch": args.early_dispatch,
-                               "queries_in_flight": args.queries_in_flight, "seconds": wall,
-                               "qps": nq / wall if wall > 0 else None}
+    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "entry": entry_kind,
+                               "executor": args.executor, "adaptive_beam": args.adaptive_beam,
+                               "early_dispatch": args.early_dispatch, "queries_in_flight": args.queries_in_flight,
+                               "seconds": wall, "qps": nq / wall if wall > 0 else None}
     if args.gt:
         gt_ids, _ = nl.read_ground_truth(args.gt)
         summary[f"recall@{args.k}"] = _recall(ids, np.asarray(gt_ids), args.k)
@@ -279,7 +314,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
-        rows = [("queries", str(nq))]
+        rows = [("queries", str(nq)), ("entry", entry_kind)]
         if args.gt:
             rows.append((f"recall@{args.k}", f"{summary[f'recall@{args.k}']:.4f}"))
         rows.append(("QPS", f"{summary['qps']:.0f}" if summary["qps"] else "-"))
@@ -375,7 +410,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = bench.BenchConfig(
         data=args.data, systems=systems, Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
         pq_bytes=args.pq_bytes, memory_budget=args.memory_budget, build_memory_budget=args.build_memory_budget,
-        cache_budget=args.cache_budget, entry_points=args.entry_points, threads=args.threads, W=args.W,
+        cache_budget=args.cache_budget, entry_points=args.entry_points, entry=args.entry, nav_L=args.nav_L,
+        nav_seeds=args.nav_seeds, nav_sample=args.nav_sample, entry_clusters=args.entry_clusters,
+        threads=args.threads, W=args.W,
         reps=args.reps, seed=args.seed,
         workdir=Path(args.workdir) if args.workdir else bench.datasets.default_workdir(),
         out=Path(args.out) if args.out else None, plot=Path(args.plot) if args.plot else None,
@@ -426,6 +463,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ids", default=None, metavar="IDS_FILE", help="external ids (.npy, .txt, .csv, or uint64 .bin)")
+    p.add_argument("--nav-sample", type=_finite_float, default=0.0, metavar="F",
+                   help="in-memory navigation graph over this fraction of the vectors, in [0, 0.5] (e.g. 0.01)")
+    p.add_argument("--entry-clusters", type=_nonneg_int, default=0, metavar="C",
+                   help="k-means centroid entry points (e.g. 300)")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_build)
 
@@ -444,8 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="queries each search thread interleaves on its I/O queue (1..64)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
-    p.add_argument("--entry-points", type=_nonneg_int, default=0,
-                   help="sampled in-memory entry points (0 = start from the medoid)")
+    _add_entry_options(p)
     p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
     p.add_argument("--radius", type=float, default=None, help="range search (not yet supported)")
@@ -481,8 +521,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-budget", type=_budget, default=None, help="nearline's search memory budget at build")
     p.add_argument("--build-memory-budget", type=_budget, default=None)
     p.add_argument("--cache-budget", type=_budget, default=0, help="node cache at search (both disk systems)")
-    p.add_argument("--entry-points", type=_nonneg_int, default=0,
-                   help="nearline: sampled in-memory entry points per index (0 = start from the medoid, as DiskANN)")
+    _add_entry_options(p, bench=True)
+    p.add_argument("--nav-sample", type=_finite_float, default=0.0, metavar="F",
+                   help="nearline: build a navigation graph over this fraction of the vectors (e.g. 0.01)")
+    p.add_argument("--entry-clusters", type=_nonneg_int, default=0, metavar="C",
+                   help="nearline: build k-means centroid entry points (e.g. 300)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--W", type=_positive_int, default=4)
     p.add_argument("--reps", type=_positive_int, default=3)

@@ -159,6 +159,15 @@ class Params:
     io: str = "auto"
     #: nearline only: sampled in-memory entry points (0 = medoid, as DiskANN).
     entry_points: int = 0
+    #: nearline only: entry-point kind at open (auto | medoid | sampled | nav | centroids).
+    entry: str = "auto"
+    #: nearline only: navigation-graph search list size and seeds (None = engine defaults).
+    nav_L: Optional[int] = None
+    nav_seeds: Optional[int] = None
+    #: nearline only: build a navigation graph over this fraction of the vectors (0 = none).
+    nav_sample: float = 0.0
+    #: nearline only: build k-means centroid entry points (0 = none).
+    entry_clusters: int = 0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Params":
@@ -197,7 +206,8 @@ class _NearlineHandle(Handle):
         # The same node count diskannpy caches (0 unless a cache budget is given).
         self.cache_nodes = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
         self.idx = nearline.open(
-            str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io, entry_points=p.entry_points
+            str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io, entry_points=p.entry_points,
+            entry=p.entry, nav_L=p.nav_L, nav_seeds=p.nav_seeds,
         )
 
     def batch(self, queries, k, L):
@@ -228,6 +238,8 @@ def _build_nearline(base_path: Path, index_dir: Path, p: Params) -> dict[str, An
         threads=p.threads,
         seed=p.seed,
         overwrite=True,
+        nav_sample=p.nav_sample,
+        entry_clusters=p.entry_clusters,
     )
     try:
         info = idx.info()

@@ -6,6 +6,7 @@ use nearline::data::groundtruth::compute_ground_truth;
 use nearline::data::matrix::Matrix;
 use nearline::index::{BuildOptions, Index, OpenOptions};
 use nearline::io::EngineKind;
+use nearline::search::entry::EntryKind;
 use nearline::search::{ExecutorKind, SearchParams};
 use nearline::util::Budget;
 use nearline::{with_dtype, DType, Element, Error, Metric};
@@ -155,7 +156,7 @@ fn run_cancellable<R: Send>(
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false))]
+#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false, nav_sample=0.0, entry_clusters=0))]
 fn build_index(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -177,6 +178,8 @@ fn build_index(
     overwrite: bool,
     dtype: Option<&str>,
     saturate: bool,
+    nav_sample: f64,
+    entry_clusters: usize,
 ) -> PyResult<String> {
     let opts = BuildOptions {
         metric: Metric::parse(metric).map_err(to_py)?,
@@ -194,6 +197,8 @@ fn build_index(
         seed,
         ids: ids.map(|a| a.as_array().iter().copied().collect()),
         overwrite,
+        nav_sample,
+        entry_clusters,
     };
     let dtype_hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
     let manifest = if let Ok(p) = data.extract::<PathBuf>() {
@@ -231,7 +236,8 @@ impl RawIndex {
 #[pymethods]
 impl RawIndex {
     #[new]
-    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto", entry_points=0))]
+    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto", entry_points=0, entry="auto", nav_l=None, nav_seeds=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -239,11 +245,18 @@ impl RawIndex {
         cache_nodes: Option<usize>,
         io: &str,
         entry_points: usize,
+        entry: &str,
+        nav_l: Option<usize>,
+        nav_seeds: Option<usize>,
     ) -> PyResult<Self> {
+        let d = OpenOptions::default();
         let opts = OpenOptions {
             memory_budget: parse_budget(memory_budget)?,
             cache_nodes,
             entry_points,
+            entry: EntryKind::parse(entry).map_err(to_py)?,
+            nav_l: nav_l.unwrap_or(d.nav_l),
+            nav_seeds: nav_seeds.unwrap_or(d.nav_seeds),
             io: EngineKind::parse(io).map_err(to_py)?,
         };
         let idx = py.detach(|| Index::open(&path, &opts)).map_err(to_py)?;

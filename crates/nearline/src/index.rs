@@ -12,6 +12,7 @@ use crate::data::dtype::{DType, Element};
 use crate::data::files;
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
+use crate::graph::nav::NavGraph;
 use crate::graph::{build_with_budget, VamanaParams};
 use crate::io::{open_direct, EngineKind};
 use crate::layout::format::{
@@ -22,7 +23,10 @@ use crate::layout::page::PageGeometry;
 use crate::layout::writer::write_pages;
 use crate::layout::{AnyLayout, IdLayout};
 use crate::quant::pq::PqCodebook;
-use crate::search::entry::EntryPoints;
+use crate::search::entry::{
+    build_centroid_entries, resolve_kind, EntryKind, EntryPoints, EntrySet, DEFAULT_NAV_L,
+    DEFAULT_NAV_SEEDS, MAX_NAV_L, MAX_NAV_SEEDS,
+};
 use crate::search::pool::{BatchResult, WorkerPool};
 use crate::search::{AnyScorer, IndexData, PqScorer, QueryStats, SearchParams};
 use crate::util::Budget;
@@ -65,6 +69,12 @@ pub struct BuildOptions {
     /// External ids, one per row (default 0..n).
     pub ids: Option<Vec<u64>>,
     pub overwrite: bool,
+    /// Sampling rate of the in-memory navigation graph (Starling, PipeANN:
+    /// ~0.01), in `[0, 0.5]`; 0 builds none.
+    pub nav_sample: f64,
+    /// k-means centroids whose nearest nodes become entry points
+    /// (AlayaLaser: 300-500); 0 builds none.
+    pub entry_clusters: usize,
 }
 
 impl Default for BuildOptions {
@@ -85,6 +95,8 @@ impl Default for BuildOptions {
             seed: 0,
             ids: None,
             overwrite: false,
+            nav_sample: 0.0,
+            entry_clusters: 0,
         }
     }
 }
@@ -168,6 +180,8 @@ fn check_options(opts: &BuildOptions, n: usize, dtype: DType) -> Result<()> {
             )));
         }
     }
+    crate::graph::nav::check_nav_sample(opts.nav_sample)?;
+    crate::search::entry::check_entry_clusters(opts.entry_clusters, n)?;
     crate::planner::resolve_preset(&opts.preset)?;
     Ok(())
 }
@@ -334,6 +348,48 @@ pub fn build<T: Element>(
             "pq_codes".into(),
             write_section(&tmp.path, "pq_codes.bin", "pq_codes", &codes)?,
         );
+        let mean_degree = graph.mean_degree();
+        // The entry-point structures come last, with the codes and the graph
+        // freed: only the (streamed) data and their own samples are resident.
+        drop(codes);
+        drop(graph);
+        crate::util::return_freed_memory();
+
+        // 4. Optional entry points: the navigation graph and centroid entries.
+        let te = Instant::now();
+        if opts.nav_sample > 0.0 {
+            progress("nav", 0, 1);
+            if let Some(nav) =
+                NavGraph::build(&data, opts.metric, opts.nav_sample, opts.seed, cancel)?
+            {
+                sections.insert(
+                    "nav_graph".into(),
+                    write_section(&tmp.path, "nav_graph.bin", "nav_graph", &nav.to_bytes())?,
+                );
+            }
+            progress("nav", 1, 1);
+        }
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Error::Cancelled);
+        }
+        if opts.entry_clusters > 0 {
+            progress("centroids", 0, 1);
+            if let Some(set) =
+                build_centroid_entries(&data, opts.entry_clusters, opts.seed, build_budget)?
+            {
+                sections.insert(
+                    "entry_centroids".into(),
+                    write_section(
+                        &tmp.path,
+                        "entry_centroids.bin",
+                        "entry_centroids",
+                        &set.to_centroid_bytes(),
+                    )?,
+                );
+            }
+            progress("centroids", 1, 1);
+        }
+        let entry_seconds = te.elapsed().as_secs_f64();
         if let Some(ids) = &opts.ids {
             let bytes: Vec<u8> = ids.iter().flat_map(|x| x.to_le_bytes()).collect();
             sections.insert(
@@ -372,6 +428,8 @@ pub fn build<T: Element>(
                 page_size: opts.page_size,
                 seed: opts.seed,
                 threads,
+                nav_sample: opts.nav_sample,
+                entry_clusters: opts.entry_clusters,
             },
             dtype: T::DTYPE,
             metric: opts.metric,
@@ -393,8 +451,9 @@ pub fn build<T: Element>(
                 seconds: t0.elapsed().as_secs_f64(),
                 graph_seconds,
                 pq_seconds,
-                mean_degree: graph.mean_degree(),
+                mean_degree,
                 shards,
+                entry_seconds,
             },
         };
         manifest.write(&tmp.path)?;
@@ -506,6 +565,14 @@ fn write_section(dir: &Path, file: &str, kind: &str, bytes: &[u8]) -> Result<Sec
     })
 }
 
+/// The file of section `name` (the manifest path when it is missing).
+fn section_path(dir: &Path, m: &Manifest, name: &str) -> PathBuf {
+    match m.sections.get(name) {
+        Some(s) => dir.join(&s.file),
+        None => dir.join(crate::layout::format::MANIFEST_FILE),
+    }
+}
+
 fn read_section(dir: &Path, m: &Manifest, name: &str) -> Result<Vec<u8>> {
     let s = m.section(&dir.join(crate::layout::format::MANIFEST_FILE), name)?;
     let path = dir.join(&s.file);
@@ -538,8 +605,15 @@ pub struct OpenOptions {
     /// Cache exactly this many nodes instead (overrides the budget's share).
     pub cache_nodes: Option<usize>,
     /// Vectors of this many sampled nodes held in memory as entry points; each
-    /// query starts from the nearest (0: start from the medoid, as DiskANN).
+    /// query starts from the nearest (`entry` "sampled", or "auto" on an index
+    /// with neither a navigation graph nor centroid entries).
     pub entry_points: usize,
+    /// Which entry points to use (see [`EntryKind`]).
+    pub entry: EntryKind,
+    /// List size of the navigation-graph search.
+    pub nav_l: usize,
+    /// Navigation-graph seeds per query (≤ `nav_l`).
+    pub nav_seeds: usize,
     pub io: EngineKind,
 }
 
@@ -549,8 +623,36 @@ impl Default for OpenOptions {
             memory_budget: None,
             cache_nodes: None,
             entry_points: 0,
+            entry: EntryKind::Auto,
+            nav_l: DEFAULT_NAV_L,
+            nav_seeds: DEFAULT_NAV_SEEDS,
             io: EngineKind::Auto,
         }
+    }
+}
+
+impl OpenOptions {
+    /// Checks the entry-point arguments.
+    pub fn check(&self) -> Result<()> {
+        if self.nav_l == 0 || self.nav_l > MAX_NAV_L {
+            return Err(Error::arg(format!(
+                "nav_L={} must be in 1..={MAX_NAV_L}",
+                self.nav_l
+            )));
+        }
+        if self.nav_seeds == 0 || self.nav_seeds > MAX_NAV_SEEDS {
+            return Err(Error::arg(format!(
+                "nav_seeds={} must be in 1..={MAX_NAV_SEEDS}",
+                self.nav_seeds
+            )));
+        }
+        if self.nav_seeds > self.nav_l {
+            return Err(Error::arg(format!(
+                "nav_seeds={} must not exceed nav_L={}",
+                self.nav_seeds, self.nav_l
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -581,7 +683,12 @@ macro_rules! with_engine {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct MemoryAccount {
     pub pq_codes: u64,
+    /// Sampled entry points (ids and vectors).
     pub entry_points: u64,
+    /// The navigation graph (ids, vectors, adjacency).
+    pub entry_nav: u64,
+    /// Centroid entries (ids and vectors).
+    pub entry_centroids: u64,
     pub pq_codebook: u64,
     pub cache: u64,
     pub ids: u64,
@@ -592,7 +699,13 @@ pub struct MemoryAccount {
 impl MemoryAccount {
     /// Bytes the index holds resident (workers' scratch excluded).
     pub fn total(&self) -> u64 {
-        self.pq_codes + self.pq_codebook + self.cache + self.ids + self.entry_points
+        self.pq_codes
+            + self.pq_codebook
+            + self.cache
+            + self.ids
+            + self.entry_points
+            + self.entry_nav
+            + self.entry_centroids
     }
 }
 
@@ -612,12 +725,20 @@ pub struct Index {
     engine: AnyEngine,
     memory: MemoryAccount,
     direct_io: bool,
+    entry: EntryKind,
 }
 
 impl Index {
     /// Opens the index directory `dir`.
     pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Index> {
+        opts.check()?;
         let m = Manifest::read(dir)?;
+        let entry = resolve_kind(
+            opts.entry,
+            m.sections.contains_key("nav_graph"),
+            m.sections.contains_key("entry_centroids"),
+            opts.entry_points,
+        )?;
         let manifest_path = dir.join(crate::layout::format::MANIFEST_FILE);
         let geo = PageGeometry::new(
             m.layout.page_size,
@@ -690,34 +811,63 @@ impl Index {
             ..Default::default()
         };
         let esz = m.dtype.size();
-        mem.entry_points = (opts.entry_points.min(m.n) * (m.dim * esz + 4)) as u64;
-        let cache_nodes = match opts.cache_nodes {
-            Some(c) => c,
-            None => NodeCache::capacity_for(&geo, budget.saturating_sub(mem.total())),
-        };
-        let cache = NodeCache::load_bfs(&pages_path, &geo, m.n, m.medoid, cache_nodes)?;
-        mem.cache = cache.memory_bytes() as u64;
-        mem.cache_nodes = cache.len() as u64;
-        let (file, direct_io) = open_direct(&pages_path)?;
-        let file = Arc::new(file);
+        if entry == EntryKind::Sampled {
+            mem.entry_points = (opts.entry_points.min(m.n) * (m.dim * esz + 4)) as u64;
+        }
         let engine = with_dtype!(m.dtype, T, {
-            let entries = if opts.entry_points == 0 {
-                EntryPoints::Medoid(m.medoid)
-            } else {
-                let (ids, vecs) = crate::search::entry::load_sampled_entries::<T>(
-                    &pages_path,
-                    &geo,
-                    m.n,
-                    opts.entry_points,
-                    m.spec.seed,
-                )?;
-                EntryPoints::Sampled {
-                    medoid: m.medoid,
-                    dim: m.dim,
-                    ids,
-                    vecs,
+            // The entry points are loaded first: what they hold comes out of
+            // the budget before the node cache is sized.
+            let entries = match entry {
+                EntryKind::Medoid | EntryKind::Auto => EntryPoints::Medoid(m.medoid),
+                EntryKind::Sampled => {
+                    let (ids, vecs) = crate::search::entry::load_sampled_entries::<T>(
+                        &pages_path,
+                        &geo,
+                        m.n,
+                        opts.entry_points,
+                        m.spec.seed,
+                    )?;
+                    EntryPoints::Sampled {
+                        medoid: m.medoid,
+                        set: EntrySet {
+                            dim: m.dim,
+                            ids,
+                            vecs,
+                        },
+                    }
+                }
+                EntryKind::Nav => {
+                    let b = read_section(dir, &m, "nav_graph")?;
+                    let path = section_path(dir, &m, "nav_graph");
+                    let nav = NavGraph::<T>::from_bytes(&path, &b, m.dim, m.n)?;
+                    mem.entry_nav = nav.memory_bytes() as u64;
+                    EntryPoints::Nav {
+                        medoid: m.medoid,
+                        nav,
+                        l: opts.nav_l,
+                        seeds: opts.nav_seeds,
+                    }
+                }
+                EntryKind::Centroids => {
+                    let b = read_section(dir, &m, "entry_centroids")?;
+                    let path = section_path(dir, &m, "entry_centroids");
+                    let set = EntrySet::<T>::from_centroid_bytes(&path, &b, m.dim, m.n)?;
+                    mem.entry_centroids = set.memory_bytes() as u64;
+                    EntryPoints::Centroids {
+                        medoid: m.medoid,
+                        set,
+                    }
                 }
             };
+            let cache_nodes = match opts.cache_nodes {
+                Some(c) => c,
+                None => NodeCache::capacity_for(&geo, budget.saturating_sub(mem.total())),
+            };
+            let cache = NodeCache::load_bfs(&pages_path, &geo, m.n, m.medoid, cache_nodes)?;
+            mem.cache = cache.memory_bytes() as u64;
+            mem.cache_nodes = cache.len() as u64;
+            let (file, direct_io) = open_direct(&pages_path)?;
+            let file = Arc::new(file);
             let data = IndexData::<T> {
                 geo,
                 layout: AnyLayout::Id(IdLayout::new(geo, m.n)),
@@ -737,11 +887,15 @@ impl Index {
                 entries,
                 _elem: PhantomData,
             };
-            wrap(Engine {
-                data,
-                workers: WorkerPool::default(),
-            })
+            (
+                wrap(Engine {
+                    data,
+                    workers: WorkerPool::default(),
+                }),
+                direct_io,
+            )
         });
+        let (engine, direct_io) = engine;
         // Scratch of the load (BFS frontier, section buffers) is freed: give
         // it back so the resident set is what the index holds.
         crate::util::return_freed_memory();
@@ -752,6 +906,7 @@ impl Index {
             engine,
             memory: mem,
             direct_io,
+            entry,
         })
     }
 
@@ -826,6 +981,41 @@ impl Index {
         }
     }
 
+    /// The entry-point kind in use.
+    pub fn entry_kind(&self) -> EntryKind {
+        self.entry
+    }
+
+    /// The entry points in use and those the index offers.
+    fn entry_info(&self) -> serde_json::Value {
+        let m = &self.manifest;
+        let mut e = serde_json::json!({
+            "kind": self.entry.name(),
+            "has_nav": m.sections.contains_key("nav_graph"),
+            "has_centroids": m.sections.contains_key("entry_centroids"),
+            "nav_sample": m.spec.nav_sample,
+            "entry_clusters": m.spec.entry_clusters,
+        });
+        let detail = with_engine!(
+            &self.engine,
+            x,
+            match &x.data.entries {
+                EntryPoints::Nav { nav, l, seeds, .. } => Some(serde_json::json!({
+                    "nav_nodes": nav.len(), "nav_R": nav.r(), "nav_L": l, "nav_seeds": seeds,
+                })),
+                EntryPoints::Centroids { set, .. } =>
+                    Some(serde_json::json!({"centroid_nodes": set.len()})),
+                EntryPoints::Sampled { set, .. } =>
+                    Some(serde_json::json!({"sampled_nodes": set.len()})),
+                EntryPoints::Medoid(_) => None,
+            }
+        );
+        if let (Some(serde_json::Value::Object(d)), Some(obj)) = (detail, e.as_object_mut()) {
+            obj.extend(d);
+        }
+        e
+    }
+
     /// A JSON description: sizes, memory accounting and the build spec.
     pub fn info(&self) -> serde_json::Value {
         let m = &self.manifest;
@@ -870,11 +1060,14 @@ impl Index {
                 "cache_nodes": self.memory.cache_nodes,
                 "ids": self.memory.ids,
                 "entry_points": self.memory.entry_points,
+                "entry_nav": self.memory.entry_nav,
+                "entry_centroids": self.memory.entry_centroids,
                 "worker_scratch": scratch,
                 "total": self.memory.total() + scratch as u64,
                 "budget": self.memory.budget,
                 "within_budget": self.memory.total() <= self.memory.budget,
             },
+            "entry": self.entry_info(),
             "io_engine": engine_name,
             "direct_io": self.direct_io,
             "simd": crate::distance::kernels::simd_level(),
@@ -1100,6 +1293,255 @@ mod tests {
         }
         assert!(degrees[1] > degrees[0], "{degrees:?}");
         assert!(degrees[1] >= 0.9 * 16.0, "{degrees:?}");
+    }
+
+    fn entry_index(dir: &Path, nav_sample: f64, entry_clusters: usize) -> Vec<f32> {
+        let data = clustered(2000, 16, 1);
+        let m = Matrix::from_vec(data.clone(), 2000, 16).unwrap();
+        let opts = BuildOptions {
+            r: 16,
+            build_l: 40,
+            pq_bytes: Some(8),
+            threads: Some(2),
+            nav_sample,
+            entry_clusters,
+            ..Default::default()
+        };
+        let never = AtomicBool::new(false);
+        let man = build(m, dir, &opts, &|_, _, _| {}, &never).unwrap();
+        assert_eq!(man.spec.nav_sample, nav_sample);
+        assert_eq!(man.spec.entry_clusters, entry_clusters);
+        assert_eq!(man.sections.contains_key("nav_graph"), nav_sample > 0.0);
+        assert_eq!(
+            man.sections.contains_key("entry_centroids"),
+            entry_clusters > 0
+        );
+        data
+    }
+
+    fn open_entry(dir: &Path, entry: EntryKind) -> Result<Index> {
+        Index::open(
+            dir,
+            &OpenOptions {
+                entry,
+                entry_points: if entry == EntryKind::Sampled { 64 } else { 0 },
+                cache_nodes: Some(0),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn every_entry_kind_is_exact_at_full_list_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("e");
+        let data = entry_index(&dir, 0.02, 30);
+        let queries = clustered(20, 16, 77);
+        let k = 10;
+        let exact: Vec<u32> = queries
+            .chunks_exact(16)
+            .flat_map(|q| {
+                crate::graph::vamana::tests::brute_topk(2000, k, |i| {
+                    Metric::L2.distance(q, &data[i as usize * 16..(i as usize + 1) * 16])
+                })
+            })
+            .collect();
+        let p = SearchParams::new(k, 2000, 8);
+        for kind in [
+            EntryKind::Auto,
+            EntryKind::Medoid,
+            EntryKind::Sampled,
+            EntryKind::Nav,
+            EntryKind::Centroids,
+        ] {
+            let idx = open_entry(&dir, kind).unwrap();
+            let want = if kind == EntryKind::Auto {
+                EntryKind::Nav
+            } else {
+                kind
+            };
+            assert_eq!(idx.entry_kind(), want);
+            assert_eq!(idx.info()["entry"]["kind"], want.name());
+            let out = idx.search(&queries, 20, &p, Some(2)).unwrap();
+            let got: Vec<u32> = out.ids.iter().map(|&i| i as u32).collect();
+            assert_eq!(got, exact, "entry {kind}");
+        }
+    }
+
+    #[test]
+    fn entry_structures_are_counted_in_the_budget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("m");
+        entry_index(&dir, 0.05, 40);
+        let budget = 200_000u64;
+        let open = |entry| {
+            Index::open(
+                &dir,
+                &OpenOptions {
+                    entry,
+                    memory_budget: Some(Budget::Bytes(budget)),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        };
+        let plain = open(EntryKind::Medoid);
+        let nav = open(EntryKind::Nav);
+        let cen = open(EntryKind::Centroids);
+        let (pm, nm, cm) = (plain.memory(), nav.memory(), cen.memory());
+        assert_eq!((pm.entry_nav, pm.entry_centroids), (0, 0));
+        // 100 sample nodes: ids, 16-d f32 vectors and R = 32 adjacency.
+        assert!(nm.entry_nav >= 100 * (4 + 64 + 4 * 32), "{nm:?}");
+        assert_eq!(nm.entry_centroids, 0);
+        assert!(cm.entry_centroids >= 40 * (4 + 64), "{cm:?}");
+        for m in [pm, nm, cm] {
+            assert!(m.total() <= budget, "{m:?}");
+        }
+        // What the entry points hold comes out of the node cache.
+        assert!(nm.cache_nodes < pm.cache_nodes, "{nm:?} vs {pm:?}");
+        assert!(cm.cache_nodes < pm.cache_nodes, "{cm:?} vs {pm:?}");
+        // The node cache never overshoots what the budget leaves it (its id
+        // map grows in powers of two).
+        for b in [60_000u64, 91_000, 140_001, 233_333, 420_000] {
+            for entry in [EntryKind::Medoid, EntryKind::Nav] {
+                let idx = Index::open(
+                    &dir,
+                    &OpenOptions {
+                        entry,
+                        memory_budget: Some(Budget::Bytes(b)),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                assert!(idx.memory().total() <= b, "{b}: {:?}", idx.memory());
+            }
+        }
+        let info = nav.info();
+        assert_eq!(info["memory"]["entry_nav"], nm.entry_nav);
+        assert_eq!(info["entry"]["nav_nodes"], 100);
+        assert_eq!(info["entry"]["nav_L"], DEFAULT_NAV_L);
+        assert_eq!(info["entry"]["nav_seeds"], DEFAULT_NAV_SEEDS);
+        assert_eq!(info["build"]["nav_sample"], 0.05);
+        assert_eq!(info["build"]["entry_clusters"], 40);
+    }
+
+    #[test]
+    fn nav_sections_are_deterministic_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        entry_index(&a, 0.03, 20);
+        entry_index(&b, 0.03, 20);
+        for f in ["nav_graph.bin", "entry_centroids.bin"] {
+            assert!(
+                std::fs::read(a.join(f)).unwrap() == std::fs::read(b.join(f)).unwrap(),
+                "{f}: same seed, same section"
+            );
+        }
+        // A flipped byte fails the manifest checksum.
+        let mut nav = std::fs::read(a.join("nav_graph.bin")).unwrap();
+        nav[40] ^= 1;
+        std::fs::write(a.join("nav_graph.bin"), &nav).unwrap();
+        let e = open_entry(&a, EntryKind::Nav).err().unwrap();
+        assert!(
+            matches!(e, Error::Corrupt { .. }) && e.to_string().contains("CRC32C"),
+            "{e}"
+        );
+        // Other entry kinds do not read the section.
+        open_entry(&a, EntryKind::Medoid).unwrap();
+        // A truncated section, with the manifest's size and checksum made to
+        // agree, fails the structural check.
+        nav[40] ^= 1;
+        let cut = &nav[..nav.len() - 10];
+        std::fs::write(a.join("nav_graph.bin"), cut).unwrap();
+        let e = open_entry(&a, EntryKind::Nav).err().unwrap();
+        assert!(e.to_string().contains("truncated"), "{e}");
+        let mut man = Manifest::read(&a).unwrap();
+        let s = man.sections.get_mut("nav_graph").unwrap();
+        s.bytes = cut.len() as u64;
+        s.crc32c = Some(crc32c::crc32c(cut));
+        man.write(&a).unwrap();
+        let e = open_entry(&a, EntryKind::Nav).err().unwrap();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        assert!(e.to_string().contains("navigation graph"), "{e}");
+        // Centroid section damage.
+        let mut c = std::fs::read(b.join("entry_centroids.bin")).unwrap();
+        c[30] ^= 4;
+        std::fs::write(b.join("entry_centroids.bin"), &c).unwrap();
+        let e = open_entry(&b, EntryKind::Centroids).err().unwrap();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+        // A missing section file is an I/O error naming it.
+        std::fs::remove_file(b.join("nav_graph.bin")).unwrap();
+        let e = open_entry(&b, EntryKind::Auto).err().unwrap();
+        assert!(e.to_string().contains("nav_graph.bin"), "{e}");
+    }
+
+    #[test]
+    fn entry_arguments_are_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let never = AtomicBool::new(false);
+        for (nav_sample, entry_clusters, needle) in [
+            (-0.1, 0, "nav_sample"),
+            (0.9, 0, "nav_sample"),
+            (f64::NAN, 0, "nav_sample"),
+            (0.0, 101, "entry_clusters"),
+        ] {
+            let m = Matrix::from_vec(clustered(100, 4, 3), 100, 4).unwrap();
+            let opts = BuildOptions {
+                nav_sample,
+                entry_clusters,
+                pq_bytes: Some(2),
+                ..Default::default()
+            };
+            let e = build(m, &tmp.path().join("x"), &opts, &|_, _, _| {}, &never).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+        let dir = tmp.path().join("plain");
+        entry_index(&dir, 0.0, 0);
+        let e = open_entry(&dir, EntryKind::Nav).err().unwrap();
+        assert!(e.to_string().contains("nav_sample"), "{e}");
+        let e = open_entry(&dir, EntryKind::Centroids).err().unwrap();
+        assert!(e.to_string().contains("entry_clusters"), "{e}");
+        assert_eq!(
+            open_entry(&dir, EntryKind::Auto).unwrap().entry_kind(),
+            EntryKind::Medoid
+        );
+        for (l, s) in [(0, 1), (8, 0), (8, 9), (MAX_NAV_L + 1, 4)] {
+            let e = Index::open(
+                &dir,
+                &OpenOptions {
+                    nav_l: l,
+                    nav_seeds: s,
+                    ..Default::default()
+                },
+            )
+            .err()
+            .unwrap();
+            assert!(e.to_string().contains("nav_"), "{e}");
+        }
+    }
+
+    #[test]
+    fn older_manifests_without_entry_fields_still_open() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("old");
+        entry_index(&dir, 0.0, 0);
+        let path = dir.join(crate::layout::format::MANIFEST_FILE);
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        v["format_minor"] = 0.into();
+        let spec = v["spec"].as_object_mut().unwrap();
+        spec.remove("nav_sample");
+        spec.remove("entry_clusters");
+        v["build_stats"]
+            .as_object_mut()
+            .unwrap()
+            .remove("entry_seconds");
+        std::fs::write(&path, v.to_string()).unwrap();
+        let idx = open_entry(&dir, EntryKind::Auto).unwrap();
+        assert_eq!(idx.manifest().spec.nav_sample, 0.0);
+        assert_eq!(idx.manifest().spec.entry_clusters, 0);
+        assert_eq!(idx.entry_kind(), EntryKind::Medoid);
     }
 
     #[test]

@@ -58,9 +58,38 @@ impl NodeCache {
         }
     }
 
-    /// How many nodes of this geometry fit in `bytes`.
+    /// How many nodes of this geometry fit in `bytes`, as
+    /// [`NodeCache::memory_bytes`] counts them (the id map's table grows in
+    /// powers of two, so a flat per-node overhead can overshoot).
     pub fn capacity_for(geo: &PageGeometry, bytes: u64) -> usize {
-        (bytes / (geo.record_size + CACHE_ENTRY_OVERHEAD) as u64) as usize
+        let mut c = (bytes / (geo.record_size + CACHE_ENTRY_OVERHEAD) as u64) as usize;
+        while c > 0 && Self::bytes_for(geo, c) > bytes {
+            // At most a few steps: the table's share is under 3 × 9 B a node.
+            c -= 1 + c / 64;
+        }
+        c
+    }
+
+    /// Bytes [`NodeCache::memory_bytes`] reports for `nodes` cached nodes.
+    fn bytes_for(geo: &PageGeometry, nodes: usize) -> u64 {
+        if nodes == 0 {
+            return 0;
+        }
+        // hashbrown: buckets = next power of two of 8/7 × capacity (at
+        // least 4); usable capacity = 7/8 of the buckets (buckets − 1 below 8).
+        let buckets = if nodes < 4 {
+            4
+        } else if nodes < 8 {
+            8
+        } else {
+            (nodes * 8 / 7).next_power_of_two()
+        };
+        let table = if buckets < 8 {
+            buckets - 1
+        } else {
+            buckets / 8 * 7
+        };
+        (nodes * (geo.record_size / 4) * 4 + table * (4 + 4 + 1) + 64) as u64
     }
 
     /// Loads the records of up to `max_nodes` nodes in BFS order from

@@ -1,10 +1,12 @@
 //! Graph construction: Vamana (batched, parallel, deterministic), the
 //! memory-budgeted sharded build, and the point spaces builds run over.
 
+pub mod nav;
 pub mod sharded;
 pub mod space;
 pub mod vamana;
 
+pub use nav::NavGraph;
 pub use sharded::{build_with_budget, estimate_build_bytes};
 pub use space::{MatrixSpace, PointDistance};
 pub use vamana::{

@@ -14,7 +14,7 @@ use std::path::Path;
 /// Major format version: bumped on incompatible changes.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: bumped on backward-compatible additions.
-pub const FORMAT_MINOR: u32 = 0;
+pub const FORMAT_MINOR: u32 = 1;
 /// The `format` field every manifest carries.
 pub const FORMAT_NAME: &str = "nearline-index";
 /// File name of the manifest inside an index directory.
@@ -39,6 +39,12 @@ pub struct BuildSpec {
     pub page_size: usize,
     pub seed: u64,
     pub threads: usize,
+    /// Sampling rate of the navigation graph (absent: 0, none; format 1.1).
+    #[serde(default)]
+    pub nav_sample: f64,
+    /// k-means centroids of the centroid entries (absent: 0, none; format 1.1).
+    #[serde(default)]
+    pub entry_clusters: usize,
 }
 
 /// Geometry of the page file.
@@ -75,6 +81,9 @@ pub struct BuildStats {
     pub pq_seconds: f64,
     pub mean_degree: f64,
     pub shards: usize,
+    /// Seconds spent on the navigation graph and centroid entries.
+    #[serde(default)]
+    pub entry_seconds: f64,
 }
 
 /// The manifest of an index directory.

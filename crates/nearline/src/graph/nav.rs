@@ -1,0 +1,462 @@
+//! The in-memory navigation graph (Starling §4.2, PipeANN): a small Vamana
+//! graph over a uniform random sample of the base vectors, held in RAM with
+//! the sample's full vectors. A query first runs a best-first search in it
+//! (exact distances, no I/O) and the disk search starts from the sample
+//! nodes it finds, close to the query's region, instead of walking there
+//! from the medoid one disk read at a time.
+//!
+//! Section `nav_graph.bin` (little-endian):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..4 | magic `NLNV` |
+//! | 4..8 | version (1) |
+//! | 8..12 | element size in bytes |
+//! | 12..16 | dim |
+//! | 16..20 | count: sample nodes |
+//! | 20..24 | R: degree bound |
+//! | 24..28 | start: the sample node searches begin at (its medoid) |
+//! | 28..32 | reserved (0) |
+//! | | count × u32: base id of each sample node, strictly increasing |
+//! | | count × u32: out-degree of each sample node (≤ R) |
+//! | | count × R × u32: neighbour lists (sample-node indices; unused slots 0) |
+//! | | count × dim elements: the sample's vectors (normalised for cosine) |
+
+use super::vamana::{build_vamana, medoid, search_graph_with, SearchScratch, VamanaParams};
+use super::{Graph, MatrixSpace};
+use crate::data::dtype::Element;
+use crate::data::matrix::{Matrix, MatrixView};
+use crate::distance::Metric;
+use crate::layout::section::{check_finite_elems, SectionReader, SectionWriter};
+use crate::{Error, Result};
+use rand::SeedableRng;
+use std::cell::Cell;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+/// Magic of the navigation-graph section.
+pub const NAV_MAGIC: &[u8; 4] = b"NLNV";
+/// Version of the navigation-graph section this code writes and reads.
+pub const NAV_VERSION: u32 = 1;
+/// Degree bound of the navigation graph (Starling/PipeANN use a smaller R
+/// than the disk graph: the sample is ~100× sparser).
+pub const NAV_R: usize = 32;
+/// Candidate list size of the navigation graph's build.
+pub const NAV_BUILD_L: usize = 64;
+/// Largest sampling rate accepted.
+pub const NAV_MAX_SAMPLE: f64 = 0.5;
+/// Largest degree bound a section may declare.
+const NAV_MAX_R: usize = 1024;
+
+/// Sample nodes for `n` points at sampling rate `rate` (0 = none; otherwise
+/// at least one, at most `n`).
+pub fn nav_sample_size(n: usize, rate: f64) -> usize {
+    if rate <= 0.0 || !rate.is_finite() || n == 0 {
+        return 0;
+    }
+    ((n as f64 * rate).round() as usize).clamp(1, n)
+}
+
+/// Checks a sampling rate: finite and in `[0, NAV_MAX_SAMPLE]`.
+pub fn check_nav_sample(rate: f64) -> Result<()> {
+    if !rate.is_finite() || !(0.0..=NAV_MAX_SAMPLE).contains(&rate) {
+        return Err(Error::arg(format!(
+            "nav_sample={rate} must be a finite fraction in [0, {NAV_MAX_SAMPLE}] (0 = no navigation graph; Starling and PipeANN use ~0.01)"
+        )));
+    }
+    Ok(())
+}
+
+/// A navigation graph over sampled base nodes, with their vectors.
+#[derive(Debug, Clone)]
+pub struct NavGraph<T: Element> {
+    dim: usize,
+    /// Base id of each sample node, strictly increasing.
+    ids: Vec<u32>,
+    /// Row-major `count × dim` vectors of the sample.
+    vecs: Vec<T>,
+    graph: Graph,
+    /// Sample node searches begin at.
+    start: u32,
+}
+
+/// Equal when the nodes, vectors, start and every neighbour list agree
+/// (unused adjacency slots are not compared).
+impl<T: Element> PartialEq for NavGraph<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.dim == o.dim
+            && self.ids == o.ids
+            && self.vecs == o.vecs
+            && self.start == o.start
+            && self.graph.r() == o.graph.r()
+            && self.graph.n() == o.graph.n()
+            && (0..self.graph.n() as u32).all(|v| self.graph.neighbors(v) == o.graph.neighbors(v))
+    }
+}
+
+impl<T: Element> NavGraph<T> {
+    /// Builds the navigation graph over `nav_sample_size(n, rate)` rows of
+    /// `data` sampled uniformly (deterministic for `seed`); `None` when the
+    /// rate is 0. `data` is what the disk graph was built over (normalised
+    /// for cosine). Runs on the caller's rayon pool.
+    pub fn build(
+        data: &Matrix<T>,
+        metric: Metric,
+        rate: f64,
+        seed: u64,
+        cancel: &AtomicBool,
+    ) -> Result<Option<Self>> {
+        check_nav_sample(rate)?;
+        let (n, dim) = (data.n(), data.dim());
+        let count = nav_sample_size(n, rate);
+        if count == 0 {
+            return Ok(None);
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x4e41_565f_5341_4d50);
+        let mut ids: Vec<u32> = rand::seq::index::sample(&mut rng, n, count)
+            .into_iter()
+            .map(|i| i as u32)
+            .collect();
+        ids.sort_unstable();
+        let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
+        let mut released = 0usize;
+        for &v in &ids {
+            vecs.extend_from_slice(data.row(v as usize));
+            // Rows are visited in order: drop mapped pages behind us.
+            if v as usize >= released + 8192 {
+                data.release_rows(released, v as usize);
+                released = v as usize;
+            }
+        }
+        data.release_rows(0, n);
+        let view = MatrixView::new(&vecs, count, dim)?;
+        let start = medoid(view);
+        let space = MatrixSpace::new(view, metric);
+        let params = VamanaParams {
+            r: NAV_R,
+            l: NAV_BUILD_L,
+            alpha: 1.2,
+            passes: 2,
+            seed: seed ^ 0x4e41_565f_4752_4150,
+            ..VamanaParams::default()
+        };
+        let graph = build_vamana(&space, start, &params, &|_, _| {}, cancel)?;
+        drop(space);
+        Ok(Some(NavGraph {
+            dim,
+            ids,
+            vecs,
+            graph,
+            start,
+        }))
+    }
+
+    /// Number of sample nodes.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether the graph has no node (never true for a loaded section).
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Base ids of the sample nodes, increasing.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// The in-memory graph over sample-node indices.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// Degree bound.
+    pub fn r(&self) -> usize {
+        self.graph.r()
+    }
+
+    /// Bytes held in memory (ids, vectors, adjacency).
+    pub fn memory_bytes(&self) -> usize {
+        self.ids.capacity() * 4
+            + self.vecs.capacity() * std::mem::size_of::<T>()
+            + self.graph.memory_bytes()
+    }
+
+    /// Best-first search for `q` (in the index's element type) with list
+    /// size `l`: appends the base ids of the `k` nearest sample nodes to
+    /// `out`, nearest first. Returns the exact distances computed.
+    pub fn search(
+        &self,
+        scratch: &mut SearchScratch,
+        metric: Metric,
+        q: &[T],
+        l: usize,
+        k: usize,
+        out: &mut Vec<u32>,
+    ) -> u32 {
+        let computed = Cell::new(0u32);
+        let dim = self.dim;
+        let best = search_graph_with(scratch, &self.graph, self.start, l, k, |v| {
+            computed.set(computed.get() + 1);
+            let i = v as usize * dim;
+            metric.distance(q, &self.vecs[i..i + dim])
+        });
+        out.extend(best.iter().map(|&(_, v)| self.ids[v as usize]));
+        computed.get()
+    }
+
+    /// The section bytes (see the module documentation).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let count = self.ids.len();
+        let r = self.graph.r();
+        let mut w = SectionWriter::new(NAV_MAGIC, NAV_VERSION);
+        w.u32(std::mem::size_of::<T>() as u32);
+        w.u32(self.dim as u32);
+        w.u32(count as u32);
+        w.u32(r as u32);
+        w.u32(self.start);
+        w.u32(0);
+        w.u32s(&self.ids);
+        for v in 0..count as u32 {
+            w.u32(self.graph.degree(v) as u32);
+        }
+        let mut row = vec![0u32; r];
+        for v in 0..count as u32 {
+            let nb = self.graph.neighbors(v);
+            row.iter_mut().for_each(|x| *x = 0);
+            row[..nb.len()].copy_from_slice(nb);
+            w.u32s(&row);
+        }
+        w.elems(&self.vecs);
+        w.bytes
+    }
+
+    /// Parses and checks a section for an index of `n` points of dimension
+    /// `dim`; `path` is named in errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8], dim: usize, n: usize) -> Result<Self> {
+        let (mut r, _version) =
+            SectionReader::open(path, "navigation graph", bytes, NAV_MAGIC, NAV_VERSION)?;
+        let esz = r.u32("element size")? as usize;
+        let d = r.u32("dim")? as usize;
+        let count = r.u32("count")? as usize;
+        let deg = r.u32("R")? as usize;
+        let start = r.u32("start")?;
+        let _reserved = r.u32("reserved")?;
+        if esz != std::mem::size_of::<T>() || d != dim {
+            return Err(r.err(format!(
+                "holds {d}-d vectors of {esz}-byte elements; the index has {dim}-d {}",
+                T::DTYPE
+            )));
+        }
+        if count == 0 || count > n {
+            return Err(r.err(format!(
+                "count is {count}, expected 1..={n} (the index's points)"
+            )));
+        }
+        if deg == 0 || deg > NAV_MAX_R {
+            return Err(r.err(format!("R is {deg}, expected 1..={NAV_MAX_R}")));
+        }
+        if start as usize >= count {
+            return Err(r.err(format!(
+                "start node {start} is out of range (count {count})"
+            )));
+        }
+        let expected = count
+            .checked_mul(4 * (2 + deg))
+            .and_then(|a| count.checked_mul(dim * esz).and_then(|b| a.checked_add(b)))
+            .and_then(|a| a.checked_add(32));
+        if expected != Some(bytes.len()) {
+            return Err(r.err(format!(
+                "has {} bytes, its header implies {} (truncated or damaged)",
+                bytes.len(),
+                expected.map_or_else(|| "an overflowing size".to_string(), |e| e.to_string())
+            )));
+        }
+        let ids = r.u32s(count, "ids")?;
+        if let Some(i) = ids.iter().position(|&v| v as usize >= n) {
+            return Err(r.err(format!("sample node {i} has base id {} ≥ n = {n}", ids[i])));
+        }
+        if let Some(i) = ids.windows(2).position(|w| w[0] >= w[1]) {
+            return Err(r.err(format!(
+                "base ids are not strictly increasing at sample node {}",
+                i + 1
+            )));
+        }
+        let degrees = r.u32s(count, "degrees")?;
+        let adj = r.u32s(count * deg, "neighbours")?;
+        let mut graph = Graph::new(count, deg);
+        for v in 0..count {
+            let dv = degrees[v] as usize;
+            if dv > deg {
+                return Err(r.err(format!("sample node {v} has degree {dv} > R = {deg}")));
+            }
+            let list = &adj[v * deg..v * deg + dv];
+            if let Some(&bad) = list.iter().find(|&&u| u as usize >= count) {
+                return Err(r.err(format!(
+                    "sample node {v} has neighbour {bad} ≥ count = {count}"
+                )));
+            }
+            graph.set_neighbors(v as u32, list);
+        }
+        let vecs: Vec<T> = r.elems(count * dim, "vectors")?;
+        check_finite_elems(&r, &vecs, dim)?;
+        r.finish()?;
+        Ok(NavGraph {
+            dim,
+            ids,
+            vecs,
+            graph,
+            start,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::vamana::tests::{brute_topk, clustered};
+
+    fn nav(n: usize, dim: usize, rate: f64, seed: u64) -> (Vec<f32>, NavGraph<f32>) {
+        let data = clustered(n, dim, 8, 3);
+        let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
+        let never = AtomicBool::new(false);
+        let g = NavGraph::build(&m, Metric::L2, rate, seed, &never)
+            .unwrap()
+            .unwrap();
+        (data, g)
+    }
+
+    #[test]
+    fn sample_size_and_rate_checks() {
+        assert_eq!(nav_sample_size(1000, 0.0), 0);
+        assert_eq!(nav_sample_size(1000, 0.01), 10);
+        assert_eq!(nav_sample_size(10, 0.01), 1);
+        assert_eq!(nav_sample_size(10, 0.5), 5);
+        for bad in [-0.1, 0.9, f64::NAN, f64::INFINITY] {
+            let e = check_nav_sample(bad).unwrap_err().to_string();
+            assert!(e.contains("nav_sample"), "{e}");
+        }
+        check_nav_sample(0.0).unwrap();
+        check_nav_sample(0.5).unwrap();
+    }
+
+    #[test]
+    fn seeds_are_sample_nodes_in_best_first_order() {
+        let (data, g) = nav(3000, 16, 0.05, 1);
+        assert_eq!(g.len(), 150);
+        assert!(g.ids().windows(2).all(|w| w[0] < w[1]));
+        let queries = clustered(20, 16, 8, 9);
+        let mut s = SearchScratch::new();
+        for q in queries.chunks_exact(16) {
+            let mut out = Vec::new();
+            let computed = g.search(&mut s, Metric::L2, q, 64, 8, &mut out);
+            assert_eq!(out.len(), 8);
+            assert!(computed >= 8);
+            assert!(out.iter().all(|v| g.ids().binary_search(v).is_ok()));
+            let d: Vec<f32> = out
+                .iter()
+                .map(|&v| Metric::L2.distance(q, &data[v as usize * 16..(v as usize + 1) * 16]))
+                .collect();
+            assert!(d.windows(2).all(|w| w[0] <= w[1]), "{d:?}");
+            // With L covering the whole sample, the seeds are the exact
+            // nearest sample nodes.
+            let mut all = Vec::new();
+            g.search(&mut s, Metric::L2, q, g.len(), 8, &mut all);
+            let exact: Vec<u32> = brute_topk(g.len(), 8, |i| {
+                let v = g.ids()[i as usize] as usize;
+                Metric::L2.distance(q, &data[v * 16..(v + 1) * 16])
+            })
+            .into_iter()
+            .map(|i| g.ids()[i as usize])
+            .collect();
+            assert_eq!(all, exact);
+        }
+    }
+
+    #[test]
+    fn deterministic_and_round_trips() {
+        let (_, a) = nav(2000, 8, 0.02, 5);
+        let (_, b) = nav(2000, 8, 0.02, 5);
+        assert!(a == b, "same seed, same navigation graph");
+        assert!(a.to_bytes() == b.to_bytes());
+        let (_, c) = nav(2000, 8, 0.02, 6);
+        assert_ne!(a.ids(), c.ids());
+        let bytes = a.to_bytes();
+        let back = NavGraph::<f32>::from_bytes(Path::new("nav.bin"), &bytes, 8, 2000).unwrap();
+        assert!(back == a, "round trip");
+        assert!(a.memory_bytes() >= a.len() * (8 * 4 + 4));
+    }
+
+    #[test]
+    fn damaged_sections_are_refused() {
+        let (_, g) = nav(1000, 8, 0.05, 2);
+        let bytes = g.to_bytes();
+        let p = Path::new("nav.bin");
+        let check = |b: &[u8], what: &str| {
+            let e = NavGraph::<f32>::from_bytes(p, b, 8, 1000).unwrap_err();
+            assert!(matches!(e, Error::Corrupt { .. }), "{what}: {e}");
+            e.to_string()
+        };
+        let e = check(&bytes[..bytes.len() - 7], "truncated");
+        assert!(e.contains("truncated") || e.contains("implies"), "{e}");
+        check(&bytes[..20], "header only");
+        let mut b = bytes.clone();
+        b[0] = b'X';
+        assert!(check(&b, "magic").contains("magic"));
+        // Wrong dimension for this index.
+        assert!(NavGraph::<f32>::from_bytes(p, &bytes, 9, 1000).is_err());
+        // Wrong element type.
+        assert!(NavGraph::<u8>::from_bytes(p, &bytes, 8, 1000).is_err());
+        // A base id past n.
+        assert!(NavGraph::<f32>::from_bytes(p, &bytes, 8, 10).is_err());
+        // A neighbour index past the count.
+        let mut b = bytes.clone();
+        let count = g.len();
+        let adj0 = 32 + count * 8;
+        b[adj0..adj0 + 4].copy_from_slice(&(count as u32 + 5).to_le_bytes());
+        let deg0 = 32 + count * 4;
+        b[deg0..deg0 + 4].copy_from_slice(&1u32.to_le_bytes());
+        assert!(check(&b, "neighbour").contains("neighbour"));
+        // A degree over R.
+        let mut b = bytes.clone();
+        b[deg0..deg0 + 4].copy_from_slice(&999u32.to_le_bytes());
+        assert!(check(&b, "degree").contains("degree"));
+        // A NaN vector value.
+        let mut b = bytes.clone();
+        let last = b.len() - 4;
+        b[last..].copy_from_slice(&f32::NAN.to_le_bytes());
+        assert!(check(&b, "nan").contains("non-finite"));
+        // A newer section version is a version error.
+        let mut b = bytes.clone();
+        b[4..8].copy_from_slice(&2u32.to_le_bytes());
+        let e = NavGraph::<f32>::from_bytes(p, &b, 8, 1000).unwrap_err();
+        assert!(matches!(e, Error::Version { .. }), "{e}");
+    }
+
+    #[test]
+    fn rate_zero_builds_nothing_and_bad_rates_fail() {
+        let m = Matrix::from_vec(clustered(100, 4, 2, 1), 100, 4).unwrap();
+        let never = AtomicBool::new(false);
+        assert!(NavGraph::build(&m, Metric::L2, 0.0, 0, &never)
+            .unwrap()
+            .is_none());
+        assert!(NavGraph::build(&m, Metric::L2, 0.9, 0, &never).is_err());
+        assert!(NavGraph::build(&m, Metric::L2, f64::NAN, 0, &never).is_err());
+        // A single sampled node still makes a usable graph.
+        let one = NavGraph::build(&m, Metric::L2, 0.001, 0, &never)
+            .unwrap()
+            .unwrap();
+        assert_eq!(one.len(), 1);
+        let mut out = Vec::new();
+        one.search(
+            &mut SearchScratch::new(),
+            Metric::L2,
+            &[0.0; 4],
+            8,
+            4,
+            &mut out,
+        );
+        assert_eq!(out, one.ids().to_vec());
+    }
+}
