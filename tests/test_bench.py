@@ -197,6 +197,9 @@ def test_diskannpy_end_to_end_through_worker(tmp_path):
     assert [p["L"] for p in pts] == [10, 40]
     assert pts[1]["recall"] >= 0.9 and pts[1]["recall"] >= pts[0]["recall"]
     assert pts[0]["qps"] > 0 and pts[0]["lat_p99_ms"] > 0
+    # diskannpy's search holds the GIL: its latency run uses one process per client.
+    assert pts[0]["latency_source"].startswith("timed single-query calls in 2 processes")
+    assert pts[0]["lat_queries"] == 20
     assert json.loads((tmp_path / "r.json").read_text())["params"]["pq_bytes_matched"] == 8
     # A second run reuses the cached index.
     cfg.reps = 1
@@ -551,6 +554,17 @@ def test_closed_loop_latency_runs_each_query_once_on_threads():
         bench.closed_loop_latency(fail, q, threads=2)
 
 
+def test_process_closed_loop_latency_with_real_index(small_index, small_data):
+    _, queries = small_data
+    q = np.ascontiguousarray(queries[:60])
+    lat, wall = bench.process_closed_loop_latency("nearline", str(small_index), {"threads": 1, "W": 4}, None, q,
+                                                  10, 20, processes=2)
+    assert lat.shape == (60,) and np.all(lat > 0) and wall > 0
+    with pytest.raises(RuntimeError, match="nearline latency processes failed"):
+        bench.process_closed_loop_latency("nearline", str(small_index) + "-missing", {"threads": 1}, None, q,
+                                          10, 20, processes=2, timeout_s=120)
+
+
 def test_worker_latency_run_sizes_and_sources(tmp_path, monkeypatch):
     ds = datasets.materialize(datasets.load_dataset("synthetic:500:8", tmp_path, queries=20), tmp_path, 10)
     monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
@@ -592,12 +606,17 @@ def test_add_disk_utilisation():
 # --------------------------------------------------------------------------- disk ceiling
 
 
+@pytest.mark.io_engine
 def test_measure_read_ceiling_on_a_file_and_an_index(tmp_path, small_index):
+    import os
+
     f = tmp_path / "blocks.bin"
     f.write_bytes(bytes(range(256)) * 16 * 64)  # 64 blocks of 4 KiB
     r = nearline.measure_read_ceiling(f, seconds=0.1, depth=4)
     assert r["reads"] > 0 and r["reads_per_s"] > 0 and r["bytes"] == r["reads"] * 4096
     assert r["file_blocks"] == 64 and r["depth"] == 4 and r["engine"] in ("io_uring", "pread")
+    if os.environ.get("NEARLINE_IO") == "pread":  # the engine's own fallback rules apply
+        assert r["engine"] == "pread"
     assert nearline.measure_read_ceiling(f, 8192, 2, 0.05, io="pread")["engine"] == "pread"
     # An index directory: its pages.bin, read in blocks of the index's read size.
     r = nearline.measure_read_ceiling(small_index, seconds=0.05)

@@ -30,7 +30,13 @@ from typing import Any, Optional
 import numpy as np
 
 from nearline import datasets, peers
-from nearline.bench import DEFAULT_PERTURB, closed_loop_latency, latency_summary, perturbed_queries
+from nearline.bench import (
+    DEFAULT_PERTURB,
+    closed_loop_latency,
+    latency_summary,
+    perturbed_queries,
+    process_closed_loop_latency,
+)
 
 log = logging.getLogger("nearline.bench.worker")
 
@@ -67,17 +73,26 @@ def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
     return point
 
 
-def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threads: int) -> dict[str, Any]:
+def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threads: int,
+                 spec: dict[str, Any]) -> dict[str, Any]:
     """The closed-loop latency run at one L: per-query latencies and how they were taken.
 
     nearline: one batch search on ``threads`` workers (each takes the next query
     when its previous one finishes); latency = the engine's per-query ``total_us``.
     Peers: ``threads`` Python threads, each calling the single-query search in a
-    closed loop; latency = the time around the call.
+    closed loop; latency = the time around the call. A peer whose search holds
+    the GIL (diskannpy) gets ``threads`` processes instead, each with its own
+    open index, since Python threads would run its calls one at a time and time
+    the wait for the GIL as latency.
     """
     n = int(lat_queries.shape[0])
     t = time.perf_counter()
-    if h.has_stats:
+    if h.holds_gil and threads > 1:
+        params = dict(spec.get("params", {}), threads=1)
+        lat, wall = process_closed_loop_latency(spec["system"], spec["index_dir"], params, spec.get("variant"),
+                                                lat_queries, k, L, threads)
+        source = f"timed single-query calls in {threads} processes (its search holds the GIL)"
+    elif h.has_stats:
         _ids, stats = h.batch(lat_queries, k, L)
         wall = time.perf_counter() - t
         if stats is None or "total_us" not in stats:
@@ -151,7 +166,7 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
         elif system in ("faiss-hnsw", "hnswlib"):
             point["mean_reads"] = 0.0
         if lat_queries is not None:
-            point.update(_latency_run(h, lat_queries, k, L, p.threads))
+            point.update(_latency_run(h, lat_queries, k, L, p.threads, spec))
         elif stats is not None and "total_us" in stats:
             # No separate latency run: the recall batch's own per-query times.
             lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0

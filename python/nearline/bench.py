@@ -383,6 +383,90 @@ def closed_loop_latency(
     return lat, wall
 
 
+def _closed_loop_child(system: str, index_dir: str, params: dict[str, Any], variant: Optional[dict[str, Any]],
+                       queries: np.ndarray, k: int, L: int, counter: Any, lat: Any, span: Any, slot: int,
+                       barrier: Any, errors: Any) -> None:
+    """One process of :func:`process_closed_loop_latency`: open, warm up, wait at the barrier, then loop."""
+    try:
+        p = peers.Params.from_dict(params)
+        h = peers.open_system(system, Path(index_dir), p, queries.shape[1], queries.dtype.itemsize, variant)
+        for q in queries[: min(10, len(queries))]:
+            h.single(q, k, L)
+    except BaseException as e:
+        errors.put(f"{type(e).__name__}: {e}")
+        barrier.abort()
+        return
+    barrier.wait()
+    try:
+        n = len(queries)
+        span[2 * slot] = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+        while True:
+            with counter.get_lock():
+                i = counter.value
+                counter.value = i + 1
+            if i >= n:
+                break
+            t0 = time.perf_counter()
+            h.single(queries[i], k, L)
+            lat[i] = (time.perf_counter() - t0) * 1000.0
+        span[2 * slot + 1] = time.perf_counter()
+        h.close()
+    except BaseException as e:
+        errors.put(f"{type(e).__name__}: {e}")
+
+
+def process_closed_loop_latency(
+    system: str, index_dir: str, params: dict[str, Any], variant: Optional[dict[str, Any]], queries: np.ndarray,
+    k: int, L: int, processes: int, timeout_s: float = 3600.0,
+) -> tuple[np.ndarray, float]:
+    """:func:`closed_loop_latency` with one *process* per client, for peers whose search holds the GIL.
+
+    Each process opens the index itself (``params["threads"]`` should be 1),
+    searches 10 queries to warm up, and waits at a barrier; then every process
+    takes the next unclaimed query (a shared counter) as soon as its previous
+    one returns, timing each call. Returns ``(latency_ms, wall seconds from the
+    first process's start to the last one's final query)``; raises
+    ``RuntimeError`` with a child's error.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # never fork a process that holds an index and threads
+    n = int(queries.shape[0])
+    counter = ctx.Value("q", 0)
+    lat = ctx.Array("d", max(n, 1), lock=False)
+    span = ctx.Array("d", 2 * processes, lock=False)
+    barrier = ctx.Barrier(processes + 1)
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_closed_loop_child, daemon=True,
+                         args=(system, index_dir, params, variant, queries, k, L, counter, lat, span, slot, barrier,
+                               errors))
+             for slot in range(processes)]
+    for pr in procs:
+        pr.start()
+    try:
+        barrier.wait(timeout=timeout_s)
+    except threading.BrokenBarrierError:
+        pass
+    for pr in procs:
+        pr.join(timeout=timeout_s)
+    for pr in procs:
+        if pr.is_alive():
+            pr.kill()
+            pr.join()
+    msgs = []
+    while True:
+        try:
+            msgs.append(errors.get(timeout=0.1))
+        except Exception:
+            break
+    if msgs or any(pr.exitcode != 0 for pr in procs):
+        codes = [pr.exitcode for pr in procs]
+        raise RuntimeError(f"{system} latency processes failed (exit codes {codes}): {'; '.join(msgs) or 'no message'}")
+    times = np.frombuffer(span, dtype=np.float64)
+    wall = float(times[1::2].max() - times[0::2].min())
+    return np.frombuffer(lat, dtype=np.float64)[:n].copy(), wall
+
+
 def interpolate_at_recall(
     recalls: Sequence[float], values: Sequence[Optional[float]], target: float, *, log_scale: bool = False
 ) -> Optional[float]:

@@ -171,6 +171,9 @@ class Handle:
     """An opened index: ``batch`` runs a whole query batch, ``single`` one query."""
 
     has_stats = False
+    #: Whether ``single`` keeps the GIL for the whole search (Python threads then
+    #: cannot overlap its calls; the latency run uses one process per client).
+    holds_gil = False
 
     def batch(self, queries: np.ndarray, k: int, L: int) -> tuple[np.ndarray, Optional[dict[str, np.ndarray]]]:
         """Returns ``(ids (nq, k), stats or None)``."""
@@ -306,6 +309,9 @@ def _build_diskannpy(base_path: Path, index_dir: Path, p: Params, pq_bytes: int)
 
 
 class _DiskannHandle(Handle):
+    # diskannpy 0.7.0 binds StaticDiskIndex.search without releasing the GIL.
+    holds_gil = True
+
     def __init__(self, index_dir: Path, p: Params, dim: int, elem_size: int):
         import diskannpy
 

@@ -67,7 +67,9 @@ impl CeilingOptions {
                 self.depth
             )));
         }
-        if self.block_size == 0 || self.block_size % ALIGN != 0 || self.block_size > MAX_BLOCK_SIZE
+        if self.block_size == 0
+            || !self.block_size.is_multiple_of(ALIGN)
+            || self.block_size > MAX_BLOCK_SIZE
         {
             return Err(Error::arg(format!(
                 "block_size={}: expected a positive multiple of {ALIGN} bytes, at most {MAX_BLOCK_SIZE}",
