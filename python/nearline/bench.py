@@ -975,7 +975,7 @@ def _latency_notes(result: dict[str, Any]) -> list[str]:
         src = pts[0].get("latency_source", "")
         line = f"latency {system}: {n} queries per L, {src}"
         if conc:
-            line += f", concurrency {min(conc):.1f}-{max(conc):.1f} of {threads} threads"
+            line += f", concurrency {min(conc):.1f}-{max(conc):.1f} of {threads} clients"
         if n < 1000:
             line += " (p99.9 needs >= 1000 queries to mean anything)"
         out.append(line)
