@@ -204,6 +204,9 @@ def test_diskannpy_end_to_end_through_worker(tmp_path):
     assert [p["L"] for p in pts] == [10, 40]
     assert pts[1]["recall"] >= 0.9 and pts[1]["recall"] >= pts[0]["recall"]
     assert pts[0]["qps"] > 0 and pts[0]["lat_p99_ms"] > 0
+    # diskannpy's search holds the GIL: its latency run uses one process per client.
+    assert pts[0]["latency_source"].startswith("timed single-query calls in 2 processes")
+    assert pts[0]["lat_queries"] == 20
     assert json.loads((tmp_path / "r.json").read_text())["params"]["pq_bytes_matched"] == 8
     # A second run reuses the cached index.
     cfg.reps = 1
@@ -313,3 +316,397 @@ def test_cache_nodes_for_matches_both_systems():
 def test_environment_record():
     env = bench._environment()
     assert env["cpu_count"] >= 1 and "date" in env and "diskannpy_version" in env
+
+
+# --------------------------------------------------------------------------- variants
+
+
+def test_parse_variant_value_types():
+    assert bench.parse_variant_value("8") == 8 and isinstance(bench.parse_variant_value("8"), int)
+    assert bench.parse_variant_value("-3") == -3
+    assert bench.parse_variant_value("1.25") == 1.25 and bench.parse_variant_value("1e-3") == 0.001
+    assert bench.parse_variant_value("True") is True and bench.parse_variant_value("off") is False
+    assert bench.parse_variant_value("none") is None
+    assert bench.parse_variant_value("512MB") == "512MB"
+    assert bench.parse_variant_value("pipeline") == "pipeline"
+    assert bench.parse_variant_value("inf") == "inf"  # not a number a knob could take
+
+
+def test_parse_variant_routes_keys_by_name():
+    v = bench.parse_variant("fast:R=32,alpha=1.3,saturate=true,preset=diskann,nav_sample=0.01,W=8,"
+                            "executor=pipeline,adaptive_beam=on,queries_in_flight=4,entry_points=64,cache_nodes=100,"
+                            "memory_budget=512MB,entry=centroids,io=pread")
+    assert v.name == "fast"
+    assert v.build == {"R": 32, "alpha": 1.3, "saturate": True, "preset": "diskann", "nav_sample": 0.01}
+    assert v.open == {"entry_points": 64, "cache_nodes": 100, "memory_budget": "512MB", "entry": "centroids",
+                      "io": "pread"}
+    assert v.search == {"W": 8, "executor": "pipeline", "adaptive_beam": True, "queries_in_flight": 4}
+    assert v.spec() == {"name": "fast", "build": v.build, "open": v.open, "search": v.search}
+    assert bench.parse_variant("plain") == bench.Variant("plain")
+    assert bench.parse_variant("plain:") == bench.Variant("plain")
+    assert bench.parse_variant(" w2 : W=2 , ") == bench.Variant("w2", search={"W": 2})
+    # Every key of the routing table lands in its stage.
+    for stage, keys in bench.VARIANT_KEYS.items():
+        for key in keys:
+            assert getattr(bench.parse_variant(f"x:{key}=1"), stage) == {key: 1}
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("x:Wx=3", "unknown key 'Wx'.*did you mean W"),
+    ("x:beam=3", "unknown key 'beam'.*accepted keys are build: .*R.*open: .*entry_points.*search: .*W"),
+    ("x:W", "'W' is not key=value"),
+    ("x:W=", "key 'W' has an empty value"),
+    ("x:W=2,W=4", "key 'W' given twice"),
+    (":W=2", "expected NAME:key=value"),
+    ("bad name:W=2", "expected NAME:key=value"),
+    ("-x:W=2", "expected NAME:key=value"),
+])
+def test_parse_variant_rejects_bad_specs(spec, match):
+    with pytest.raises(ValueError, match=match):
+        bench.parse_variant(spec)
+
+
+def test_parse_variant_reserved_names():
+    with pytest.raises(ValueError, match="'diskannpy' is taken"):
+        bench.parse_variant("diskannpy:W=2", reserved=("diskannpy", "disk-ceiling"))
+
+
+def test_check_variant_supported_against_signatures():
+    class Api:
+        @staticmethod
+        def build(data, path, *, R=64, saturate=False):
+            pass
+
+        @staticmethod
+        def open(path, *, entry_points=0, cache_nodes=None):
+            pass
+
+        class Index:
+            def search(self, queries, k=10, *, L=None, W=4):
+                pass
+
+    bench.check_variant_supported(bench.parse_variant("ok:R=8,saturate=1,entry_points=4,W=2"), Api)
+    with pytest.raises(ValueError, match="variant 'ex': Index.search of this nearline build does not take 'executor'"):
+        bench.check_variant_supported(bench.parse_variant("ex:W=2,executor=pipeline"), Api)
+    with pytest.raises(ValueError, match="nearline.build .* 'nav_sample'"):
+        bench.check_variant_supported(bench.parse_variant("nav:nav_sample=0.1"), Api)
+    with pytest.raises(ValueError, match="nearline.open .* 'entry'"):
+        bench.check_variant_supported(bench.parse_variant("en:entry=centroids"), Api)
+    # The installed engine takes the options that exist today.
+    bench.check_variant_supported(bench.parse_variant("now:R=16,saturate=true,cache_nodes=10,entry_points=8,W=2"))
+
+
+def test_config_systems_baseline_and_validation(tmp_path):
+    w2 = bench.parse_variant("w2:W=2")
+    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy", "hnswlib"], variants=[w2], workdir=tmp_path)
+    assert cfg.all_systems() == ["nearline", "w2", "diskannpy", "hnswlib"]
+    assert cfg.baseline_system() == "diskannpy"  # the first peer
+    cfg.validate()
+    cfg = bench.BenchConfig(data="x", systems=[], variants=[w2, bench.parse_variant("r8:R=8")], workdir=tmp_path)
+    assert cfg.all_systems() == ["w2", "r8"] and cfg.baseline_system() == "w2"
+    cfg.baseline = "r8"
+    assert cfg.baseline_system() == "r8"
+    # Variants given as text are parsed.
+    assert bench.BenchConfig(data="x", systems=["nearline"], variants=["a:W=1"]).all_systems() == ["nearline", "a"]
+
+    def bad(match, **kw):
+        c = bench.BenchConfig(**{"data": "x", "systems": ["nearline"], "workdir": tmp_path, **kw})
+        with pytest.raises(ValueError, match=match):
+            c.validate()
+
+    bad("--baseline 'diskannpy' is not one of the systems: nearline", baseline="diskannpy")
+    bad("given twice", variants=[w2, bench.Variant("w2")])
+    bad("'hnswlib' is taken", variants=[bench.Variant("hnswlib")])
+    bad("'disk-ceiling' is taken", variants=[bench.Variant("disk-ceiling")])
+    bad("--target-recall 1.5", target_recalls=[0.9, 1.5])
+    bad("--ceiling-depth must be in 1..256", ceiling_depth=0)
+    bad("--ceiling-depth must be in 1..256", ceiling_depth=300)
+    bad("--ceiling-seconds", ceiling_seconds=0.0)
+    bad("--latency-queries", latency_queries=-1)
+    bad("--perturb", perturb=float("nan"))
+    bad("nothing to benchmark", systems=[])
+    bad("unknown system", systems=["annoy"])
+
+
+class _RecordingIndex(_FakeIndex):
+    seen: dict = {}
+
+    def search(self, queries, k=10, **kw):
+        _RecordingIndex.seen.setdefault("search", []).append(kw)
+        known = {key: kw[key] for key in ("L", "W", "threads", "return_stats") if key in kw}
+        return super().search(queries, k, **known)
+
+    def info(self):
+        return {"n": len(self.base), "pq_bytes": 4}
+
+
+def test_variant_keys_reach_build_open_and_search(tmp_path, monkeypatch):
+    ds = datasets.materialize(datasets.load_dataset("synthetic:400:8", tmp_path, queries=10), tmp_path, 10)
+    seen = _RecordingIndex.seen
+    seen.clear()
+
+    def fake_build(data, path, **kw):
+        seen["build"] = kw
+        return _RecordingIndex(ds.base)
+
+    def fake_open(path, **kw):
+        seen["open"] = kw
+        return _RecordingIndex(ds.base)
+
+    monkeypatch.setattr(nearline, "build", fake_build, raising=False)
+    monkeypatch.setattr(nearline, "open", fake_open, raising=False)
+    v = bench.parse_variant("v:R=12,saturate=true,memory_budget=0.5,entry_points=16,W=3,early_dispatch=on").spec()
+    params = {"R": 32, "W": 4, "threads": 1, "cache_budget": "1MiB", "entry_points": 0}
+    res = _bench_worker.run({"action": "build", "system": "nearline", "base": str(ds.base_path),
+                             "index_dir": str(tmp_path / "i"), "params": params, "variant": v})
+    assert res["pq_bytes"] == 4
+    assert seen["build"]["R"] == 12 and seen["build"]["saturate"] is True and seen["build"]["overwrite"] is True
+    res = _bench_worker.run({"action": "search", "system": "nearline", "name": "v", "index_dir": str(tmp_path / "i"),
+                             "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
+                             "params": params, "warmup": 0, "latency_queries": 25, "variant": v})
+    assert res["system"] == "v" and res["kind"] == "nearline"
+    # memory_budget without cache_nodes: the variant's budget sizes the cache, not the shared cache budget.
+    assert seen["open"]["memory_budget"] == 0.5 and seen["open"]["cache_nodes"] is None
+    assert seen["open"]["entry_points"] == 16
+    assert all(kw["W"] == 3 and kw["early_dispatch"] is True for kw in seen["search"])
+    # Without a variant the shared options apply.
+    seen.clear()
+    _bench_worker.run({"action": "search", "system": "nearline", "index_dir": str(tmp_path / "i"),
+                       "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
+                       "params": params, "warmup": 0})
+    assert seen["open"]["cache_nodes"] == peers.cache_nodes_for("1MiB", 8, 4, 32) and seen["open"]["entry_points"] == 0
+    assert all(kw == {"L": 10, "W": 4, "threads": 1, "return_stats": True} for kw in seen["search"])
+
+
+def test_params_key_shares_builds_between_variants():
+    p = peers.Params(R=32)
+    plain = bench.params_key("nearline", "d", p, None)
+    assert bench.params_key("nearline", "d", p, None, {}) == plain
+    assert bench.params_key("nearline", "d", p, None, {"R": 32}) == plain  # equal to the shared value
+    assert bench.params_key("nearline", "d", p, None, {"R": 16}) != plain
+    assert bench.params_key("nearline", "d", p, None, {"saturate": True}) != plain
+
+
+# --------------------------------------------------------------------------- latency helpers
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8, np.int8])
+def test_perturbed_queries_keep_shape_dtype_and_first_copy(dtype):
+    rng = np.random.default_rng(3)
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        q = rng.integers(info.min, info.max, size=(7, 5), endpoint=True).astype(dtype)
+    else:
+        q = rng.standard_normal((7, 5)).astype(dtype)
+    out = bench.perturbed_queries(q, 30, scale=0.05, seed=1)
+    assert out.shape == (30, 5) and out.dtype == q.dtype and out.flags.c_contiguous
+    assert np.array_equal(out[:7], q)  # the first copy is the query set itself
+    assert np.array_equal(bench.perturbed_queries(q, 30, scale=0.05, seed=1), out)  # deterministic
+    diff = out[7:].astype(np.float64) - q[np.arange(7, 30) % 7].astype(np.float64)
+    sigma = q.astype(np.float64).std(axis=0)
+    assert np.all(np.abs(diff) <= 0.05 * sigma * 6 + 1.0)  # small next to the spread of the queries
+    if np.issubdtype(dtype, np.floating):
+        assert np.any(diff != 0)
+    assert np.array_equal(bench.perturbed_queries(q, 3), q[:3])
+    assert np.array_equal(bench.perturbed_queries(q, 14, scale=0.0), np.tile(q, (2, 1)))
+    assert bench.perturbed_queries(q, 0).shape == (0, 5)
+
+
+def test_perturbed_queries_clip_integers_and_reject_bad_args():
+    q = np.array([[0, 255], [255, 0]], dtype=np.uint8)
+    out = bench.perturbed_queries(q, 400, scale=1.0, seed=0)
+    assert out.dtype == np.uint8 and out.min() >= 0 and out.max() <= 255
+    with pytest.raises(ValueError, match="non-empty 2-D"):
+        bench.perturbed_queries(np.zeros((0, 3), np.float32), 5)
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        bench.perturbed_queries(q, -1)
+    with pytest.raises(ValueError, match="scale"):
+        bench.perturbed_queries(q, 5, scale=-0.1)
+
+
+def test_latency_summary_percentiles():
+    lat = np.arange(1, 10001, dtype=np.float64)
+    s = bench.latency_summary(lat)
+    assert s["lat_mean_ms"] == pytest.approx(5000.5)
+    assert s["lat_p50_ms"] == pytest.approx(5000.5)
+    assert s["lat_p99_ms"] == pytest.approx(9900.01)
+    assert s["lat_p999_ms"] == pytest.approx(9990.001)
+    assert bench.latency_summary(np.array([2.0]))["lat_p999_ms"] == 2.0
+    assert bench.latency_summary(None) == {"lat_mean_ms": None, "lat_p50_ms": None, "lat_p99_ms": None,
+                                           "lat_p999_ms": None}
+    assert bench.latency_summary(np.array([]))["lat_p50_ms"] is None
+
+
+def test_closed_loop_latency_runs_each_query_once_on_threads():
+    import threading
+
+    q = np.arange(40, dtype=np.float32).reshape(20, 2)
+    seen, tids = [], set()
+    lock = threading.Lock()
+
+    def one(row):
+        with lock:
+            seen.append(int(row[0]) // 2)
+            tids.add(threading.get_ident())
+
+    lat, wall = bench.closed_loop_latency(one, q, threads=3)
+    assert sorted(seen) == list(range(20))
+    assert lat.shape == (20,) and np.all(lat >= 0) and wall > 0
+    assert 1 <= len(tids) <= 3
+
+    def fail(row):
+        raise RuntimeError("peer broke")
+
+    with pytest.raises(RuntimeError, match="peer broke"):
+        bench.closed_loop_latency(fail, q, threads=2)
+
+
+def test_process_closed_loop_latency_with_real_index(small_index, small_data):
+    _, queries = small_data
+    q = np.ascontiguousarray(queries[:60])
+    lat, wall = bench.process_closed_loop_latency("nearline", str(small_index), {"threads": 1, "W": 4}, None, q,
+                                                  10, 20, processes=2)
+    assert lat.shape == (60,) and np.all(lat > 0) and wall > 0
+    with pytest.raises(RuntimeError, match="nearline latency processes failed"):
+        bench.process_closed_loop_latency("nearline", str(small_index) + "-missing", {"threads": 1}, None, q,
+                                          10, 20, processes=2, timeout_s=120)
+
+
+def test_worker_latency_run_sizes_and_sources(tmp_path, monkeypatch):
+    ds = datasets.materialize(datasets.load_dataset("synthetic:500:8", tmp_path, queries=20), tmp_path, 10)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
+    res = _bench_worker.run({"action": "search", "system": "nearline", "index_dir": str(tmp_path / "idx"),
+                             "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
+                             "params": {"threads": 2}, "warmup": 0, "latency_queries": 130})
+    pt = res["points"][0]
+    assert res["nq"] == 20 and pt["recall"] == pytest.approx(0.9)  # recall on the original queries only
+    assert pt["lat_queries"] == 130 and "engine total_us" in pt["latency_source"]
+    assert pt["lat_mean_ms"] == pytest.approx(np.mean(np.arange(130) * 10.0) / 1000)  # the latency batch's times
+    assert pt["lat_p999_ms"] == pytest.approx(np.percentile(np.arange(130) * 10.0, 99.9) / 1000)
+
+
+def test_matched_ratios_latency_and_disk():
+    a = {"points": [{"recall": 0.9, "qps": 1000.0, "mean_reads": 10.0, "lat_mean_ms": 1.0, "lat_p999_ms": 4.0,
+                     "disk_util": 0.5},
+                    {"recall": 1.0, "qps": 100.0, "mean_reads": 30.0, "lat_mean_ms": 3.0, "lat_p999_ms": 8.0,
+                     "disk_util": 0.7}]}
+    b = {"points": [{"recall": 0.9, "qps": 500.0, "mean_reads": 20.0, "lat_mean_ms": 2.0, "lat_p999_ms": 10.0},
+                    {"recall": 1.0, "qps": 50.0, "mean_reads": 40.0, "lat_mean_ms": 4.0, "lat_p999_ms": 20.0}]}
+    r = bench.matched_ratios(a, b, [0.95])["0.95"]
+    assert r["qps_ratio"] == pytest.approx(2.0)
+    assert r["reads_ratio"] == pytest.approx(20.0 / 30.0)
+    assert r["lat_mean_ratio"] == pytest.approx(2.0 / 3.0)
+    assert r["lat_p999_ratio"] == pytest.approx(6.0 / 15.0)
+    assert r["disk_util_a"] == pytest.approx(0.6) and r["disk_util_b"] is None and r["disk_util_ratio"] is None
+
+
+def test_add_disk_utilisation():
+    pts = [{"qps": 1000.0, "mean_reads": 20.0}, {"qps": 500.0, "mean_reads": None}, {"qps": 10.0, "mean_reads": 0.0}]
+    bench.add_disk_utilisation(pts, 40000.0)
+    assert pts[0]["achieved_reads_per_s"] == 20000.0 and pts[0]["disk_util"] == 0.5
+    assert pts[1]["achieved_reads_per_s"] is None and pts[1]["disk_util"] is None
+    assert pts[2]["disk_util"] == 0.0
+    bench.add_disk_utilisation(pts, None)
+    assert pts[0]["achieved_reads_per_s"] == 20000.0 and pts[0]["disk_util"] is None
+
+
+# --------------------------------------------------------------------------- disk ceiling
+
+
+@pytest.mark.io_engine
+def test_measure_read_ceiling_on_a_file_and_an_index(tmp_path, small_index):
+    import os
+
+    f = tmp_path / "blocks.bin"
+    f.write_bytes(bytes(range(256)) * 16 * 64)  # 64 blocks of 4 KiB
+    r = nearline.measure_read_ceiling(f, seconds=0.1, depth=4)
+    assert r["reads"] > 0 and r["reads_per_s"] > 0 and r["bytes"] == r["reads"] * 4096
+    assert r["file_blocks"] == 64 and r["depth"] == 4 and r["engine"] in ("io_uring", "pread")
+    if os.environ.get("NEARLINE_IO") == "pread":  # the engine's own fallback rules apply
+        assert r["engine"] == "pread"
+    assert nearline.measure_read_ceiling(f, 8192, 2, 0.05, io="pread")["engine"] == "pread"
+    # An index directory: its pages.bin, read in blocks of the index's read size.
+    r = nearline.measure_read_ceiling(small_index, seconds=0.05)
+    info = json.loads((Path(small_index) / "manifest.json").read_text())["layout"]
+    assert r["path"].endswith("pages.bin") and r["block_size"] == info["block_size"]
+    assert r["file_blocks"] == info["n_blocks"] and r["reads_per_s"] > 0
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"depth": 0}, ValueError, "depth=0"),
+    ({"depth": 257}, ValueError, "depth=257"),
+    ({"block_size": 5000}, ValueError, "multiple of 4096"),
+    ({"block_size": 0}, ValueError, "block_size=0"),
+    ({"seconds": 0}, ValueError, "seconds=0"),
+    ({"seconds": -2.0}, ValueError, "seconds=-2"),
+    ({"seconds": float("nan")}, ValueError, "seconds=nan"),
+    ({"seconds": "3"}, TypeError, "seconds must be a number"),
+    ({"io": "mmap"}, ValueError, "unknown io engine"),
+])
+def test_measure_read_ceiling_rejects_bad_arguments(tmp_path, kw, exc, match):
+    f = tmp_path / "b.bin"
+    f.write_bytes(b"\0" * 8192)
+    with pytest.raises(exc, match=match):
+        nearline.measure_read_ceiling(f, **kw)
+
+
+def test_measure_read_ceiling_rejects_bad_files(tmp_path):
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"\0" * 4000)
+    with pytest.raises(ValueError, match="smaller than one block"):
+        nearline.measure_read_ceiling(small, seconds=0.05)
+    with pytest.raises(ValueError, match="smaller than one block of 8192"):
+        nearline.measure_read_ceiling(tmp_path / "small.bin", block_size=8192, seconds=0.05)
+    with pytest.raises(FileNotFoundError, match="missing.bin"):
+        nearline.measure_read_ceiling(tmp_path / "missing.bin")
+    with pytest.raises(ValueError, match="without pages.bin"):
+        nearline.measure_read_ceiling(tmp_path)
+
+
+def test_worker_ceiling_action(tmp_path):
+    f = tmp_path / "b.bin"
+    f.write_bytes(b"\1" * 4096 * 8)
+    res = _bench_worker.run({"action": "ceiling", "path": str(f), "depth": 2, "seconds": 0.05})
+    assert res["reads_per_s"] > 0 and res["depth"] == 2 and res["block_size"] == 4096
+
+
+# --------------------------------------------------------------------------- end to end: two variants, no peers
+
+
+def test_bench_end_to_end_two_variants(tmp_path):
+    cfg = bench.BenchConfig(
+        data="synthetic:3000:16", systems=[], variants=["w2:W=2", "r12:R=12,entry_points=32"], Ls=[10, 20, 40],
+        k=10, R=16, build_L=32, threads=2, reps=3, workdir=tmp_path, warmup=20, latency_queries=300,
+        ceiling_seconds=0.2, ceiling_depth=8, out=tmp_path / "r.json", plot=tmp_path / "p.png",
+    )
+    res = bench.run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["params"]["systems"] == ["w2", "r12"] and saved["params"]["baseline"] == "w2"
+    assert [v["name"] for v in saved["params"]["variants"]] == ["w2", "r12"]
+    assert saved["summary"]["r12"]["variant"] == {"name": "r12", "build": {"R": 12}, "open": {"entry_points": 32},
+                                                  "search": {}}
+    # Two build keys -> two indexes, each with its own degree.
+    assert saved["summary"]["w2"]["index"] != saved["summary"]["r12"]["index"]
+    assert saved["builds"]["r12"]["info"]["R"] == 12 and saved["builds"]["w2"]["info"]["R"] == 16
+    ceiling = saved["disk_ceiling"]
+    assert len(ceiling["runs"]) == 3 and ceiling["median_reads_per_s"] > 0 and ceiling["depth"] == 8
+    assert ceiling["path"].endswith("pages.bin") and ceiling["block_size"] >= 4096
+    for system in ("w2", "r12"):
+        assert len(saved["runs"][system]) == 3
+        pts = saved["summary"][system]["points"]
+        assert [p["L"] for p in pts] == [10, 20, 40]
+        for p in pts:
+            assert 0 < p["recall"] <= 1 and p["qps"] > 0
+            assert p["lat_queries"] == 300 and "engine total_us" in p["latency_source"]
+            assert 0 < p["lat_p50_ms"] <= p["lat_p99_ms"] <= p["lat_p999_ms"]
+            assert p["mean_io_wait_us"] is not None and p["mean_cpu_us"] > 0
+            assert p["mean_reads"] > 0 and p["achieved_reads_per_s"] == pytest.approx(p["qps"] * p["mean_reads"])
+            assert p["disk_util"] == pytest.approx(p["achieved_reads_per_s"] / ceiling["median_reads_per_s"])
+    # Each repetition's order rotates systems and the ceiling.
+    assert [r["rep"] for r in saved["runs"]["w2"]] == [0, 1, 2]
+    assert "r12/w2" in saved["comparisons"]
+    for row in saved["comparisons"]["r12/w2"]["at_recall"].values():
+        assert {"qps_ratio", "reads_ratio", "lat_mean_ratio", "lat_p999_ratio", "disk_util_a"} <= set(row)
+    text = bench.format_report(res)
+    assert "disk ceiling:" in text and "latency w2: 300 queries per L" in text and "io µs" in text
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -302,6 +302,95 @@ def test_bad_entry_arguments_are_argparse_errors(argv, capsys):
     assert e.value.code == 2
 
 
+def test_bench_wires_variants_baseline_latency_and_ceiling(engine, monkeypatch, tmp_path):
+    from nearline import bench
+
+    seen = {}
+
+    def fake_run(cfg, progress=True):
+        seen["cfg"] = cfg
+        return {"params": {"k": cfg.k}, "summary": {}, "comparisons": {}, "builds": {}}
+
+    monkeypatch.setattr(bench, "run_bench", fake_run)
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--compare", "diskannpy", "--variant", "w8:W=8",
+                     "--variant", "sat:saturate=true,R=32,cache_nodes=100", "--baseline", "nearline",
+                     "--target-recall", "0.9,0.97", "--latency-queries", "20000", "--perturb", "0.02",
+                     "--ceiling-depth", "64", "--ceiling-seconds", "1.5", "--workdir", str(tmp_path)]) == 0
+    cfg = seen["cfg"]
+    assert [v.name for v in cfg.variants] == ["w8", "sat"]
+    assert cfg.variants[0].search == {"W": 8}
+    assert cfg.variants[1].build == {"saturate": True, "R": 32} and cfg.variants[1].open == {"cache_nodes": 100}
+    assert cfg.all_systems() == ["nearline", "w8", "sat", "diskannpy"] and cfg.baseline_system() == "nearline"
+    assert cfg.target_recalls == [0.9, 0.97] and cfg.latency_queries == 20000 and cfg.perturb == 0.02
+    assert cfg.ceiling and cfg.ceiling_depth == 64 and cfg.ceiling_seconds == 1.5
+    # Defaults: 10,000 latency queries, ceiling on at depth 32 for 3 s, the standard targets.
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--skip-nearline", "--compare", "",
+                     "--variant", "only:W=2", "--no-ceiling", "--workdir", str(tmp_path)]) == 0
+    cfg = seen["cfg"]
+    assert cfg.systems == [] and cfg.all_systems() == ["only"] and not cfg.ceiling
+    assert cfg.latency_queries == 10000 and cfg.ceiling_depth == 32 and cfg.ceiling_seconds == 3.0
+    assert cfg.target_recalls == [0.90, 0.95, 0.99]
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--variant", "x:beam=2"], "unknown key 'beam'"),
+    (["--variant", "x:W"], "not key=value"),
+    (["--variant", "diskannpy:W=2"], "is taken"),
+    (["--target-recall", "0.9,1.2"], "recalls in"),
+    (["--ceiling-depth", "0"], "positive integer"),
+    (["--ceiling-depth", "300"], "1..256"),
+    (["--ceiling-seconds", "0"], "positive number"),
+    (["--latency-queries", "-5"], "must be >= 0"),
+    (["--perturb", "-1"], ">= 0"),
+])
+def test_bench_bad_new_options_are_argparse_errors(extra, match, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--data", "synthetic:100:4", *extra])
+    assert e.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_bench_unknown_baseline_is_one_line_error(tmp_path, capsys):
+    assert cli.main(["bench", "--data", "synthetic:100:4", "--compare", "", "--baseline", "nope",
+                     "--workdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("nearline: error: --baseline 'nope' is not one of the systems: nearline")
+
+
+def test_disk_ceiling_command(tmp_path, capsys):
+    f = tmp_path / "pages.bin"
+    f.write_bytes(b"\0" * 4096 * 16)
+    assert cli.main(["disk-ceiling", str(f), "--depth", "4", "--seconds", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "reads/s" in out and "queue depth" in out and "engine" in out
+    assert cli.main(["disk-ceiling", str(tmp_path / "pages.bin"), "--depth", "2", "--seconds", "0.05",
+                     "--block-size", "8192", "--io", "pread", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["reads_per_s"] > 0 and r["block_size"] == 8192 and r["engine"] == "pread" and r["file_blocks"] == 8
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["disk-ceiling"], "usage:"),
+    (["disk-ceiling", "f", "--depth", "0"], "positive integer"),
+    (["disk-ceiling", "f", "--depth", "257"], "1..256"),
+    (["disk-ceiling", "f", "--block-size", "5000"], "multiple of 4096"),
+    (["disk-ceiling", "f", "--seconds", "-1"], "positive number"),
+])
+def test_disk_ceiling_bad_arguments(argv, match, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and match in capsys.readouterr().err
+
+
+def test_disk_ceiling_engine_errors_are_one_line(tmp_path, capsys):
+    small = tmp_path / "small.bin"
+    small.write_bytes(b"\0" * 100)
+    assert cli.main(["disk-ceiling", str(small), "--seconds", "0.05"]) == 2
+    assert "smaller than one block" in capsys.readouterr().err
+    assert cli.main(["disk-ceiling", str(tmp_path / "none.bin")]) == 2
+    assert "none.bin" in capsys.readouterr().err
+
+
 def test_progress_callback_bars():
     p = cli._Progress(True)
     p("graph", 1, 4)

@@ -34,6 +34,7 @@ __all__ = [
     "write_ground_truth",
     "recall",
     "parse_budget",
+    "measure_read_ceiling",
     "FormatError",
     "CorruptIndexError",
     "PRESETS",
@@ -482,3 +483,75 @@ def recall(found: np.ndarray, truth: np.ndarray, k: int) -> float:
         raise ValueError(f"ground truth has only {truth.shape[1]} neighbours per query, k={k}")
     hits = sum(len(np.intersect1d(f[f >= 0], t)) for f, t in zip(found, truth))
     return hits / (k * found.shape[0])
+
+
+def measure_read_ceiling(
+    path: PathLike,
+    block_size: Optional[int] = None,
+    depth: int = 32,
+    seconds: float = 3.0,
+    *,
+    io: str = "auto",
+    seed: int = 0,
+) -> Dict[str, Any]:
+    """Measures the disk's random-read ceiling: aligned block reads per second on ``path``.
+
+    Keeps ``depth`` reads of ``block_size`` bytes in flight at uniformly random
+    block offsets for ``seconds``, through the engine searches use (io_uring when
+    it can be set up, else pread; ``io`` and ``NEARLINE_IO`` choose as for
+    :func:`open`), on the file opened with O_DIRECT. ``nearline bench`` divides
+    each system's achieved reads/s by this figure, measured in the same run.
+
+    Args:
+        path: a regular file of at least one block, or an index directory (its
+            ``pages.bin`` is read).
+        block_size: bytes per read, a positive multiple of 4096 (at most 1 MiB).
+            Default: for an index directory, the size of one search read (its
+            layout's block: a page, or several pages for records larger than
+            one), else 4096.
+        depth: reads in flight, 1..256.
+        seconds: how long to keep submitting (> 0, at most 3600).
+        io: ``"auto"``, ``"uring"`` or ``"pread"`` (pread performs one read at a
+            time, so ``depth`` is not reached; the result names the engine).
+        seed: seed of the random block sequence.
+
+    Returns:
+        A dict: ``reads_per_s``, ``bytes_per_s``, ``reads``, ``bytes``,
+        ``elapsed_s``, ``mean_read_latency_us`` (submission to reaping),
+        ``engine`` (``"io_uring"``/``"pread"``), ``direct_io`` (False where the file
+        system refuses O_DIRECT: reads may then come from the page cache),
+        ``depth``, ``block_size``, ``file_blocks``, ``path``.
+
+    Raises:
+        ValueError: bad arguments, or a file smaller than one block.
+        OSError: the file cannot be opened or a read fails.
+    """
+    p = Path(os.fspath(path))
+    if p.is_dir():
+        manifest = p / "manifest.json"
+        if not (p / "pages.bin").is_file():
+            raise ValueError(f"{p} is a directory without pages.bin: expected a file or an index directory")
+        if block_size is None and manifest.is_file():
+            try:
+                layout = json.loads(manifest.read_text())["layout"]
+                block_size = int(layout.get("block_size") or layout["page_size"])
+            except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+                block_size = None
+        p = p / "pages.bin"
+    if block_size is None:
+        block_size = 4096
+    block_size = _check_int("block_size", block_size, 4096, 1 << 20)
+    if block_size % 4096:
+        raise ValueError(f"block_size={block_size} must be a multiple of 4096")
+    depth = _check_int("depth", depth, 1, 256)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)):
+        raise TypeError(f"seconds must be a number, not {type(seconds).__name__}")
+    seconds = float(seconds)
+    if not np.isfinite(seconds) or not 0.0 < seconds <= 3600.0:
+        raise ValueError(f"seconds={seconds} must be in (0, 3600]")
+    if io not in ("auto", "uring", "io_uring", "pread"):
+        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring' or 'pread'")
+    seed = _check_int("seed", seed, 0, 2**64 - 1)
+    if not p.exists():
+        raise FileNotFoundError(f"{p} does not exist")
+    return dict(_nearline.read_ceiling(os.fspath(p), block_size, depth, seconds, io, seed))

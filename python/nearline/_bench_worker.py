@@ -4,10 +4,16 @@ The JSON spec comes from argv[1] or, if absent, stdin; the result JSON is the
 only thing written to the real stdout. Anything the systems print (DiskANN's
 C++ logging goes to stdout) is redirected to stderr at the file-descriptor level.
 
-Spec keys: ``action`` ("build" or "search"), ``system``, ``base`` (vector file),
-``index_dir``, ``params`` (see :class:`nearline.peers.Params`), ``pq_bytes``;
-for search also ``queries``, ``gt``, ``k``, ``Ls``, ``queries_repeat``,
-``warmup`` (queries), ``latency_queries`` (single-query timings for peers).
+Spec keys: ``action`` ("build", "search" or "ceiling"), ``system``, ``name``
+(the system's name in the report, e.g. a nearline variant), ``base`` (vector
+file), ``index_dir``, ``params`` (see :class:`nearline.peers.Params`),
+``pq_bytes``, ``variant`` (nearline only: ``{"build", "open", "search"}``
+keyword overrides); for search also ``queries``, ``gt``, ``k``, ``Ls``,
+``queries_repeat``, ``warmup`` (queries), ``latency_queries`` (size of the
+closed-loop latency run per L; 0 = none: nearline's percentiles then come from
+the recall batch), ``perturb`` and ``seed`` (see
+:func:`nearline.bench.perturbed_queries`); for ceiling ``path``, ``depth``,
+``seconds``, ``io``, ``seed`` (see :func:`nearline.measure_read_ceiling`).
 """
 
 from __future__ import annotations
@@ -24,19 +30,15 @@ from typing import Any, Optional
 import numpy as np
 
 from nearline import datasets, peers
+from nearline.bench import (
+    DEFAULT_PERTURB,
+    closed_loop_latency,
+    latency_summary,
+    perturbed_queries,
+    process_closed_loop_latency,
+)
 
 log = logging.getLogger("nearline.bench.worker")
-
-
-def _latency_summary(lat_ms: Optional[np.ndarray]) -> dict[str, Optional[float]]:
-    if lat_ms is None or lat_ms.size == 0:
-        return {"lat_mean_ms": None, "lat_p50_ms": None, "lat_p99_ms": None, "lat_p999_ms": None}
-    return {
-        "lat_mean_ms": float(lat_ms.mean()),
-        "lat_p50_ms": float(np.percentile(lat_ms, 50)),
-        "lat_p99_ms": float(np.percentile(lat_ms, 99)),
-        "lat_p999_ms": float(np.percentile(lat_ms, 99.9)),
-    }
 
 
 def run_build(spec: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +48,7 @@ def run_build(spec: dict[str, Any]) -> dict[str, Any]:
     rss_before = peers.rss_bytes()
     index_dir = Path(spec["index_dir"])
     t0 = time.perf_counter()
-    extra = peers.build_system(spec["system"], base_path, index_dir, p, spec.get("pq_bytes"))
+    extra = peers.build_system(spec["system"], base_path, index_dir, p, spec.get("pq_bytes"), spec.get("variant"))
     build_s = time.perf_counter() - t0
     size = sum(f.stat().st_size for f in index_dir.rglob("*") if f.is_file()) if index_dir.exists() else 0
     return {
@@ -60,15 +62,67 @@ def run_build(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
+    point: dict[str, float] = {}
+    for key, name in (("reads", "mean_reads"), ("hops", "mean_hops"), ("io_utilisation", "io_util"),
+                      ("cache_hits", "mean_cache_hits"), ("bytes_read", "mean_bytes_read"),
+                      ("pq_distances", "mean_pq_distances"), ("exact_distances", "mean_exact_distances"),
+                      ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us")):
+        if key in stats:
+            point[name] = float(np.mean(stats[key]))
+    return point
+
+
+def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threads: int,
+                 spec: dict[str, Any]) -> dict[str, Any]:
+    """The closed-loop latency run at one L: per-query latencies and how they were taken.
+
+    nearline: one batch search on ``threads`` workers (each takes the next query
+    when its previous one finishes); latency = the engine's per-query ``total_us``.
+    Peers: ``threads`` Python threads, each calling the single-query search in a
+    closed loop; latency = the time around the call. A peer whose search holds
+    the GIL (diskannpy) gets ``threads`` processes instead, each with its own
+    open index, since Python threads would run its calls one at a time and time
+    the wait for the GIL as latency.
+    """
+    n = int(lat_queries.shape[0])
+    t = time.perf_counter()
+    if h.holds_gil and threads > 1:
+        params = dict(spec.get("params", {}), threads=1)
+        lat, wall = process_closed_loop_latency(spec["system"], spec["index_dir"], params, spec.get("variant"),
+                                                lat_queries, k, L, threads)
+        source = f"timed single-query calls in {threads} processes (its search holds the GIL)"
+    elif h.has_stats:
+        _ids, stats = h.batch(lat_queries, k, L)
+        wall = time.perf_counter() - t
+        if stats is None or "total_us" not in stats:
+            raise ValueError("nearline returned no per-query total_us")
+        lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
+        source = f"engine total_us, batch search on {threads} threads"
+    else:
+        lat, wall = closed_loop_latency(lambda q: h.single(q, k, L), lat_queries, threads)
+        source = f"timed single-query calls on {threads} Python threads"
+    out: dict[str, Any] = {"lat_queries": n, "latency_source": source,
+                           "lat_run_qps": n / wall if wall > 0 else None,
+                           "lat_concurrency": float(lat.sum() / 1000.0 / wall) if wall > 0 else None}
+    out.update(latency_summary(lat))
+    return out
+
+
 def run_search(spec: dict[str, Any]) -> dict[str, Any]:
-    """Opens one system's index, warms up, then runs the query batch at each L."""
+    """Opens one system's index, warms up, then at each L runs the query batch and the latency run."""
     p = peers.Params.from_dict(spec.get("params", {}))
     system = spec["system"]
+    name = spec.get("name") or system
     k = int(spec["k"])
     queries = datasets.read_vectors(spec["queries"])
     gt_ids, _ = datasets.read_ground_truth(spec["gt"])
     if gt_ids.shape[0] != queries.shape[0]:
         raise ValueError(f"{spec['gt']}: {gt_ids.shape[0]} rows but {queries.shape[0]} queries")
+    n_lat = max(0, int(spec.get("latency_queries", 0)))
+    lat_queries = (np.ascontiguousarray(perturbed_queries(queries, n_lat, float(spec.get("perturb", DEFAULT_PERTURB)),
+                                                          int(spec.get("seed", 0))))
+                   if n_lat else None)
     reps = max(1, int(spec.get("queries_repeat", 1)))
     if reps > 1:
         queries = np.tile(queries, (reps, 1))
@@ -79,7 +133,7 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
 
     rss0 = peers.rss_bytes()
     t0 = time.perf_counter()
-    h = peers.open_system(system, Path(spec["index_dir"]), p, queries.shape[1], elem)
+    h = peers.open_system(system, Path(spec["index_dir"]), p, queries.shape[1], elem, spec.get("variant"))
     open_s = time.perf_counter() - t0
     rss_open = peers.rss_bytes()
 
@@ -87,7 +141,6 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     warm = min(nq, int(spec.get("warmup", 100)))
     if warm:
         h.batch(queries[:warm], k, Ls[0])
-    n_lat = min(nq, int(spec.get("latency_queries", 200)))
     points = []
     for L in Ls:
         io0 = peers.read_proc_io()
@@ -106,41 +159,29 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
             "proc_rchar": rchar,
             "proc_reads_per_query": (read_bytes / 4096.0 / nq) if read_bytes is not None else None,
         }
-        lat = None
         if stats is not None:
-            if "total_us" in stats:
-                lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
-            for key, name in (("reads", "mean_reads"), ("hops", "mean_hops"), ("io_utilisation", "io_util"),
-                              ("cache_hits", "mean_cache_hits"), ("bytes_read", "mean_bytes_read"),
-                              ("pq_distances", "mean_pq_distances"), ("exact_distances", "mean_exact_distances"),
-                              ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us")):
-                if key in stats:
-                    point[name] = float(np.mean(stats[key]))
+            point.update(_stats_means(stats))
+        elif system == "diskannpy" and read_bytes is not None:
+            point["mean_reads"] = read_bytes / 4096.0 / nq
+        elif system in ("faiss-hnsw", "hnswlib"):
+            point["mean_reads"] = 0.0
+        if lat_queries is not None:
+            point.update(_latency_run(h, lat_queries, k, L, p.threads, spec))
+        elif stats is not None and "total_us" in stats:
+            # No separate latency run: the recall batch's own per-query times.
+            lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
+            point.update(latency_summary(lat), lat_queries=int(lat.size),
+                         latency_source=f"engine total_us of the recall batch on {p.threads} threads",
+                         lat_concurrency=float(lat.sum() / 1000.0 / wall) if wall > 0 else None)
         else:
-            if system == "diskannpy" and read_bytes is not None:
-                point["mean_reads"] = read_bytes / 4096.0 / nq
-            elif system in ("faiss-hnsw", "hnswlib"):
-                point["mean_reads"] = 0.0
-        # Sequential single-query timings on a subset, for every system: the
-        # peers' latency figures, and nearline's cross-check of its own stats.
-        single = None
-        if n_lat:
-            single = np.empty(n_lat)
-            for i in range(n_lat):
-                s = time.perf_counter()
-                h.single(queries[i], k, L)
-                single[i] = (time.perf_counter() - s) * 1000.0
-            point["latency_source"] = "per-query total_us (batch)" if lat is not None else (
-                f"single-query timing of {n_lat} queries")
-            point.update({"single_" + key: v for key, v in _latency_summary(single).items()})
-        if lat is None:
-            lat = single
-        point.update(_latency_summary(lat))
+            point.update(latency_summary(None))
         points.append(point)
-        log.info("%s L=%d recall@%d=%.4f qps=%.0f", system, L, k, point["recall"], point["qps"] or 0)
+        log.info("%s L=%d recall@%d=%.4f qps=%.0f p99.9=%s ms", name, L, k, point["recall"], point["qps"] or 0,
+                 point.get("lat_p999_ms"))
     h.close()
     return {
-        "system": system,
+        "system": name,
+        "kind": system,
         "nq": nq,
         "open_s": open_s,
         "rss_before_open_bytes": rss0,
@@ -150,6 +191,16 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_ceiling(spec: dict[str, Any]) -> dict[str, Any]:
+    """Measures the disk's random-read ceiling on ``spec["path"]`` (a file or an index directory)."""
+    import nearline
+
+    return nearline.measure_read_ceiling(
+        spec["path"], spec.get("block_size"), int(spec.get("depth", 32)), float(spec.get("seconds", 3.0)),
+        io=str(spec.get("io", "auto")), seed=int(spec.get("seed", 0)),
+    )
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Dispatches on ``spec["action"]``."""
     action = spec.get("action")
@@ -157,7 +208,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return run_build(spec)
     if action == "search":
         return run_search(spec)
-    raise ValueError(f"unknown action {action!r}: expected 'build' or 'search'")
+    if action == "ceiling":
+        return run_ceiling(spec)
+    raise ValueError(f"unknown action {action!r}: expected 'build', 'search' or 'ceiling'")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,31 +1,42 @@
-"""``nearline bench``: nearline against diskannpy and in-memory references.
+"""``nearline bench``: nearline (and named variants of it) against diskannpy and in-memory references.
 
 Every system builds and searches in its own subprocess (``nearline._bench_worker``):
 
 1. **build** per system (timed, peak RSS of the worker); index directories are
    cached under ``workdir/indexes/`` keyed by the dataset and the parameters,
-   and reused unless ``rebuild``. nearline builds first; diskannpy then gets the
-   same in-RAM PQ bytes per vector.
+   and reused unless ``rebuild``. nearline builds first (variants that share
+   their build keys share one build); diskannpy then gets the same in-RAM PQ
+   bytes per vector.
 2. **search** ``reps`` repetitions; each repetition runs every system once, in
    a rotating order (:func:`alternation_schedule`), each in a fresh process that
-   opens the index, warms up and runs the query batch at every L.
-3. **report** medians over repetitions, a table, ratios against the first peer
-   at matched recall (:func:`interpolate_at_recall`), JSON and an optional plot.
+   opens the index, warms up and, at every L, runs the query batch (recall and
+   QPS) and then a closed-loop latency run of ``latency_queries`` perturbed
+   copies of the queries (:func:`perturbed_queries`). The disk ceiling
+   (:func:`nearline.measure_read_ceiling` on nearline's ``pages.bin``) is one
+   more entry of the rotation, so it is measured once per repetition.
+3. **report** medians over repetitions, a table, ratios against the baseline
+   at matched recall (:func:`interpolate_at_recall`), the disk utilisation of
+   each system, JSON and an optional plot.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import hashlib
+import inspect
 import json
 import logging
 import os
 import platform
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -35,18 +46,143 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LS = (10, 20, 30, 50, 70, 100, 150, 200)
 TARGET_RECALLS = (0.90, 0.95, 0.99)
+#: Name of the disk-ceiling measurement in the alternation schedule.
+CEILING = "disk-ceiling"
+#: Default relative size of the latency-run perturbation (see :func:`perturbed_queries`).
+DEFAULT_PERTURB = 0.01
 
 #: Point metrics aggregated (median over repetitions).
 POINT_METRICS = (
-    "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "mean_reads",
-    "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes", "mean_cache_hits", "mean_bytes_read",
-    "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us", "mean_cpu_us", "single_lat_mean_ms",
-    "single_lat_p50_ms", "single_lat_p99_ms", "single_lat_p999_ms",
+    "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "lat_queries",
+    "lat_concurrency", "lat_run_qps", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query",
+    "proc_read_bytes", "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances",
+    "mean_io_wait_us", "mean_cpu_us",
 )
+
+#: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open`` or ``Index.search``.
+#: Keys not listed here are refused. Options the installed engine lacks are refused
+#: before anything runs (:func:`check_variant_supported`).
+VARIANT_KEYS: dict[str, tuple[str, ...]] = {
+    "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
+              "entry_clusters"),
+    "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
+    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight"),
+}
+_KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_NUMBER_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 
 
 class BenchError(RuntimeError):
     """A benchmark step failed (the message names the system and the step)."""
+
+
+# --------------------------------------------------------------------------- variants
+
+
+@dataclasses.dataclass
+class Variant:
+    """A named nearline configuration: keyword overrides for build, open and search."""
+
+    name: str
+    build: dict[str, Any] = dataclasses.field(default_factory=dict)
+    open: dict[str, Any] = dataclasses.field(default_factory=dict)
+    search: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON form the worker receives."""
+        return {"name": self.name, "build": dict(self.build), "open": dict(self.open), "search": dict(self.search)}
+
+
+def parse_variant_value(text: str) -> Any:
+    """A variant value: int, float, bool (true/false, yes/no, on/off), None (none/null) or the string itself."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    if low in ("none", "null"):
+        return None
+    if _NUMBER_RE.match(t):
+        if re.match(r"^[+-]?\d+$", t):
+            return int(t)
+        return float(t)
+    return t
+
+
+def parse_variant(text: str, reserved: Sequence[str] = ()) -> Variant:
+    """Parses ``NAME:key=value[,key=value...]`` (``NAME`` alone = nearline's defaults).
+
+    Each key is routed to build, open or search by :data:`VARIANT_KEYS`; values
+    go through :func:`parse_variant_value`. Raises ``ValueError`` naming the
+    problem: a bad or reserved name, a missing ``=``, an empty value, a repeated
+    or unknown key (with the close matches and every accepted key).
+    """
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not _NAME_RE.match(name):
+        raise ValueError(f"variant {text!r}: expected NAME:key=value[,key=value...] with NAME made of letters, "
+                         "digits and _.+- (starting with a letter or digit)")
+    if name in reserved:
+        raise ValueError(f"variant name {name!r} is taken (reserved: {', '.join(reserved)})")
+    v = Variant(name)
+    seen: set[str] = set()
+    for item in rest.split(",") if sep else []:
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq:
+            raise ValueError(f"variant {name!r}: {item!r} is not key=value")
+        if not value.strip():
+            raise ValueError(f"variant {name!r}: key {key!r} has an empty value")
+        if key in seen:
+            raise ValueError(f"variant {name!r}: key {key!r} given twice")
+        stage = _KEY_STAGE.get(key)
+        if stage is None:
+            close = difflib.get_close_matches(key, list(_KEY_STAGE), n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            accepted = "; ".join(f"{st}: {', '.join(keys)}" for st, keys in VARIANT_KEYS.items())
+            raise ValueError(f"variant {name!r}: unknown key {key!r}{hint}; accepted keys are {accepted}")
+        seen.add(key)
+        getattr(v, stage)[key] = parse_variant_value(value)
+    return v
+
+
+def _accepted_params(fn: Callable[..., Any]) -> Optional[set[str]]:
+    """Keyword names ``fn`` accepts, or None when it takes ``**kwargs`` (anything goes)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return {n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def check_variant_supported(variant: Variant, api: Any = None) -> None:
+    """Raises ``ValueError`` when the installed engine lacks one of ``variant``'s options.
+
+    ``api`` is the ``nearline`` module (imported when None). Checked against the
+    signatures of ``nearline.build``, ``nearline.open`` and ``Index.search`` so a
+    run fails before its builds, not after them.
+    """
+    if api is None:
+        import nearline as api
+    fns = {"build": getattr(api, "build", None), "open": getattr(api, "open", None),
+           "search": getattr(getattr(api, "Index", None), "search", None)}
+    where = {"build": "nearline.build", "open": "nearline.open", "search": "Index.search"}
+    for stage in ("build", "open", "search"):
+        fn = fns[stage]
+        accepted = _accepted_params(fn) if fn is not None else None
+        if accepted is None:
+            continue
+        missing = [k for k in getattr(variant, stage) if k not in accepted]
+        if missing:
+            raise ValueError(f"variant {variant.name!r}: {where[stage]} of this nearline build does not take "
+                             f"{', '.join(repr(m) for m in missing)}")
 
 
 @dataclasses.dataclass
@@ -55,6 +191,9 @@ class BenchConfig:
 
     data: str
     systems: list[str] = dataclasses.field(default_factory=lambda: ["nearline", "diskannpy"])
+    variants: list[Variant] = dataclasses.field(default_factory=list)
+    baseline: Optional[str] = None
+    target_recalls: list[float] = dataclasses.field(default_factory=lambda: list(TARGET_RECALLS))
     Ls: list[int] = dataclasses.field(default_factory=lambda: list(DEFAULT_LS))
     k: int = 10
     R: int = 64
@@ -80,7 +219,11 @@ class BenchConfig:
     queries_repeat: int = 1
     rebuild: bool = False
     warmup: int = 100
-    latency_queries: int = 200
+    latency_queries: int = 10000
+    perturb: float = DEFAULT_PERTURB
+    ceiling: bool = True
+    ceiling_depth: int = 32
+    ceiling_seconds: float = 3.0
     timeout_s: Optional[float] = None
 
     def params(self) -> peers.Params:
@@ -92,6 +235,57 @@ class BenchConfig:
             entry_points=self.entry_points, entry=self.entry, nav_L=self.nav_L, nav_seeds=self.nav_seeds,
             nav_sample=self.nav_sample, entry_clusters=self.entry_clusters,
         )
+
+    def nearline_variants(self) -> list[Variant]:
+        """Every nearline configuration to run: the plain ``nearline`` system (if listed) then the variants."""
+        plain = [Variant("nearline")] if "nearline" in self.systems else []
+        return plain + [v if isinstance(v, Variant) else parse_variant(str(v)) for v in self.variants]
+
+    def all_systems(self) -> list[str]:
+        """System names in run order: nearline configurations first, then the peers as listed."""
+        return [v.name for v in self.nearline_variants()] + [s for s in self.systems if s != "nearline"]
+
+    def baseline_system(self) -> str:
+        """``baseline`` if set, else the first peer, else the first system."""
+        names = self.all_systems()
+        if self.baseline is not None:
+            return self.baseline
+        peer = next((s for s in names if s in peers.PEERS), None)
+        return peer if peer is not None else names[0]
+
+    def validate(self) -> None:
+        """Checks the options that do not need the data; raises ``ValueError`` naming the option."""
+        if self.k <= 0:
+            raise ValueError(f"--k must be positive, got {self.k}")
+        bad = [s for s in self.systems if s not in peers.SYSTEMS]
+        if bad:
+            raise ValueError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(peers.SYSTEMS)}")
+        names = self.all_systems()
+        if not names:
+            raise ValueError("nothing to benchmark: no nearline system, variant or peer")
+        reserved = set(peers.SYSTEMS) | {CEILING}
+        seen: set[str] = set()
+        for v in self.nearline_variants():
+            if v.name in seen:
+                raise ValueError(f"system name {v.name!r} given twice")
+            if v.name != "nearline" and v.name in reserved:
+                raise ValueError(f"variant name {v.name!r} is taken (reserved: {', '.join(sorted(reserved))})")
+            seen.add(v.name)
+        if self.baseline is not None and self.baseline not in names:
+            raise ValueError(f"--baseline {self.baseline!r} is not one of the systems: {', '.join(names)}")
+        for t in self.target_recalls:
+            if not 0.0 < float(t) <= 1.0:
+                raise ValueError(f"--target-recall {t}: expected a recall in (0, 1]")
+        if self.reps < 1:
+            raise ValueError(f"--reps must be at least 1, got {self.reps}")
+        if self.latency_queries < 0:
+            raise ValueError(f"--latency-queries must be >= 0, got {self.latency_queries}")
+        if not (np.isfinite(self.perturb) and self.perturb >= 0):
+            raise ValueError(f"--perturb must be a finite number >= 0, got {self.perturb}")
+        if not 1 <= self.ceiling_depth <= 256:
+            raise ValueError(f"--ceiling-depth must be in 1..256, got {self.ceiling_depth}")
+        if not (np.isfinite(self.ceiling_seconds) and 0 < self.ceiling_seconds <= 3600):
+            raise ValueError(f"--ceiling-seconds must be in (0, 3600], got {self.ceiling_seconds}")
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -107,6 +301,176 @@ def alternation_schedule(systems: Sequence[str], reps: int) -> list[list[str]]:
     if not s:
         return [[] for _ in range(reps)]
     return [s[r % len(s):] + s[: r % len(s)] for r in range(reps)]
+
+
+def perturbed_queries(queries: np.ndarray, n: int, scale: float = DEFAULT_PERTURB, seed: int = 0) -> np.ndarray:
+    """``n`` latency-run queries built from ``queries`` (same dtype and dimension).
+
+    Row ``i`` is query ``i mod nq``; the first copy of the set is unchanged, every
+    later copy adds Gaussian noise whose standard deviation in dimension ``d`` is
+    ``scale`` times the standard deviation of the query set in that dimension
+    (so repeats do not retrace identical searches, while staying in the query
+    distribution). Integer types are rounded and clipped to their range.
+    """
+    q = np.asarray(queries)
+    if q.ndim != 2 or q.shape[0] == 0:
+        raise ValueError(f"queries must be a non-empty 2-D array, got shape {q.shape}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if not (np.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+    nq = q.shape[0]
+    idx = np.arange(n) % nq
+    base = q[idx].astype(np.float64)
+    if n > nq and scale > 0:
+        sigma = q.astype(np.float64).std(axis=0) * scale
+        rng = np.random.default_rng(seed)
+        noise = rng.standard_normal((n - nq, q.shape[1])) * sigma
+        base[nq:] += noise
+    if np.issubdtype(q.dtype, np.integer):
+        info = np.iinfo(q.dtype)
+        base = np.clip(np.rint(base), info.min, info.max)
+    return np.ascontiguousarray(base.astype(q.dtype))
+
+
+def latency_summary(lat_ms: Optional[np.ndarray]) -> dict[str, Optional[float]]:
+    """Mean and p50/p99/p99.9 (numpy's linear interpolation) of per-query latencies in ms."""
+    if lat_ms is None or np.asarray(lat_ms).size == 0:
+        return {"lat_mean_ms": None, "lat_p50_ms": None, "lat_p99_ms": None, "lat_p999_ms": None}
+    lat = np.asarray(lat_ms, dtype=np.float64)
+    p50, p99, p999 = np.percentile(lat, [50, 99, 99.9])
+    return {"lat_mean_ms": float(lat.mean()), "lat_p50_ms": float(p50), "lat_p99_ms": float(p99),
+            "lat_p999_ms": float(p999)}
+
+
+def closed_loop_latency(
+    search_one: Callable[[np.ndarray], Any], queries: np.ndarray, threads: int
+) -> tuple[np.ndarray, float]:
+    """Runs ``search_one(query)`` for every row on ``threads`` Python threads, closed loop.
+
+    Each thread takes the next unclaimed query as soon as its previous call
+    returns. Returns ``(latency_ms per query, wall seconds)``; a latency is the
+    time around the call. Calls that hold the GIL run one at a time whatever
+    ``threads`` is; ``sum(latency) / wall`` (reported as ``lat_concurrency``)
+    shows the concurrency actually reached. The first error is re-raised.
+    """
+    n = int(queries.shape[0])
+    lat = np.zeros(n, dtype=np.float64)
+    lock = threading.Lock()
+    state = {"next": 0}
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= n or errors:
+                    return
+                state["next"] = i + 1
+            q = queries[i]
+            t0 = time.perf_counter()
+            try:
+                search_one(q)
+            except BaseException as e:  # re-raised in the caller's thread
+                with lock:
+                    errors.append(e)
+                return
+            lat[i] = (time.perf_counter() - t0) * 1000.0
+
+    t = time.perf_counter()
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(max(1, int(threads)))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t
+    if errors:
+        raise errors[0]
+    return lat, wall
+
+
+def _closed_loop_child(system: str, index_dir: str, params: dict[str, Any], variant: Optional[dict[str, Any]],
+                       queries: np.ndarray, k: int, L: int, counter: Any, lat: Any, span: Any, slot: int,
+                       barrier: Any, errors: Any) -> None:
+    """One process of :func:`process_closed_loop_latency`: open, warm up, wait at the barrier, then loop."""
+    try:
+        p = peers.Params.from_dict(params)
+        h = peers.open_system(system, Path(index_dir), p, queries.shape[1], queries.dtype.itemsize, variant)
+        for q in queries[: min(10, len(queries))]:
+            h.single(q, k, L)
+    except BaseException as e:
+        errors.put(f"{type(e).__name__}: {e}")
+        barrier.abort()
+        return
+    barrier.wait()
+    try:
+        n = len(queries)
+        span[2 * slot] = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+        while True:
+            with counter.get_lock():
+                i = counter.value
+                counter.value = i + 1
+            if i >= n:
+                break
+            t0 = time.perf_counter()
+            h.single(queries[i], k, L)
+            lat[i] = (time.perf_counter() - t0) * 1000.0
+        span[2 * slot + 1] = time.perf_counter()
+        h.close()
+    except BaseException as e:
+        errors.put(f"{type(e).__name__}: {e}")
+
+
+def process_closed_loop_latency(
+    system: str, index_dir: str, params: dict[str, Any], variant: Optional[dict[str, Any]], queries: np.ndarray,
+    k: int, L: int, processes: int, timeout_s: float = 3600.0,
+) -> tuple[np.ndarray, float]:
+    """:func:`closed_loop_latency` with one *process* per client, for peers whose search holds the GIL.
+
+    Each process opens the index itself (``params["threads"]`` should be 1),
+    searches 10 queries to warm up, and waits at a barrier; then every process
+    takes the next unclaimed query (a shared counter) as soon as its previous
+    one returns, timing each call. Returns ``(latency_ms, wall seconds from the
+    first process's start to the last one's final query)``; raises
+    ``RuntimeError`` with a child's error.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # never fork a process that holds an index and threads
+    n = int(queries.shape[0])
+    counter = ctx.Value("q", 0)
+    lat = ctx.Array("d", max(n, 1), lock=False)
+    span = ctx.Array("d", 2 * processes, lock=False)
+    barrier = ctx.Barrier(processes + 1)
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_closed_loop_child, daemon=True,
+                         args=(system, index_dir, params, variant, queries, k, L, counter, lat, span, slot, barrier,
+                               errors))
+             for slot in range(processes)]
+    for pr in procs:
+        pr.start()
+    try:
+        barrier.wait(timeout=timeout_s)
+    except threading.BrokenBarrierError:
+        pass
+    for pr in procs:
+        pr.join(timeout=timeout_s)
+    for pr in procs:
+        if pr.is_alive():
+            pr.kill()
+            pr.join()
+    msgs = []
+    while True:
+        try:
+            msgs.append(errors.get(timeout=0.1))
+        except Exception:
+            break
+    if msgs or any(pr.exitcode != 0 for pr in procs):
+        codes = [pr.exitcode for pr in procs]
+        raise RuntimeError(f"{system} latency processes failed (exit codes {codes}): {'; '.join(msgs) or 'no message'}")
+    times = np.frombuffer(span, dtype=np.float64)
+    wall = float(times[1::2].max() - times[0::2].min())
+    return np.frombuffer(lat, dtype=np.float64)[:n].copy(), wall
 
 
 def interpolate_at_recall(
@@ -136,14 +500,22 @@ def interpolate_at_recall(
     return None
 
 
+#: (name in the ratios, point key, interpolate in log space) of the matched-recall comparisons.
+_MATCHED = (("reads", "mean_reads", False), ("lat_mean", "lat_mean_ms", False), ("lat_p999", "lat_p999_ms", False),
+            ("disk_util", "disk_util", False))
+
+
 def matched_ratios(
     a: dict[str, Any], b: dict[str, Any], targets: Sequence[float] = TARGET_RECALLS
 ) -> dict[str, dict[str, Optional[float]]]:
-    """Ratios ``a/b`` of QPS and of mean reads at each target recall both curves reach.
+    """Ratios ``a/b`` at each target recall both curves reach.
 
     ``a`` and ``b`` are summaries with ``points`` (lists of dicts with ``recall``,
-    ``qps``, ``mean_reads``). Returns ``{"0.95": {"qps_a", "qps_b", "qps_ratio",
-    "reads_a", "reads_b", "reads_ratio"}}`` for the targets reached by both.
+    ``qps``, ``mean_reads``, ``lat_mean_ms``, ``lat_p999_ms``, ``disk_util``).
+    Returns ``{"0.95": {"qps_a", "qps_b", "qps_ratio", "reads_a", "reads_b",
+    "reads_ratio", "lat_mean_*", "lat_p999_*", "disk_util_*"}}`` for the targets
+    reached by both (QPS interpolated in log space, the rest linearly; a value
+    is None where a curve lacks it).
     """
     out: dict[str, dict[str, Optional[float]]] = {}
 
@@ -156,12 +528,13 @@ def matched_ratios(
         qb = interpolate_at_recall(*curve(b, "qps"), t, log_scale=True)
         if qa is None or qb is None:
             continue
-        ra = interpolate_at_recall(*curve(a, "mean_reads"), t)
-        rb = interpolate_at_recall(*curve(b, "mean_reads"), t)
-        out[f"{t:.2f}"] = {
-            "qps_a": qa, "qps_b": qb, "qps_ratio": qa / qb if qb else None,
-            "reads_a": ra, "reads_b": rb, "reads_ratio": (ra / rb) if (ra is not None and rb) else None,
-        }
+        row: dict[str, Optional[float]] = {"qps_a": qa, "qps_b": qb, "qps_ratio": qa / qb if qb else None}
+        for name, key, log_scale in _MATCHED:
+            va = interpolate_at_recall(*curve(a, key), t, log_scale=log_scale)
+            vb = interpolate_at_recall(*curve(b, key), t, log_scale=log_scale)
+            row[f"{name}_a"], row[f"{name}_b"] = va, vb
+            row[f"{name}_ratio"] = (va / vb) if (va is not None and vb) else None
+        out[f"{t:.2f}"] = row
     return out
 
 
@@ -182,13 +555,30 @@ def median_points(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, An
         for key in POINT_METRICS:
             vals = [g[key] for g in group if g.get(key) is not None]
             m[key] = float(np.median(vals)) if vals else None
+        sources = {g.get("latency_source") for g in group if g.get("latency_source")}
+        if sources:
+            m["latency_source"] = "; ".join(sorted(sources))
         out.append(m)
     return out
 
 
-def params_key(system: str, dataset: str, p: peers.Params, pq_bytes: Optional[int]) -> str:
-    """Cache directory name for an index: system, dataset, hash of the build parameters."""
-    build = {"R": p.R, "build_L": p.build_L, "metric": p.metric, "seed": p.seed}
+def add_disk_utilisation(points: list[dict[str, Any]], ceiling_reads_per_s: Optional[float]) -> None:
+    """Adds ``achieved_reads_per_s`` (QPS × mean reads) and ``disk_util`` (÷ the ceiling) to each point."""
+    for p in points:
+        qps, reads = p.get("qps"), p.get("mean_reads")
+        achieved = qps * reads if (qps is not None and reads is not None) else None
+        p["achieved_reads_per_s"] = achieved
+        p["disk_util"] = (achieved / ceiling_reads_per_s) if (achieved is not None and ceiling_reads_per_s) else None
+
+
+def params_key(system: str, dataset: str, p: peers.Params, pq_bytes: Optional[int],
+               overrides: Optional[dict[str, Any]] = None) -> str:
+    """Cache directory name for an index: system, dataset, hash of the build parameters.
+
+    ``overrides`` (a nearline variant's build keys) are merged into the hashed
+    parameters, so variants with the same build keys share one directory.
+    """
+    build: dict[str, Any] = {"R": p.R, "build_L": p.build_L, "metric": p.metric, "seed": p.seed}
     if system in ("nearline", "diskannpy"):
         build["pq_bytes"] = pq_bytes
     if system == "nearline":
@@ -198,7 +588,8 @@ def params_key(system: str, dataset: str, p: peers.Params, pq_bytes: Optional[in
             build["nav_sample"] = float(p.nav_sample)
         if p.entry_clusters:
             build["entry_clusters"] = int(p.entry_clusters)
-    h = hashlib.sha1(json.dumps(build, sort_keys=True).encode()).hexdigest()[:10]
+        build.update(overrides or {})
+    h = hashlib.sha1(json.dumps(build, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{system}-{dataset}-{h}"
 
 
@@ -221,7 +612,7 @@ def run_worker(
     :class:`BenchError` naming the system and action when the worker fails.
     """
     cmd = [sys.executable, "-m", "nearline._bench_worker"]
-    what = f"{spec.get('system')} {spec.get('action')}"
+    what = f"{spec.get('name') or spec.get('variant', {}).get('name') or spec.get('system')} {spec.get('action')}"
     err_f = open(log_path, "a") if log_path else None
     try:
         proc = subprocess.run(
@@ -287,20 +678,64 @@ def _environment() -> dict[str, Any]:
     return env
 
 
+def _check_variants(variants: Sequence[Variant]) -> None:
+    """Refuses options the installed engine lacks (skipped when the bindings cannot be imported)."""
+    if not any(v.build or v.open or v.search for v in variants):
+        return
+    try:
+        import nearline
+    except ImportError:
+        log.warning("nearline cannot be imported here; variant options are checked by the workers")
+        return
+    for v in variants:
+        check_variant_supported(v, nearline)
+
+
+def _build_one(cfg: BenchConfig, system: str, key: str, work: Path, logs: Path, ds: Any, p: peers.Params,
+               pq_bytes: Optional[int], variant: Optional[Variant]) -> dict[str, Any]:
+    """Builds (or reuses) one index directory; returns the build record."""
+    idir = work / "indexes" / key
+    marker = idir.with_name(key + ".build.json")
+    if marker.exists() and not cfg.rebuild:
+        res = json.loads(marker.read_text())
+        res["cached"] = True
+        log.info("%s: reusing %s", system, idir)
+        return res
+    if idir.exists():
+        import shutil
+
+        shutil.rmtree(idir) if idir.is_dir() else idir.unlink()
+    if system != "nearline":
+        idir.mkdir(parents=True, exist_ok=True)
+    log.info("building %s into %s", system, idir)
+    spec: dict[str, Any] = {"action": "build", "system": system, "base": str(ds.base_path), "index_dir": str(idir),
+                            "params": dataclasses.asdict(p), "pq_bytes": pq_bytes}
+    if variant is not None:
+        spec["variant"] = variant.spec()
+        spec["name"] = variant.name
+    res = run_worker(spec, logs / f"build-{key}.log", cfg.timeout_s)
+    res["cached"] = False
+    marker.write_text(json.dumps(res, indent=1))
+    return res
+
+
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     """Runs the whole benchmark; returns the result dict (also written to ``cfg.out``)."""
+    cfg.validate()
     work = Path(cfg.workdir)
     work.mkdir(parents=True, exist_ok=True)
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     (work / "indexes").mkdir(exist_ok=True)  # nearline.build wants the parent of the index to exist
-    if cfg.k <= 0:
-        raise ValueError(f"--k must be positive, got {cfg.k}")
     Ls = [L for L in cfg.Ls if L >= cfg.k]
     if len(Ls) < len(cfg.Ls):
         log.warning("dropping L values below k=%d: %s", cfg.k, [L for L in cfg.Ls if L < cfg.k])
     if not Ls:
         raise ValueError(f"no L value is >= k={cfg.k}")
+    variants = cfg.nearline_variants()
+    _check_variants(variants)
+    systems = cfg.all_systems()
+    baseline = cfg.baseline_system()
     p = cfg.params()
 
     ds = datasets.load_dataset(cfg.data, work)
@@ -310,42 +745,46 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     log.info("dataset %s: n=%d dim=%d dtype=%s nq=%d metric=%s", ds.name, ds.n, ds.dim, ds.base.dtype,
              ds.queries.shape[0], ds.metric)
 
-    # ---- builds
+    # ---- builds: nearline configurations first (variants with equal build keys share one), then the peers
     builds: dict[str, dict[str, Any]] = {}
     index_dirs: dict[str, Path] = {}
+    index_keys: dict[str, str] = {}
+    by_key: dict[str, dict[str, Any]] = {}
     pq_bytes = cfg.pq_bytes
-    for system in cfg.systems:
-        key = params_key(system, ds.name, p, pq_bytes if system != "nearline" else cfg.pq_bytes)
-        idir = work / "indexes" / key
-        marker = idir.with_name(key + ".build.json")
-        if marker.exists() and not cfg.rebuild:
-            res = json.loads(marker.read_text())
-            res["cached"] = True
-            log.info("%s: reusing %s", system, idir)
-        else:
-            if idir.exists():
-                import shutil
-
-                shutil.rmtree(idir) if idir.is_dir() else idir.unlink()
-            if system != "nearline":
-                idir.mkdir(parents=True, exist_ok=True)
-            if system == "diskannpy" and not pq_bytes:
-                pq_bytes = peers.default_pq_bytes(ds.n, ds.dim, ds.base.dtype.itemsize, cfg.memory_budget)
-                log.warning("nearline's PQ size unknown; diskannpy uses %d bytes per vector", pq_bytes)
-            log.info("building %s into %s", system, idir)
-            spec = {"action": "build", "system": system, "base": str(ds.base_path), "index_dir": str(idir),
-                    "params": dataclasses.asdict(p), "pq_bytes": pq_bytes}
-            res = run_worker(spec, logs / f"build-{key}.log", cfg.timeout_s)
-            res["cached"] = False
-            marker.write_text(json.dumps(res, indent=1))
-        if system == "nearline" and res.get("pq_bytes") and not pq_bytes:
+    for v in variants:
+        key = params_key("nearline", ds.name, p, cfg.pq_bytes, v.build)
+        if key not in by_key:
+            by_key[key] = _build_one(cfg, "nearline", key, work, logs, ds, p, cfg.pq_bytes, v if v.build else None)
+        res = by_key[key]
+        if res.get("pq_bytes") and not pq_bytes:
             pq_bytes = int(res["pq_bytes"])
-        builds[system] = res
-        index_dirs[system] = idir
+        builds[v.name] = res
+        index_dirs[v.name] = work / "indexes" / key
+        index_keys[v.name] = key
+    for system in systems[len(variants):]:
+        if system == "diskannpy" and not pq_bytes:
+            pq_bytes = peers.default_pq_bytes(ds.n, ds.dim, ds.base.dtype.itemsize, cfg.memory_budget)
+            log.warning("nearline's PQ size unknown; diskannpy uses %d bytes per vector", pq_bytes)
+        key = params_key(system, ds.name, p, pq_bytes)
+        builds[system] = _build_one(cfg, system, key, work, logs, ds, p, pq_bytes, None)
+        index_dirs[system] = work / "indexes" / key
+        index_keys[system] = key
 
-    # ---- searches
-    schedule = alternation_schedule(cfg.systems, cfg.reps)
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in cfg.systems}
+    # ---- the disk ceiling: on the first nearline index's page file
+    ceiling_dir: Optional[Path] = None
+    if cfg.ceiling and variants:
+        cand = index_dirs[variants[0].name]
+        if (cand / "pages.bin").is_file():
+            ceiling_dir = cand
+        else:
+            log.warning("no %s: the disk ceiling is not measured", cand / "pages.bin")
+
+    # ---- searches (and the ceiling) in alternation
+    entries = systems + ([CEILING] if ceiling_dir is not None else [])
+    schedule = alternation_schedule(entries, cfg.reps)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    ceiling_runs: list[dict[str, Any]] = []
+    variant_of = {v.name: v for v in variants}
     total = sum(len(r) for r in schedule)
     bar = None
     if progress:
@@ -354,44 +793,66 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         bar = tqdm(total=total, desc="search", unit="run", file=sys.stderr)
     for rep, order in enumerate(schedule):
         for system in order:
-            spec = {"action": "search", "system": system, "index_dir": str(index_dirs[system]),
-                    "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": cfg.k, "Ls": Ls,
-                    "params": dataclasses.asdict(p), "queries_repeat": cfg.queries_repeat,
-                    "warmup": cfg.warmup, "latency_queries": cfg.latency_queries}
-            res = run_worker(spec, logs / f"search-{system}.log", cfg.timeout_s)
-            res["rep"] = rep
-            runs[system].append(res)
+            if system == CEILING:
+                assert ceiling_dir is not None
+                spec = {"action": "ceiling", "system": CEILING, "path": str(ceiling_dir),
+                        "depth": cfg.ceiling_depth, "seconds": cfg.ceiling_seconds, "io": p.io, "seed": cfg.seed + rep}
+                res = run_worker(spec, logs / "ceiling.log", cfg.timeout_s)
+                res["rep"] = rep
+                ceiling_runs.append(res)
+            else:
+                v = variant_of.get(system)
+                spec = {"action": "search", "system": "nearline" if v else system, "name": system,
+                        "index_dir": str(index_dirs[system]), "queries": str(ds.queries_path), "gt": str(ds.gt_path),
+                        "k": cfg.k, "Ls": Ls, "params": dataclasses.asdict(p), "queries_repeat": cfg.queries_repeat,
+                        "warmup": cfg.warmup, "latency_queries": cfg.latency_queries, "perturb": cfg.perturb,
+                        "seed": cfg.seed}
+                if v is not None and (v.open or v.search):
+                    spec["variant"] = v.spec()
+                res = run_worker(spec, logs / f"search-{system}.log", cfg.timeout_s)
+                res["rep"] = rep
+                runs[system].append(res)
             if bar:
                 bar.update(1)
     if bar:
         bar.close()
 
+    ceiling = _ceiling_summary(ceiling_runs, cfg)
     summary: dict[str, dict[str, Any]] = {}
-    for system in cfg.systems:
+    for system in systems:
         rs = runs[system]
+        pts = median_points([r["points"] for r in rs])
+        add_disk_utilisation(pts, ceiling.get("median_reads_per_s") if ceiling else None)
         summary[system] = {
-            "points": median_points([r["points"] for r in rs]),
+            "points": pts,
             "rss_after_open_bytes": _median([r.get("rss_after_open_bytes") for r in rs]),
             "open_s": _median([r.get("open_s") for r in rs]),
             "build": builds[system],
+            "index": index_keys[system],
         }
+        if system in variant_of:
+            summary[system]["variant"] = variant_of[system].spec()
     comparisons: dict[str, Any] = {}
-    first = cfg.systems[0]
-    for other in cfg.systems[1:]:
-        comparisons[f"{first}/{other}"] = {
-            "at_recall": matched_ratios(summary[first], summary[other]),
-            "build_time_ratio": _ratio(builds[first].get("build_s"), builds[other].get("build_s")),
-            "peak_build_rss_ratio": _ratio(builds[first].get("peak_rss_bytes"), builds[other].get("peak_rss_bytes")),
+    for other in systems:
+        if other == baseline:
+            continue
+        comparisons[f"{other}/{baseline}"] = {
+            "at_recall": matched_ratios(summary[other], summary[baseline], cfg.target_recalls),
+            "build_time_ratio": _ratio(builds[other].get("build_s"), builds[baseline].get("build_s")),
+            "peak_build_rss_ratio": _ratio(builds[other].get("peak_rss_bytes"), builds[baseline].get("peak_rss_bytes")),
         }
     result = {
         "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps,
-                   "queries_repeat": cfg.queries_repeat,
-                   "systems": cfg.systems, "pq_bytes_matched": pq_bytes},
+                   "queries_repeat": cfg.queries_repeat, "systems": systems, "baseline": baseline,
+                   "variants": [v.spec() for v in variants if v.name != "nearline"],
+                   "target_recalls": list(cfg.target_recalls), "latency_queries": cfg.latency_queries,
+                   "perturb": cfg.perturb, "pq_bytes_matched": pq_bytes},
         "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
                     "nq": int(ds.queries.shape[0]), "metric": ds.metric},
         "environment": _environment(),
         "builds": builds,
         "runs": runs,
+        "disk_ceiling": ceiling,
         "summary": summary,
         "comparisons": comparisons,
     }
@@ -403,6 +864,24 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
 
         plots.plot_qps_recall(summary, cfg.plot, k=cfg.k, title=f"{ds.name} (k={cfg.k}, W={cfg.W}, T={p.threads})")
     return result
+
+
+def _ceiling_summary(runs: list[dict[str, Any]], cfg: BenchConfig) -> Optional[dict[str, Any]]:
+    if not runs:
+        return None
+    rates = [r["reads_per_s"] for r in runs if r.get("reads_per_s") is not None]
+    first = runs[0]
+    return {
+        "median_reads_per_s": _median(rates),
+        "reads_per_s": rates,
+        "runs": runs,
+        "depth": cfg.ceiling_depth,
+        "seconds": cfg.ceiling_seconds,
+        "block_size": first.get("block_size"),
+        "engine": first.get("engine"),
+        "direct_io": first.get("direct_io"),
+        "path": first.get("path"),
+    }
 
 
 def _median(vals: Sequence[Optional[float]]) -> Optional[float]:
@@ -421,41 +900,94 @@ def _fmt(v: Optional[float], spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
 def format_report(result: dict[str, Any]) -> str:
-    """The text report: per-system table, ratios at matched recall, build comparison."""
-    k = result["params"]["k"]
+    """The text report: per-system table, ratios at matched recall, disk ceiling, builds."""
+    params = result["params"]
+    k = params["k"]
     lines = []
-    hdr = (f"{'system':<11} {'L':>4} {'recall@' + str(k):>9} {'QPS':>9} {'mean ms':>8} {'p99 ms':>8} "
-           f"{'p99.9 ms':>8} {'reads':>7} {'hops':>6} {'io util':>7}")
+    width = max([len("system")] + [len(s) for s in result["summary"]])
+    hdr = (f"{'system':<{width}} {'L':>4} {'recall@' + str(k):>9} {'QPS':>9} {'mean ms':>8} {'p50 ms':>8} "
+           f"{'p99 ms':>8} {'p99.9 ms':>8} {'reads':>7} {'hops':>6} {'io µs':>7} {'cpu µs':>7} {'disk':>5}")
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for system, s in result["summary"].items():
         for pt in s["points"]:
             lines.append(
-                f"{system:<11} {pt['L']:>4} {_fmt(pt['recall'], '.4f'):>9} {_fmt(pt['qps'], '.0f'):>9} "
-                f"{_fmt(pt['lat_mean_ms'], '.3f'):>8} {_fmt(pt['lat_p99_ms'], '.3f'):>8} "
-                f"{_fmt(pt['lat_p999_ms'], '.3f'):>8} {_fmt(pt['mean_reads'], '.1f'):>7} "
-                f"{_fmt(pt['mean_hops'], '.1f'):>6} {_fmt(pt['io_util'], '.2f'):>7}"
+                f"{system:<{width}} {pt['L']:>4} {_fmt(pt.get('recall'), '.4f'):>9} {_fmt(pt.get('qps'), '.0f'):>9} "
+                f"{_fmt(pt.get('lat_mean_ms'), '.3f'):>8} {_fmt(pt.get('lat_p50_ms'), '.3f'):>8} "
+                f"{_fmt(pt.get('lat_p99_ms'), '.3f'):>8} {_fmt(pt.get('lat_p999_ms'), '.3f'):>8} "
+                f"{_fmt(pt.get('mean_reads'), '.1f'):>7} {_fmt(pt.get('mean_hops'), '.1f'):>6} "
+                f"{_fmt(pt.get('mean_io_wait_us'), '.0f'):>7} {_fmt(pt.get('mean_cpu_us'), '.0f'):>7} "
+                f"{_pct(pt.get('disk_util')):>5}"
             )
     lines.append("")
+    lines.extend(_latency_notes(result))
+    ceiling = result.get("disk_ceiling")
+    if ceiling:
+        rates = ", ".join(f"{r:.0f}" for r in ceiling.get("reads_per_s", []))
+        lines.append(
+            f"disk ceiling: {_fmt(ceiling.get('median_reads_per_s'), '.0f')} random {ceiling.get('block_size')} B "
+            f"reads/s (median of {rates}; {ceiling.get('engine')}, depth {ceiling.get('depth')}, "
+            f"{'O_DIRECT' if ceiling.get('direct_io') else 'page cache: O_DIRECT refused'}); "
+            "disk = QPS x mean reads / ceiling"
+        )
+    lines.append("")
     for pair, comp in result["comparisons"].items():
-        a, b = pair.split("/")
+        a, b = pair.split("/", 1)
         if not comp["at_recall"]:
-            lines.append(f"{pair}: no target recall ({', '.join(f'{t:.2f}' for t in TARGET_RECALLS)}) reached by both")
+            targets = params.get("target_recalls") or TARGET_RECALLS
+            lines.append(f"{pair}: no target recall ({', '.join(f'{t:.2f}' for t in targets)}) reached by both")
         for t, r in comp["at_recall"].items():
             line = f"QPS ratio {a}/{b} @ recall {t} = {_fmt(r['qps_ratio'], '.2f')}"
-            if r["reads_ratio"] is not None:
+            if r.get("reads_ratio") is not None:
                 line += f", mean reads ratio = {r['reads_ratio']:.2f}"
+            if r.get("lat_mean_ratio") is not None:
+                line += f", mean latency ratio = {r['lat_mean_ratio']:.2f}"
+            if r.get("lat_p999_ratio") is not None:
+                line += f", p99.9 latency ratio = {r['lat_p999_ratio']:.2f}"
+            if r.get("disk_util_a") is not None or r.get("disk_util_b") is not None:
+                line += f", disk {_pct(r.get('disk_util_a'))} vs {_pct(r.get('disk_util_b'))}"
             lines.append(line)
         lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
                      f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
     lines.append("")
+    first_of_index: dict[str, str] = {}
     for system, b in result["builds"].items():
+        index = result["summary"].get(system, {}).get("index")
+        if index is not None and index in first_of_index:
+            lines.append(f"build {system:<{max(11, width)}} the index of {first_of_index[index]} (same build keys)")
+            continue
+        if index is not None:
+            first_of_index[index] = system
         rss = b.get("peak_rss_bytes")
         lines.append(
-            f"build {system:<11} {_fmt(b.get('build_s'), '.1f')} s, peak RSS "
+            f"build {system:<{max(11, width)}} {_fmt(b.get('build_s'), '.1f')} s, peak RSS "
             f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}"
             + (f", PQ {b['pq_bytes']} B/vector" if b.get("pq_bytes") else "")
             + (" (cached)" if b.get("cached") else "")
         )
     return "\n".join(lines)
+
+
+def _latency_notes(result: dict[str, Any]) -> list[str]:
+    """One line per system: how many queries its percentiles cover, how measured, at what concurrency."""
+    out = []
+    threads = result["params"].get("threads")
+    for system, s in result["summary"].items():
+        pts = [p for p in s.get("points", []) if p.get("lat_queries")]
+        if not pts:
+            continue
+        n = int(min(p["lat_queries"] for p in pts))
+        conc = [p["lat_concurrency"] for p in pts if p.get("lat_concurrency") is not None]
+        src = pts[0].get("latency_source", "")
+        line = f"latency {system}: {n} queries per L, {src}"
+        if conc:
+            line += f", concurrency {min(conc):.1f}-{max(conc):.1f} of {threads} clients"
+        if n < 1000:
+            line += " (p99.9 needs >= 1000 queries to mean anything)"
+        out.append(line)
+    return out

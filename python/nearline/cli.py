@@ -1,4 +1,4 @@
-"""The ``nearline`` command line: demo, build, search, gt, info, bench.
+"""The ``nearline`` command line: demo, build, search, gt, info, bench, disk-ceiling.
 
 Engine errors (``ValueError``/``OSError`` from nearline) print one line
 ``nearline: error: ...`` on stderr and exit 2 (``--debug`` shows the traceback);
@@ -160,6 +160,62 @@ def _systems(text: str) -> list[str]:
     if bad:
         raise argparse.ArgumentTypeError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(PEERS)}")
     return names
+
+
+def _variant(text: str) -> Any:
+    """argparse type: ``NAME:key=value[,key=value...]`` (see :func:`nearline.bench.parse_variant`)."""
+    from nearline import bench
+    from nearline.peers import SYSTEMS
+
+    try:
+        return bench.parse_variant(text, reserved=tuple(SYSTEMS) + (bench.CEILING,))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _recalls(text: str) -> list[float]:
+    """argparse type: comma-separated recalls in (0, 1]."""
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated recalls, got {text!r}") from None
+    if not vals or any(not 0.0 < v <= 1.0 for v in vals):
+        raise argparse.ArgumentTypeError(f"expected recalls in (0, 1], got {text!r}")
+    return vals
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (np.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (np.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def _depth(text: str) -> int:
+    v = _positive_int(text)
+    if v > 256:
+        raise argparse.ArgumentTypeError(f"expected a queue depth in 1..256, got {v}")
+    return v
+
+
+def _block_size(text: str) -> int:
+    v = _positive_int(text)
+    if v % 4096:
+        raise argparse.ArgumentTypeError(f"expected a multiple of 4096 bytes, got {v}")
+    return v
 
 
 def _engine() -> Any:
@@ -405,10 +461,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from nearline import bench
 
     systems = ([] if args.skip_nearline else ["nearline"]) + list(args.compare)
-    if not systems:
-        raise ValueError("nothing to benchmark: --skip-nearline with an empty --compare")
+    variants = list(args.variant or [])
+    if not systems and not variants:
+        raise ValueError("nothing to benchmark: --skip-nearline with an empty --compare and no --variant")
     cfg = bench.BenchConfig(
-        data=args.data, systems=systems, Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
+        data=args.data, systems=systems, variants=variants, baseline=args.baseline,
+        target_recalls=args.target_recall or list(bench.TARGET_RECALLS), latency_queries=args.latency_queries,
+        perturb=args.perturb, ceiling=not args.no_ceiling, ceiling_depth=args.ceiling_depth,
+        ceiling_seconds=args.ceiling_seconds,
+        Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
         pq_bytes=args.pq_bytes, memory_budget=args.memory_budget, build_memory_budget=args.build_memory_budget,
         cache_budget=args.cache_budget, entry_points=args.entry_points, entry=args.entry, nav_L=args.nav_L,
         nav_seeds=args.nav_seeds, nav_sample=args.nav_sample, entry_clusters=args.entry_clusters,
@@ -424,6 +485,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print(f"results: {args.out}")
     if args.plot:
         print(f"plot: {args.plot}")
+    return 0
+
+
+def cmd_disk_ceiling(args: argparse.Namespace) -> int:
+    """``nearline disk-ceiling PATH``: random aligned block reads/s on a file or an index's pages.bin."""
+    nl = _engine()
+    r = nl.measure_read_ceiling(args.path, block_size=args.block_size, depth=args.depth, seconds=args.seconds,
+                                io=args.io)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return 0
+    rows = [
+        ("file", str(r["path"])),
+        ("reads/s", f"{r['reads_per_s']:.0f}"),
+        ("MB/s", f"{r['bytes_per_s'] / 1e6:.1f}"),
+        ("mean read latency", f"{r['mean_read_latency_us']:.0f} µs (submission to completion reaped)"),
+        ("reads", str(r["reads"])),
+        ("seconds", f"{r['elapsed_s']:.2f}"),
+        ("block size", f"{r['block_size']} B"),
+        ("queue depth", str(r["depth"])),
+        ("engine", r["engine"]),
+        ("O_DIRECT", "yes" if r["direct_io"] else "no (the file system refused it: reads may be cached)"),
+    ]
+    _print_table(rows)
     return 0
 
 
@@ -511,7 +596,26 @@ def build_parser() -> argparse.ArgumentParser:
                    "files:BASE,QUERIES[,GT]")
     p.add_argument("--compare", type=_systems, default=["diskannpy"], help="peers, comma-separated "
                    "(diskannpy,faiss-hnsw,hnswlib)")
-    p.add_argument("--skip-nearline", action="store_true", help="benchmark only the peers")
+    p.add_argument("--skip-nearline", action="store_true",
+                   help="leave out the plain nearline system (variants and peers still run)")
+    p.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME:key=value[,...]",
+                   help="a named nearline configuration (repeatable); keys go to build (R, build_L, alpha, passes, "
+                   "pq_bytes, saturate, page_size, preset, nav_sample, entry_clusters), open (memory_budget, "
+                   "cache_nodes, entry, entry_points, io) or search (W, executor, adaptive_beam, early_dispatch, "
+                   "queries_in_flight); variants with equal build keys share one build")
+    p.add_argument("--baseline", default=None, metavar="NAME",
+                   help="the system ratios divide by (default: the first --compare peer, else the first system)")
+    p.add_argument("--target-recall", type=_recalls, default=None, metavar="R[,R...]",
+                   help="recalls at which ratios are interpolated (default 0.90,0.95,0.99)")
+    p.add_argument("--latency-queries", type=_nonneg_int, default=10000,
+                   help="queries per L in the closed-loop latency run (perturbed copies of the query set; "
+                   "0 = no latency run)")
+    p.add_argument("--perturb", type=_nonneg_float, default=0.01,
+                   help="latency-run noise: this fraction of each dimension's standard deviation over the queries")
+    p.add_argument("--ceiling-depth", type=_depth, default=32, help="queue depth of the disk-ceiling measurement")
+    p.add_argument("--ceiling-seconds", type=_positive_float, default=3.0,
+                   help="duration of each disk-ceiling measurement")
+    p.add_argument("--no-ceiling", action="store_true", help="do not measure the disk ceiling")
     p.add_argument("--L", type=_int_list, default=[10, 20, 30, 50, 70, 100, 150, 200])
     p.add_argument("--k", type=_positive_int, default=10)
     p.add_argument("--R", type=_positive_int, default=64)
@@ -537,6 +641,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=100, help="warm-up queries per search process")
     p.add_argument("--rebuild", action="store_true", help="rebuild cached indexes")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("disk-ceiling", help="measure random block reads/s on a file (the disk's ceiling)")
+    p.add_argument("path", help="a file, or an index directory (its pages.bin)")
+    p.add_argument("--depth", type=_depth, default=32, help="reads in flight (1..256)")
+    p.add_argument("--block-size", type=_block_size, default=None,
+                   help="bytes per read, a multiple of 4096 (default: an index's read size, else 4096)")
+    p.add_argument("--seconds", type=_positive_float, default=3.0)
+    p.add_argument("--io", default="auto", choices=["auto", "uring", "pread"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_disk_ceiling)
     return parser
 
 

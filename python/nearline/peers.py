@@ -180,6 +180,9 @@ class Handle:
     """An opened index: ``batch`` runs a whole query batch, ``single`` one query."""
 
     has_stats = False
+    #: Whether ``single`` keeps the GIL for the whole search (Python threads then
+    #: cannot overlap its calls; the latency run uses one process per client).
+    holds_gil = False
 
     def batch(self, queries: np.ndarray, k: int, L: int) -> tuple[np.ndarray, Optional[dict[str, np.ndarray]]]:
         """Returns ``(ids (nq, k), stats or None)``."""
@@ -199,48 +202,50 @@ class Handle:
 class _NearlineHandle(Handle):
     has_stats = True
 
-    def __init__(self, index_dir: Path, p: Params, dim: int, elem_size: int):
+    def __init__(self, index_dir: Path, p: Params, dim: int, elem_size: int, variant: Optional[dict[str, Any]] = None):
         import nearline
 
+        variant = variant or {}
         self.p = p
         # The same node count diskannpy caches (0 unless a cache budget is given).
         self.cache_nodes = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
-        self.idx = nearline.open(
-            str(index_dir), cache_nodes=self.cache_nodes, threads=p.threads, io=p.io, entry_points=p.entry_points,
-            entry=p.entry, nav_L=p.nav_L, nav_seeds=p.nav_seeds,
-        )
+        open_kw: dict[str, Any] = {"cache_nodes": self.cache_nodes, "threads": p.threads, "io": p.io,
+                                   "entry_points": p.entry_points, "entry": p.entry,
+                                   "nav_L": p.nav_L, "nav_seeds": p.nav_seeds}
+        over = dict(variant.get("open") or {})
+        if "memory_budget" in over and "cache_nodes" not in over:
+            open_kw["cache_nodes"] = None  # the variant's budget sizes the cache, not --cache-budget
+        open_kw.update(over)
+        self.cache_nodes = open_kw["cache_nodes"]
+        # A variant's search options; W falls back to the shared one.
+        self.search_kw: dict[str, Any] = {"W": p.W, **(variant.get("search") or {})}
+        self.idx = nearline.open(str(index_dir), **open_kw)
 
     def batch(self, queries, k, L):
-        ids, _d, stats = self.idx.search(queries, k, L=L, W=self.p.W, threads=self.p.threads, return_stats=True)
+        ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
+                                         **self.search_kw)
         return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
 
     def single(self, query, k, L):
-        ids, _d = self.idx.search(query[None, :], k, L=L, W=self.p.W, threads=1)
+        ids, _d = self.idx.search(query[None, :], k, L=L, threads=1, **self.search_kw)
         return np.asarray(ids)[0]
 
     def close(self):
         self.idx.close()
 
 
-def _build_nearline(base_path: Path, index_dir: Path, p: Params) -> dict[str, Any]:
+def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Optional[dict[str, Any]] = None
+                    ) -> dict[str, Any]:
     import nearline
 
-    idx = nearline.build(
-        str(base_path),
-        str(index_dir),
-        metric=p.metric,
-        R=p.R,
-        build_L=p.build_L,
-        alpha=p.alpha,
-        pq_bytes=p.pq_bytes,
-        memory_budget=p.memory_budget if p.memory_budget is not None else 0.125,
-        build_memory_budget=p.build_memory_budget,
-        threads=p.threads,
-        seed=p.seed,
-        overwrite=True,
-        nav_sample=p.nav_sample,
-        entry_clusters=p.entry_clusters,
-    )
+    kw: dict[str, Any] = {
+        "metric": p.metric, "R": p.R, "build_L": p.build_L, "alpha": p.alpha, "pq_bytes": p.pq_bytes,
+        "memory_budget": p.memory_budget if p.memory_budget is not None else 0.125,
+        "build_memory_budget": p.build_memory_budget, "threads": p.threads, "seed": p.seed,
+        "nav_sample": p.nav_sample, "entry_clusters": p.entry_clusters,
+    }
+    kw.update(overrides or {})  # a variant's build keys (R, saturate, preset, ...)
+    idx = nearline.build(str(base_path), str(index_dir), overwrite=True, **kw)
     try:
         info = idx.info()
     finally:
@@ -315,6 +320,9 @@ def _build_diskannpy(base_path: Path, index_dir: Path, p: Params, pq_bytes: int)
 
 
 class _DiskannHandle(Handle):
+    # diskannpy 0.7.0 binds StaticDiskIndex.search without releasing the GIL.
+    holds_gil = True
+
     def __init__(self, index_dir: Path, p: Params, dim: int, elem_size: int):
         import diskannpy
 
@@ -421,17 +429,20 @@ class _HnswlibHandle(Handle):
 # --------------------------------------------------------------------------- dispatch
 
 
-def build_system(system: str, base_path: Path, index_dir: Path, p: Params, pq_bytes: Optional[int]) -> dict[str, Any]:
+def build_system(system: str, base_path: Path, index_dir: Path, p: Params, pq_bytes: Optional[int],
+                 variant: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Builds ``system``'s index from the vector file ``base_path`` into ``index_dir``.
 
     Only the in-memory peers load the vectors into this process; nearline and
-    diskannpy build from the file, so their peak RSS is their own.
+    diskannpy build from the file, so their peak RSS is their own. ``variant``
+    (nearline only) is ``{"build": {...}}``: keyword arguments of ``nearline.build``
+    that override the shared parameters.
     Returns system-specific facts (e.g. ``pq_bytes``).
     """
     from nearline import datasets
 
     if system == "nearline":
-        return _build_nearline(Path(base_path), index_dir, p)
+        return _build_nearline(Path(base_path), index_dir, p, (variant or {}).get("build"))
     if system == "diskannpy":
         if not pq_bytes:
             raise ValueError("diskannpy build needs pq_bytes (from nearline's build or --pq-bytes)")
@@ -443,10 +454,15 @@ def build_system(system: str, base_path: Path, index_dir: Path, p: Params, pq_by
     raise ValueError(f"unknown system {system!r}: expected one of {', '.join(SYSTEMS)}")
 
 
-def open_system(system: str, index_dir: Path, p: Params, dim: int, elem_size: int) -> Handle:
-    """Opens ``system``'s index for searching."""
+def open_system(system: str, index_dir: Path, p: Params, dim: int, elem_size: int,
+                variant: Optional[dict[str, Any]] = None) -> Handle:
+    """Opens ``system``'s index for searching.
+
+    ``variant`` (nearline only) is ``{"open": {...}, "search": {...}}``: keyword
+    arguments of ``nearline.open`` and ``Index.search`` that override the shared ones.
+    """
     openers: dict[str, Callable[[], Handle]] = {
-        "nearline": lambda: _NearlineHandle(index_dir, p, dim, elem_size),
+        "nearline": lambda: _NearlineHandle(index_dir, p, dim, elem_size, variant),
         "diskannpy": lambda: _DiskannHandle(index_dir, p, dim, elem_size),
         "faiss-hnsw": lambda: _FaissHandle(index_dir, p),
         "hnswlib": lambda: _HnswlibHandle(index_dir, p),

@@ -1,4 +1,4 @@
-"""QPS-recall plots for ``nearline bench`` (matplotlib, Agg backend)."""
+"""QPS-recall (and tail latency-recall) plots for ``nearline bench`` (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
@@ -19,31 +19,43 @@ def plot_qps_recall(
 ) -> Path:
     """Writes a PNG with one QPS-vs-recall curve per system (log QPS axis).
 
-    ``summary`` maps a system name to ``{"points": [{"L", "recall", "qps"}, ...]}``.
+    ``summary`` maps a system name (a peer, ``nearline`` or a variant) to
+    ``{"points": [{"L", "recall", "qps", "lat_p999_ms"?}, ...]}``. When any point
+    has ``lat_p999_ms`` a second panel shows p99.9 latency against recall.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    has_tail = any(p.get("lat_p999_ms") for s in summary.values() for p in s.get("points", []))
+    fig, axes = plt.subplots(1, 2 if has_tail else 1, figsize=(13 if has_tail else 7, 5), dpi=120, squeeze=False)
+    ax, tail = axes[0][0], (axes[0][1] if has_tail else None)
     markers = "osD^v<>p*"
     for i, (system, s) in enumerate(summary.items()):
+        marker = markers[i % len(markers)]
         pts = [p for p in s.get("points", []) if p.get("recall") is not None and p.get("qps")]
-        if not pts:
-            continue
-        ax.plot([p["recall"] for p in pts], [p["qps"] for p in pts], marker=markers[i % len(markers)],
-                label=system)
-        for p in pts:
-            ax.annotate(str(p["L"]), (p["recall"], p["qps"]), fontsize=6, xytext=(2, 2),
-                        textcoords="offset points")
+        if pts:
+            ax.plot([p["recall"] for p in pts], [p["qps"] for p in pts], marker=marker, label=system)
+            for p in pts:
+                ax.annotate(str(p["L"]), (p["recall"], p["qps"]), fontsize=6, xytext=(2, 2),
+                            textcoords="offset points")
+        lat = [p for p in s.get("points", []) if p.get("recall") is not None and p.get("lat_p999_ms")]
+        if tail is not None and lat:
+            tail.plot([p["recall"] for p in lat], [p["lat_p999_ms"] for p in lat], marker=marker, label=system)
     ax.set_yscale("log")
     ax.set_xlabel(f"recall@{k}")
     ax.set_ylabel("queries per second (log)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    if tail is not None:
+        tail.set_yscale("log")
+        tail.set_xlabel(f"recall@{k}")
+        tail.set_ylabel("p99.9 latency, ms (log)")
+        tail.grid(True, which="both", alpha=0.3)
+        tail.legend()
     if title:
-        ax.set_title(title)
+        fig.suptitle(title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

@@ -5,7 +5,7 @@ use nearline::data::files;
 use nearline::data::groundtruth::compute_ground_truth;
 use nearline::data::matrix::Matrix;
 use nearline::index::{BuildOptions, Index, OpenOptions};
-use nearline::io::EngineKind;
+use nearline::io::{measure_read_ceiling, CeilingOptions, EngineKind};
 use nearline::search::entry::EntryKind;
 use nearline::search::{ExecutorKind, SearchParams};
 use nearline::util::Budget;
@@ -150,7 +150,7 @@ fn run_cancellable<R: Send>(
     }
     match result {
         Ok(r) => r.map_err(to_py),
-        Err(_) => Err(PyRuntimeError::new_err("the build thread panicked")),
+        Err(_) => Err(PyRuntimeError::new_err("the worker thread panicked")),
     }
 }
 
@@ -543,6 +543,45 @@ fn check_dtype(name: &str) -> PyResult<&'static str> {
     Ok(DType::parse(name).map_err(to_py)?.name())
 }
 
+/// Random aligned block reads per second on a file (see `nearline::io::ceiling`).
+#[pyfunction]
+#[pyo3(signature = (path, block_size=4096, depth=32, seconds=3.0, io="auto", seed=0))]
+fn read_ceiling<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    block_size: usize,
+    depth: u32,
+    seconds: f64,
+    io: &str,
+    seed: u64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let opts = CeilingOptions {
+        block_size,
+        depth,
+        seconds,
+        io: EngineKind::parse(io).map_err(to_py)?,
+        seed,
+    };
+    opts.validate().map_err(to_py)?;
+    let r = run_cancellable(py, None, |_progress, cancel| {
+        measure_read_ceiling(&path, &opts, Some(cancel))
+    })?;
+    let d = PyDict::new(py);
+    d.set_item("path", r.path.to_string_lossy().into_owned())?;
+    d.set_item("reads", r.reads)?;
+    d.set_item("bytes", r.bytes)?;
+    d.set_item("elapsed_s", r.elapsed_s)?;
+    d.set_item("reads_per_s", r.reads_per_s)?;
+    d.set_item("bytes_per_s", r.bytes_per_s)?;
+    d.set_item("mean_read_latency_us", r.mean_read_latency_us)?;
+    d.set_item("engine", r.engine)?;
+    d.set_item("direct_io", r.direct_io)?;
+    d.set_item("depth", r.depth)?;
+    d.set_item("block_size", r.block_size)?;
+    d.set_item("file_blocks", r.file_blocks)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -558,5 +597,6 @@ fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(py_parse_budget, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add_function(wrap_pyfunction!(check_dtype, m)?)?;
+    m.add_function(wrap_pyfunction!(read_ceiling, m)?)?;
     Ok(())
 }

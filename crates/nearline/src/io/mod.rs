@@ -14,8 +14,12 @@
 //! chosen when io_uring cannot be set up or forced with
 //! `NEARLINE_IO=pread`), and a fake engine for tests that completes out of
 //! order, with delays, and can fail reads.
+//!
+//! [`ceiling`] measures the disk's random-read rate through the same engine
+//! (the benchmark's same-run reference).
 
 pub mod buffer;
+pub mod ceiling;
 pub mod engine;
 pub mod fake;
 pub mod pread;
@@ -23,5 +27,6 @@ pub mod pread;
 pub mod uring;
 
 pub use buffer::{AlignedBuf, BufferPool, ALIGN};
+pub use ceiling::{measure_read_ceiling, CeilingOptions, CeilingReport};
 pub use engine::{open_direct, Completion, EngineKind, IoEngine};
 pub use fake::{FakeEngine, FakeOptions};
