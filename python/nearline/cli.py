@@ -110,6 +110,7 @@ def _queries_in_flight(text: str) -> int:
     return v
 
 
+def _finite_float(text: str) -> float:
     """argparse type: a finite float (range checks are the engine's)."""
     try:
         v = float(text)
