@@ -614,3 +614,29 @@ def test_index_without_entry_fields_still_opens(tmp_path, small_index):
     (p / "manifest.json").write_text(json.dumps(m))
     idx = nearline.open(p)
     assert idx.entry == "medoid" and idx.info()["build"]["nav_sample"] == 0.0
+
+
+def test_pipeann_preset(tmp_path, small_data):
+    """The pipeann preset: a 1% navigation graph, the pipelined executor and width 32 by default."""
+    from conftest import exact_knn
+
+    base, queries = small_data
+    path = tmp_path / "pipeann.index"
+    idx = nearline.build(base, path, preset="PipeANN", R=24, build_L=60, pq_bytes=12, threads=2)
+    info = idx.info()
+    assert info["build"]["preset"] == "pipeann" and info["build"]["nav_sample"] == 0.01
+    assert info["entry"]["kind"] == "nav" and info["entry"]["nav_nodes"] == 50
+    truth = exact_knn(base, queries, 10)
+    ids, _, st = idx.search(queries, k=10, L=60, return_stats=True)
+    assert nearline.recall(ids, truth, 10) >= 0.9
+    # The preset's defaults are the explicit pipeline at W=32 (same results, same reads).
+    ids2, _, st2 = idx.search(queries, k=10, L=60, W=32, executor="pipeline", return_stats=True)
+    np.testing.assert_array_equal(ids, ids2)
+    np.testing.assert_array_equal(st["reads"], st2["reads"])
+    # ... and differ from the synchronous beam at W=4.
+    _, _, st3 = idx.search(queries, k=10, L=60, W=4, executor="beam", return_stats=True)
+    assert not np.array_equal(st["reads"], st3["reads"])
+    # An explicit nav_sample wins over the preset's.
+    p2 = nearline.build(base, tmp_path / "p2.index", preset="pipeann", nav_sample=0.04, R=24, build_L=60,
+                        pq_bytes=12, threads=2)
+    assert p2.info()["build"]["nav_sample"] == 0.04

@@ -47,7 +47,7 @@ __version__: str = _nearline.__version__
 log = logging.getLogger("nearline")
 
 #: Presets this version knows; ``"auto"`` resolves to one of the others.
-PRESETS = ("auto", "diskann")
+PRESETS = ("auto", "diskann", "pipeann")
 #: Search executors accepted by :meth:`Index.search` (``executor=``).
 EXECUTORS = ("auto", "beam", "pipeline")
 METRICS = ("l2", "ip", "cosine")
@@ -144,7 +144,10 @@ def build(
         path: the index directory to create.
         metric: ``"l2"`` (squared Euclidean), ``"ip"`` (inner product) or
             ``"cosine"`` (float data only; vectors are normalised).
-        preset: ``"auto"`` or ``"diskann"`` (more presets arrive with later layouts).
+        preset: ``"diskann"`` (DiskANN: medoid entry, synchronous beam, W 4),
+            ``"pipeann"`` (PipeANN: navigation graph over 1% of the points unless
+            ``nav_sample`` says otherwise, pipelined executor, width up to 32) or
+            ``"auto"`` (today ``"diskann"``).
         ids: optional external ids (one per row, unique, non-negative int64); search
             returns them instead of row numbers.
         R: maximum graph degree. build_L: build candidate list size.
@@ -335,7 +338,7 @@ class Index:
         k: int = 10,
         *,
         L: Optional[int] = None,
-        W: int = 4,
+        W: Optional[int] = None,
         threads: Optional[int] = None,
         return_stats: bool = False,
         executor: str = "auto",
@@ -352,7 +355,8 @@ class Index:
                 extra columns hold id -1 and distance +inf (-inf for ip/cosine).
             L: candidate list size (default ``max(k, 100)``; larger is more accurate).
             W: beam width (1..64): reads issued per hop for the beam executor, the
-                most reads in flight per query for the pipeline.
+                most reads in flight per query for the pipeline. Default: the
+                preset's (4 for ``diskann``, 32 for ``pipeann``).
             threads: search threads (default: the index's, else all cores).
             return_stats: also return per-query statistics (a dict of arrays:
                 hops, reads, bytes_read, cache_hits, pq_distances,
@@ -392,7 +396,7 @@ class Index:
         L = max(k, 100) if L is None else _check_int("L", L, 1)
         if L < k:
             raise ValueError(f"L={L} must be at least k={k}")
-        W = _check_int("W", W, 1, 64)
+        W = self._raw_default_width() if W is None else _check_int("W", W, 1, 64)
         th = threads if threads is not None else self._threads
         if th is not None:
             th = _check_int("threads", th, 1)
@@ -417,6 +421,9 @@ class Index:
         if return_stats:
             return ids, dists, stats
         return ids, dists
+
+    def _raw_default_width(self) -> int:
+        return int(self._raw.default_width())
 
     def info(self) -> Dict[str, Any]:
         """Sizes, memory accounting (every resident byte the index holds), I/O engine and build spec."""

@@ -561,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queries")
     p.add_argument("--k", type=_positive_int, default=10)
     p.add_argument("--L", type=_positive_int, default=None)
-    p.add_argument("--W", type=_positive_int, default=4)
+    p.add_argument("--W", type=_positive_int, default=None, help="beam/pipeline width (default: the preset's)")
     p.add_argument("--executor", choices=["auto", "beam", "pipeline"], default="auto",
                    help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records)")
     p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")

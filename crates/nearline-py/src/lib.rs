@@ -355,6 +355,10 @@ impl RawIndex {
         Ok((ids, dists, stats))
     }
 
+    fn default_width(&self) -> PyResult<usize> {
+        Ok(self.get()?.default_width())
+    }
+
     fn info(&self) -> PyResult<String> {
         Ok(self.get()?.info().to_string())
     }

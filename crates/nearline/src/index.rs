@@ -28,7 +28,7 @@ use crate::search::entry::{
     DEFAULT_NAV_SEEDS, MAX_NAV_L, MAX_NAV_SEEDS,
 };
 use crate::search::pool::{BatchResult, WorkerPool};
-use crate::search::{AnyScorer, IndexData, PqScorer, QueryStats, SearchParams};
+use crate::search::{AnyScorer, ExecutorKind, IndexData, PqScorer, QueryStats, SearchParams};
 use crate::util::Budget;
 use crate::{with_dtype, Error, Result};
 use rand::seq::index::sample;
@@ -214,6 +214,16 @@ pub fn build<T: Element>(
     let dim = data.dim();
     check_options(opts, n, T::DTYPE)?;
     let preset = crate::planner::resolve_preset(&opts.preset)?;
+    // What the preset sets when the caller left it open.
+    let defaults = crate::planner::preset_defaults(preset);
+    let opts = &BuildOptions {
+        nav_sample: if opts.nav_sample > 0.0 {
+            opts.nav_sample
+        } else {
+            defaults.nav_sample
+        },
+        ..opts.clone()
+    };
     let geo = PageGeometry::new(opts.page_size, dim * T::DTYPE.size(), opts.r, n)?;
     if dir.exists() && !opts.overwrite {
         return Err(Error::arg(format!(
@@ -920,6 +930,12 @@ impl Index {
         &self.memory
     }
 
+    /// The beam / pipeline width a search uses when it gives none (the
+    /// preset's: 4 for `diskann`, 32 for `pipeann`).
+    pub fn default_width(&self) -> usize {
+        crate::planner::preset_defaults(&self.manifest.spec.preset).width
+    }
+
     /// Searches `nq` row-major float queries.
     pub fn search(
         &self,
@@ -932,10 +948,17 @@ impl Index {
         if threads == 0 {
             return Err(Error::arg("threads must be at least 1"));
         }
+        // `executor = auto` runs the preset's executor when it names one
+        // (beam-only options keep the beam, as the layout rule does).
+        let mut p = *p;
+        let preset = crate::planner::preset_defaults(&self.manifest.spec.preset);
+        if p.executor == ExecutorKind::Auto && !p.wants_beam_options() {
+            p.executor = preset.executor;
+        }
         let r: BatchResult = with_engine!(
             &self.engine,
             e,
-            e.workers.search_batch(&e.data, queries, nq, p, threads)
+            e.workers.search_batch(&e.data, queries, nq, &p, threads)
         )?;
         let metric = self.manifest.metric;
         let ids = r

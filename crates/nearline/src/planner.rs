@@ -1,9 +1,11 @@
 //! Presets and the automatic choice.
 //!
 //! A preset names a composition of components (storage, layout, cache,
-//! executor). Today the engine hosts the DiskANN composition: PQ codes in
-//! RAM, ID layout, static BFS node cache, synchronous beam search; `auto`
-//! resolves to it. Later presets add their layouts and executors here.
+//! executor). `diskann`: PQ codes in RAM, ID layout, static BFS node cache,
+//! medoid entry, synchronous beam search with W = 4; `auto` resolves to it.
+//! `pipeann`: the same layout and codes, a navigation graph over 1% of the
+//! points for entry, and the pipelined executor with width up to 32. Later
+//! presets add their layouts and executors here.
 //!
 //! Only this module knows the seed papers' decision rules; the components
 //! it chooses between stay ignorant of each other.
@@ -12,16 +14,46 @@ use crate::search::ExecutorKind;
 use crate::{Error, Result};
 
 /// Presets this build knows.
-pub const PRESETS: &[&str] = &["auto", "diskann"];
+pub const PRESETS: &[&str] = &["auto", "diskann", "pipeann"];
 
 /// Resolves a preset name to the concrete preset `auto` stands for.
 pub fn resolve_preset(name: &str) -> Result<&'static str> {
     match name.to_ascii_lowercase().as_str() {
         "auto" | "diskann" => Ok("diskann"),
+        "pipeann" => Ok("pipeann"),
         other => Err(Error::arg(format!(
             "unknown preset {other:?}: expected one of {}",
             PRESETS.join(", ")
         ))),
+    }
+}
+
+/// What a preset sets when the caller leaves it open.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PresetDefaults {
+    /// Navigation-graph sample rate used when the build gives none (0: none).
+    pub nav_sample: f64,
+    /// Executor a search with `executor = auto` runs (`Auto`: the layout rule).
+    pub executor: ExecutorKind,
+    /// Beam / pipeline width when the search gives none.
+    pub width: usize,
+}
+
+/// The defaults of a resolved preset (`diskann` for unknown names).
+pub fn preset_defaults(preset: &str) -> PresetDefaults {
+    match preset {
+        // PipeANN: in-memory index over a ~1% sample, pipelined search whose
+        // width grows to 32.
+        "pipeann" => PresetDefaults {
+            nav_sample: 0.01,
+            executor: ExecutorKind::Pipeline,
+            width: 32,
+        },
+        _ => PresetDefaults {
+            nav_sample: 0.0,
+            executor: ExecutorKind::Auto,
+            width: 4,
+        },
     }
 }
 
@@ -56,6 +88,21 @@ mod tests {
         assert_eq!(resolve_preset("DiskANN").unwrap(), "diskann");
         let e = resolve_preset("bogus").unwrap_err().to_string();
         assert!(e.contains("unknown preset") && e.contains("diskann"), "{e}");
+    }
+
+    #[test]
+    fn pipeann_preset() {
+        assert_eq!(resolve_preset("PipeANN").unwrap(), "pipeann");
+        let d = preset_defaults("pipeann");
+        assert_eq!(
+            (d.nav_sample, d.executor, d.width),
+            (0.01, ExecutorKind::Pipeline, 32)
+        );
+        let d = preset_defaults("diskann");
+        assert_eq!(
+            (d.nav_sample, d.executor, d.width),
+            (0.0, ExecutorKind::Auto, 4)
+        );
     }
 
     #[test]
