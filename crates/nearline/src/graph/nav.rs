@@ -266,13 +266,7 @@ impl<T: Element> NavGraph<T> {
             .checked_mul(4 * (2 + deg))
             .and_then(|a| count.checked_mul(dim * esz).and_then(|b| a.checked_add(b)))
             .and_then(|a| a.checked_add(32));
-        if expected != Some(bytes.len()) {
-            return Err(r.err(format!(
-                "has {} bytes, its header implies {} (truncated or damaged)",
-                bytes.len(),
-                expected.map_or_else(|| "an overflowing size".to_string(), |e| e.to_string())
-            )));
-        }
+        r.expect_len(expected)?;
         let ids = r.u32s(count, "ids")?;
         if let Some(i) = ids.iter().position(|&v| v as usize >= n) {
             return Err(r.err(format!("sample node {i} has base id {} ≥ n = {n}", ids[i])));

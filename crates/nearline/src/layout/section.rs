@@ -135,6 +135,19 @@ impl<'a> SectionReader<'a> {
             .collect())
     }
 
+    /// Fails unless the section is exactly `expected` bytes long (`None`: the
+    /// size its header implies overflows).
+    pub fn expect_len(&self, expected: Option<usize>) -> Result<()> {
+        if expected != Some(self.bytes.len()) {
+            return Err(self.err(format!(
+                "has {} bytes, its header implies {} (truncated or damaged)",
+                self.bytes.len(),
+                expected.map_or_else(|| "an overflowing size".to_string(), |e| e.to_string())
+            )));
+        }
+        Ok(())
+    }
+
     /// Fails unless every byte was consumed.
     pub fn finish(&self) -> Result<()> {
         if self.pos != self.bytes.len() {

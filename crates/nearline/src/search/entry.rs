@@ -245,13 +245,7 @@ impl<T: Element> EntrySet<T> {
         let expected = count
             .checked_mul(4 + dim * esz)
             .and_then(|a| a.checked_add(24));
-        if expected != Some(bytes.len()) {
-            return Err(r.err(format!(
-                "has {} bytes, its header implies {} (truncated or damaged)",
-                bytes.len(),
-                expected.map_or_else(|| "an overflowing size".to_string(), |e| e.to_string())
-            )));
-        }
+        r.expect_len(expected)?;
         let ids = r.u32s(count, "ids")?;
         if let Some(i) = ids.iter().position(|&v| v as usize >= n) {
             return Err(r.err(format!("entry {i} has base id {} ≥ n = {n}", ids[i])));
