@@ -237,23 +237,10 @@ impl<T: Element> NavGraph<T> {
     pub fn from_bytes(path: &Path, bytes: &[u8], dim: usize, n: usize) -> Result<Self> {
         let (mut r, _version) =
             SectionReader::open(path, "navigation graph", bytes, NAV_MAGIC, NAV_VERSION)?;
-        let esz = r.u32("element size")? as usize;
-        let d = r.u32("dim")? as usize;
-        let count = r.u32("count")? as usize;
+        let count = r.vector_header::<T>(dim, n)?;
         let deg = r.u32("R")? as usize;
         let start = r.u32("start")?;
         let _reserved = r.u32("reserved")?;
-        if esz != std::mem::size_of::<T>() || d != dim {
-            return Err(r.err(format!(
-                "holds {d}-d vectors of {esz}-byte elements; the index has {dim}-d {}",
-                T::DTYPE
-            )));
-        }
-        if count == 0 || count > n {
-            return Err(r.err(format!(
-                "count is {count}, expected 1..={n} (the index's points)"
-            )));
-        }
         if deg == 0 || deg > NAV_MAX_R {
             return Err(r.err(format!("R is {deg}, expected 1..={NAV_MAX_R}")));
         }
@@ -264,7 +251,11 @@ impl<T: Element> NavGraph<T> {
         }
         let expected = count
             .checked_mul(4 * (2 + deg))
-            .and_then(|a| count.checked_mul(dim * esz).and_then(|b| a.checked_add(b)))
+            .and_then(|a| {
+                count
+                    .checked_mul(dim * std::mem::size_of::<T>())
+                    .and_then(|b| a.checked_add(b))
+            })
             .and_then(|a| a.checked_add(32));
         r.expect_len(expected)?;
         let ids = r.u32s(count, "ids")?;

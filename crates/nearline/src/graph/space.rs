@@ -14,6 +14,20 @@ pub trait PointDistance: Sync {
     fn dist(&self, a: u32, b: u32) -> f32;
 }
 
+/// The build distance of points `a` and `b` with rows `x` and `y`: squared
+/// L2, plus the squared difference of their extra MIPS coordinates if any.
+#[inline]
+fn build_distance<T: Element>(x: &[T], y: &[T], extra: Option<&[f32]>, a: u32, b: u32) -> f32 {
+    let d = T::l2_sq(x, y);
+    match extra {
+        Some(e) => {
+            let t = e[a as usize] - e[b as usize];
+            d + t * t
+        }
+        None => d,
+    }
+}
+
 /// A [`PointDistance`] over the rows of a matrix.
 ///
 /// L2 and cosine (normalised data) use squared L2. Inner product uses the
@@ -82,14 +96,13 @@ impl<T: Element> PointDistance for MatrixSpace<'_, T> {
     }
     #[inline]
     fn dist(&self, a: u32, b: u32) -> f32 {
-        let d = T::l2_sq(self.data.row(a as usize), self.data.row(b as usize));
-        match &self.extra {
-            Some(e) => {
-                let x = e[a as usize] - e[b as usize];
-                d + x * x
-            }
-            None => d,
-        }
+        build_distance(
+            self.data.row(a as usize),
+            self.data.row(b as usize),
+            self.extra.as_deref(),
+            a,
+            b,
+        )
     }
 }
 
@@ -123,14 +136,7 @@ impl<T: Element> PointDistance for GatheredSpace<'_, T> {
         let (Some(x), Some(y)) = (self.row(a), self.row(b)) else {
             return f32::INFINITY;
         };
-        let d = T::l2_sq(x, y);
-        match self.extra {
-            Some(e) => {
-                let t = e[a as usize] - e[b as usize];
-                d + t * t
-            }
-            None => d,
-        }
+        build_distance(x, y, self.extra, a, b)
     }
 }
 
@@ -182,13 +188,6 @@ impl<T: Element> PointDistance for FileRowSpace<'_, T> {
             }
             return f32::INFINITY;
         }
-        let d = T::l2_sq(x, y);
-        match self.extra {
-            Some(e) => {
-                let t = e[a as usize] - e[b as usize];
-                d + t * t
-            }
-            None => d,
-        }
+        build_distance(x, y, self.extra, a, b)
     }
 }

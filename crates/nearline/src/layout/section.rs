@@ -135,6 +135,27 @@ impl<'a> SectionReader<'a> {
             .collect())
     }
 
+    /// Reads the vector header shared by entry-point sections (element size,
+    /// dimension, count) and checks it against an index of `n` points of
+    /// dimension `dim` and element type `T`; returns the count.
+    pub fn vector_header<T: Element>(&mut self, dim: usize, n: usize) -> Result<usize> {
+        let esz = self.u32("element size")? as usize;
+        let d = self.u32("dim")? as usize;
+        let count = self.u32("count")? as usize;
+        if esz != std::mem::size_of::<T>() || d != dim {
+            return Err(self.err(format!(
+                "holds {d}-d vectors of {esz}-byte elements; the index has {dim}-d {}",
+                T::DTYPE
+            )));
+        }
+        if count == 0 || count > n {
+            return Err(self.err(format!(
+                "count is {count}, expected 1..={n} (the index's points)"
+            )));
+        }
+        Ok(count)
+    }
+
     /// Fails unless the section is exactly `expected` bytes long (`None`: the
     /// size its header implies overflows).
     pub fn expect_len(&self, expected: Option<usize>) -> Result<()> {

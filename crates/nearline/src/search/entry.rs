@@ -227,23 +227,10 @@ impl<T: Element> EntrySet<T> {
             CENTROIDS_MAGIC,
             CENTROIDS_VERSION,
         )?;
-        let esz = r.u32("element size")? as usize;
-        let d = r.u32("dim")? as usize;
-        let count = r.u32("count")? as usize;
+        let count = r.vector_header::<T>(dim, n)?;
         let _reserved = r.u32("reserved")?;
-        if esz != std::mem::size_of::<T>() || d != dim {
-            return Err(r.err(format!(
-                "holds {d}-d vectors of {esz}-byte elements; the index has {dim}-d {}",
-                T::DTYPE
-            )));
-        }
-        if count == 0 || count > n {
-            return Err(r.err(format!(
-                "count is {count}, expected 1..={n} (the index's points)"
-            )));
-        }
         let expected = count
-            .checked_mul(4 + dim * esz)
+            .checked_mul(4 + dim * std::mem::size_of::<T>())
             .and_then(|a| a.checked_add(24));
         r.expect_len(expected)?;
         let ids = r.u32s(count, "ids")?;
