@@ -1023,6 +1023,165 @@ pub fn write_ground_truth(path: &Path, gt: &GroundTruth) -> Result<()> {
     })
 }
 
+// ---------------------------------------------------------------------------
+// Range ground truth
+
+/// Exact range-search answers of a query set, in CSR form: the results of
+/// query `i` are `ids[lims[i]..lims[i + 1]]` (internal ids, row order of the
+/// base file), closest first, with their user-facing `distances` (squared L2,
+/// inner product or cosine similarity; empty when the file held ids only).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeGroundTruth {
+    /// `n + 1` offsets, starting at 0, non-decreasing, ending at `ids.len()`.
+    pub lims: Vec<u64>,
+    pub ids: Vec<u32>,
+    pub distances: Vec<f32>,
+}
+
+impl RangeGroundTruth {
+    /// Number of queries.
+    pub fn n(&self) -> usize {
+        self.lims.len().saturating_sub(1)
+    }
+
+    /// Checks the CSR invariants; the error says which one fails.
+    pub fn validate(&self) -> Result<()> {
+        let Some((&first, _)) = self.lims.split_first() else {
+            return Err(Error::arg(
+                "range ground truth: lims is empty; it needs n + 1 entries starting at 0",
+            ));
+        };
+        if first != 0 {
+            return Err(Error::arg(format!(
+                "range ground truth: lims[0] is {first}, expected 0"
+            )));
+        }
+        if let Some(i) = self.lims.windows(2).position(|w| w[1] < w[0]) {
+            return Err(Error::arg(format!(
+                "range ground truth: lims decreases at query {i} ({} then {})",
+                self.lims[i],
+                self.lims[i + 1]
+            )));
+        }
+        let last = self.lims[self.lims.len() - 1];
+        if last != self.ids.len() as u64 {
+            return Err(Error::arg(format!(
+                "range ground truth: lims ends at {last} but there are {} ids",
+                self.ids.len()
+            )));
+        }
+        if !self.distances.is_empty() && self.distances.len() != self.ids.len() {
+            return Err(Error::arg(format!(
+                "range ground truth has {} distances for {} ids (expected as many, or none)",
+                self.distances.len(),
+                self.ids.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Reads a range ground-truth file.
+///
+/// The layout is DiskANN's range ground truth followed by distances, all
+/// little-endian: uint32 n, uint32 total, n uint32 counts (results per query),
+/// total uint32 ids (query after query), then total float32 distances. The
+/// file is exactly `8 + 4·n + 8·total` bytes; DiskANN's ids-only variant of
+/// `8 + 4·n + 4·total` bytes is accepted too (`distances` is then empty).
+/// The counts must add up to `total`.
+pub fn read_range_ground_truth(path: &Path) -> Result<RangeGroundTruth> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let len = bytes.len() as u64;
+    if len < 8 {
+        return Err(Error::format(
+            path,
+            if len == 0 {
+                "range ground-truth file is empty: expected an 8-byte header (uint32 n, uint32 total)"
+                    .to_string()
+            } else {
+                format!(
+                    "range ground-truth header is {len} bytes, expected 8 (uint32 n, uint32 total)"
+                )
+            },
+        ));
+    }
+    let u32_at =
+        |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+    let (n, total) = (u32_at(0) as u64, u32_at(4) as u64);
+    let ids_only = 8 + 4 * n + 4 * total;
+    let full = ids_only + 4 * total;
+    if len != full && len != ids_only {
+        return Err(Error::format(
+            path,
+            format!(
+                "range ground-truth file is {len} bytes; for n={n} total={total} expected exactly \
+                 {full} (counts, ids and distances) or {ids_only} (counts and ids)"
+            ),
+        ));
+    }
+    let (n, total) = (n as usize, total as usize);
+    let mut lims = Vec::with_capacity(n + 1);
+    lims.push(0u64);
+    let mut sum = 0u64;
+    for i in 0..n {
+        sum += u32_at(8 + 4 * i) as u64;
+        lims.push(sum);
+    }
+    if sum != total as u64 {
+        return Err(Error::format(
+            path,
+            format!("range ground truth: the {n} per-query counts add up to {sum}, the header says total={total}"),
+        ));
+    }
+    let id_start = 8 + 4 * n;
+    let ids: Vec<u32> = bytes[id_start..id_start + 4 * total]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let distances: Vec<f32> = if len == full {
+        bytes[id_start + 4 * total..]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(RangeGroundTruth {
+        lims,
+        ids,
+        distances,
+    })
+}
+
+/// Writes a range ground-truth file in the layout [`read_range_ground_truth`]
+/// reads (without distances when `distances` is empty).
+pub fn write_range_ground_truth(path: &Path, gt: &RangeGroundTruth) -> Result<()> {
+    gt.validate()?;
+    let n = u32::try_from(gt.n()).map_err(|_| {
+        Error::arg(format!(
+            "cannot write {}: {} queries do not fit the format's uint32 n",
+            path.display(),
+            gt.n()
+        ))
+    })?;
+    let total = u32::try_from(gt.ids.len()).map_err(|_| {
+        Error::arg(format!(
+            "cannot write {}: {} results do not fit the format's uint32 total",
+            path.display(),
+            gt.ids.len()
+        ))
+    })?;
+    // Each count is at most total, so it fits too.
+    let counts: Vec<u32> = gt.lims.windows(2).map(|w| (w[1] - w[0]) as u32).collect();
+    write_file(path, |w| {
+        w.write_all(&n.to_le_bytes())?;
+        w.write_all(&total.to_le_bytes())?;
+        w.write_all(bytemuck::cast_slice(&counts))?;
+        w.write_all(bytemuck::cast_slice(&gt.ids))?;
+        w.write_all(bytemuck::cast_slice(&gt.distances))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1603,6 +1762,117 @@ mod tests {
         assert!(err_text(read_ground_truth(&p)).contains("row 1, column 1: id -1"));
         std::fs::write(&p, &bytes[..bytes.len() - 2]).unwrap();
         assert!(err_text(read_ground_truth(&p)).contains("not a multiple"));
+    }
+
+    fn sample_range_gt(counts: &[u64]) -> RangeGroundTruth {
+        let mut lims = vec![0u64];
+        for c in counts {
+            lims.push(lims.last().unwrap() + c);
+        }
+        let total = *lims.last().unwrap() as usize;
+        RangeGroundTruth {
+            lims,
+            ids: (0..total as u32).map(|i| i * 13 % 977).collect(),
+            distances: (0..total).map(|i| i as f32 * 0.5 - 2.0).collect(),
+        }
+    }
+
+    #[test]
+    fn range_ground_truth_file_roundtrip() {
+        let dir = tmp();
+        let p = dir.path().join("range.bin");
+        for counts in [&[][..], &[0], &[3], &[2, 0, 5, 0, 0, 1], &[0, 0, 0]] {
+            let gt = sample_range_gt(counts);
+            write_range_ground_truth(&p, &gt).unwrap();
+            let (n, total) = (counts.len(), gt.ids.len());
+            let len = std::fs::metadata(&p).unwrap().len() as usize;
+            assert_eq!(len, 8 + 4 * n + 8 * total);
+            let back = read_range_ground_truth(&p).unwrap();
+            assert_eq!(back, gt);
+            assert_eq!(back.n(), n);
+            // The header and counts are DiskANN's layout.
+            let bytes = std::fs::read(&p).unwrap();
+            assert_eq!(le_i32(&bytes[0..4]) as usize, n);
+            assert_eq!(le_i32(&bytes[4..8]) as usize, total);
+            for (i, &c) in counts.iter().enumerate() {
+                assert_eq!(le_i32(&bytes[8 + 4 * i..12 + 4 * i]) as u64, c);
+            }
+        }
+        // Ids only (DiskANN writes no distances): read back with none.
+        let mut gt = sample_range_gt(&[2, 1]);
+        gt.distances.clear();
+        write_range_ground_truth(&p, &gt).unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 8 + 8 + 12);
+        assert_eq!(read_range_ground_truth(&p).unwrap(), gt);
+    }
+
+    #[test]
+    fn range_ground_truth_refuses_inconsistent_data() {
+        let dir = tmp();
+        let p = dir.path().join("range.bin");
+        let mut bad = sample_range_gt(&[2, 1]);
+        bad.ids.pop();
+        let e = err_text(write_range_ground_truth(&p, &bad));
+        assert!(e.contains("ends at 3") && e.contains("2 ids"), "{e}");
+        let mut bad = sample_range_gt(&[2, 1]);
+        bad.distances.pop();
+        assert!(err_text(write_range_ground_truth(&p, &bad)).contains("2 distances for 3 ids"));
+        let mut bad = sample_range_gt(&[2, 1]);
+        bad.lims = vec![0, 3, 2];
+        bad.ids.truncate(2);
+        bad.distances.truncate(2);
+        assert!(err_text(write_range_ground_truth(&p, &bad)).contains("decreases at query 1"));
+        let mut bad = sample_range_gt(&[2]);
+        bad.lims = vec![1, 2];
+        assert!(err_text(write_range_ground_truth(&p, &bad)).contains("lims[0] is 1"));
+        let mut bad = sample_range_gt(&[]);
+        bad.lims.clear();
+        assert!(err_text(write_range_ground_truth(&p, &bad)).contains("lims is empty"));
+        assert!(!p.exists(), "nothing is written for refused data");
+    }
+
+    #[test]
+    fn range_ground_truth_file_bad_sizes() {
+        let dir = tmp();
+        let p = dir.path().join("range.bin");
+        let gt = sample_range_gt(&[2, 0, 3]);
+        write_range_ground_truth(&p, &gt).unwrap();
+        let good = std::fs::read(&p).unwrap();
+        assert_eq!(good.len(), 8 + 12 + 40);
+        // Truncated and extended files name the file and the sizes.
+        for len in [good.len() - 1, good.len() - 21, 21, 9] {
+            std::fs::write(&p, &good[..len]).unwrap();
+            let e = err_text(read_range_ground_truth(&p));
+            assert!(
+                e.contains(&format!("{len} bytes")) && e.contains("60") && e.contains("40"),
+                "{len}: {e}"
+            );
+            assert!(e.contains("range.bin"), "{e}");
+        }
+        let mut longer = good.clone();
+        longer.extend_from_slice(&[0; 4]);
+        std::fs::write(&p, &longer).unwrap();
+        assert!(err_text(read_range_ground_truth(&p)).contains("64 bytes"));
+        std::fs::write(&p, &good[..5]).unwrap();
+        assert!(err_text(read_range_ground_truth(&p)).contains("expected 8"));
+        std::fs::write(&p, b"").unwrap();
+        assert!(err_text(read_range_ground_truth(&p)).contains("empty"));
+        // Counts that do not add up to the total.
+        let mut bad = good.clone();
+        bad[8..12].copy_from_slice(&3u32.to_le_bytes());
+        std::fs::write(&p, &bad).unwrap();
+        let e = err_text(read_range_ground_truth(&p));
+        assert!(e.contains("add up to 6") && e.contains("total=5"), "{e}");
+        // A huge header with a small file is refused, not allocated.
+        let mut huge = vec![0u8; 16];
+        huge[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&p, &huge).unwrap();
+        assert!(err_text(read_range_ground_truth(&p)).contains("16 bytes"));
+        assert!(
+            err_text(read_range_ground_truth(&dir.path().join("missing.bin")))
+                .contains("missing.bin")
+        );
     }
 
     #[test]

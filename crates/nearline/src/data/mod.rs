@@ -6,5 +6,8 @@ pub mod files;
 pub mod groundtruth;
 pub mod matrix;
 
-pub use files::{read_ground_truth, write_ground_truth, GroundTruth, VectorFileFormat};
+pub use files::{
+    read_ground_truth, read_range_ground_truth, write_ground_truth, write_range_ground_truth,
+    GroundTruth, RangeGroundTruth, VectorFileFormat,
+};
 pub use matrix::{Matrix, MatrixView};
