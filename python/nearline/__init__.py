@@ -33,6 +33,11 @@ __all__ = [
     "read_ground_truth",
     "write_ground_truth",
     "recall",
+    "compute_range_ground_truth",
+    "read_range_ground_truth",
+    "write_range_ground_truth",
+    "average_precision",
+    "radius_for_mean_neighbors",
     "parse_budget",
     "measure_read_ceiling",
     "FormatError",
@@ -490,6 +495,214 @@ def recall(found: np.ndarray, truth: np.ndarray, k: int) -> float:
         raise ValueError(f"ground truth has only {truth.shape[1]} neighbours per query, k={k}")
     hits = sum(len(np.intersect1d(f[f >= 0], t)) for f, t in zip(found, truth))
     return hits / (k * found.shape[0])
+
+
+def _check_metric(metric: Any) -> str:
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}")
+    return metric
+
+
+def _check_radius(radius: Any, metric: str) -> float:
+    """A finite number; for ``l2`` (a squared distance) also >= 0. Returned as the float32 value used."""
+    if isinstance(radius, bool) or not isinstance(radius, (int, float, np.integer, np.floating)):
+        raise TypeError(f"radius must be a number, not {type(radius).__name__}")
+    try:
+        r = float(radius)
+    except OverflowError:
+        r = float("inf")
+    if np.isfinite(r):
+        with np.errstate(over="ignore"):
+            r = float(np.float32(r))
+    if not np.isfinite(r):
+        raise ValueError(f"radius={radius} is not a finite number (as float32)")
+    if metric == "l2" and r < 0:
+        raise ValueError(f"radius={radius} is negative: for l2 the radius is a squared distance (>= 0)")
+    return r
+
+
+def compute_range_ground_truth(
+    base: np.ndarray, queries: np.ndarray, radius: float, metric: str = "l2", threads: Optional[int] = None
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact range search (multi-threaded, SIMD): every base row within ``radius`` of each query.
+
+    Within means squared L2 distance ``<= radius`` for ``l2``, inner product or
+    cosine similarity ``>= radius`` for ``ip`` and ``cosine`` (the values
+    :func:`compute_ground_truth` and :meth:`Index.search` report; the radius is
+    used as a float32). Uses the same kernels as :func:`compute_ground_truth`.
+
+    Args:
+        base: ``(n, dim)`` array (float32, float16, uint8, int8; float64 is cast).
+        queries: ``(nq, dim)`` array (cast to the base's dtype).
+        radius: a finite number; ``>= 0`` for ``l2``.
+        metric: ``"l2"``, ``"ip"`` or ``"cosine"``.
+        threads: threads to use (default: all cores).
+
+    Returns:
+        ``(lims, ids, distances)`` in CSR form, as :meth:`Index.range_search`
+        returns them: the answer of query ``i`` is ``ids[lims[i]:lims[i+1]]``
+        (int64 row numbers of ``base``) with float32 ``distances``, closest first,
+        ties by smaller id. ``lims`` is int64 of length ``nq + 1``.
+
+    Raises:
+        ValueError: a NaN/infinite radius, a negative ``l2`` radius, mismatched
+            dimensions, or more than 2^32 - 1 results in total (the range
+            ground-truth file's limit: pick a tighter radius).
+    """
+    metric = _check_metric(metric)
+    r = _check_radius(radius, metric)
+    b = _as_matrix(base, "base")
+    q = _as_matrix(queries, "queries")
+    if q.dtype != b.dtype:
+        q = q.astype(b.dtype)
+    if threads is not None:
+        threads = _check_int("threads", threads, 1)
+    lims, ids, d = _nearline.range_ground_truth(b, q, r, metric, threads)
+    return lims, ids, d
+
+
+def read_range_ground_truth(path: PathLike) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """Reads a range ground-truth file: ``(lims int64, ids int64, distances float32 or None)``.
+
+    The layout is DiskANN's range ground truth (uint32 n, uint32 total, n uint32
+    counts, total uint32 ids) followed by total float32 distances; DiskANN's
+    files without distances are read too (``distances`` is then None). See
+    ``docs/format.md``. Truncated or inconsistent files raise :class:`FormatError`
+    naming the file.
+    """
+    return _nearline.read_range_ground_truth(os.fspath(path))
+
+
+def _check_lims(name: str, lims: Any, ids: Any) -> Tuple[np.ndarray, np.ndarray]:
+    """1-D integer ``lims`` (n + 1 offsets from 0, non-decreasing, ending at ``len(ids)``) and 1-D ``ids``."""
+    lims_a = np.asarray(lims)
+    ids_a = np.asarray(ids)
+    if lims_a.ndim != 1 or lims_a.size == 0 or not np.issubdtype(lims_a.dtype, np.integer):
+        raise ValueError(f"{name} lims must be a non-empty 1-D integer array (n + 1 offsets), got "
+                         f"shape {lims_a.shape} dtype {lims_a.dtype}")
+    if ids_a.ndim != 1 or not (np.issubdtype(ids_a.dtype, np.integer) or ids_a.size == 0):
+        raise ValueError(f"{name} ids must be a 1-D integer array, got shape {ids_a.shape} dtype {ids_a.dtype}")
+    lims_a = lims_a.astype(np.int64)
+    if lims_a[0] != 0:
+        raise ValueError(f"{name} lims[0] is {lims_a[0]}, expected 0")
+    steps = np.diff(lims_a)
+    if steps.size and steps.min() < 0:
+        i = int(np.argmax(steps < 0))
+        raise ValueError(f"{name} lims decreases at query {i} ({lims_a[i]} then {lims_a[i + 1]})")
+    if lims_a[-1] != ids_a.size:
+        raise ValueError(f"{name} lims ends at {lims_a[-1]} but there are {ids_a.size} ids")
+    return lims_a, ids_a.astype(np.int64)
+
+
+def write_range_ground_truth(
+    path: PathLike, lims: np.ndarray, ids: np.ndarray, distances: Optional[np.ndarray] = None
+) -> None:
+    """Writes range ground truth (CSR ``lims``/``ids``/``distances``) in the layout
+    :func:`read_range_ground_truth` reads; ``distances=None`` writes DiskANN's ids-only form."""
+    lims_a, ids_a = _check_lims("range ground truth", lims, ids)
+    d = None
+    if distances is not None:
+        d = np.ascontiguousarray(np.asarray(distances, dtype=np.float32))
+        if d.ndim != 1 or d.size != ids_a.size:
+            raise ValueError(f"distances has shape {d.shape}, expected ({ids_a.size},) like ids")
+    _nearline.write_range_ground_truth(os.fspath(path), np.ascontiguousarray(lims_a), np.ascontiguousarray(ids_a), d)
+
+
+def average_precision(lims: np.ndarray, ids: np.ndarray, gt_lims: np.ndarray, gt_ids: np.ndarray) -> float:
+    """Starling's average precision (AP) of range-search results against exact ones.
+
+    Per query, ``|R' ∩ R| / |R|`` where ``R'`` is the result (``ids[lims[i]:lims[i+1]]``;
+    negative ids and duplicates are ignored) and ``R`` the exact answer
+    (``gt_ids[gt_lims[i]:gt_lims[i+1]]``). A query whose exact answer is empty
+    scores 1.0 when its result is empty too and 0.0 otherwise. Returns the mean
+    over queries.
+
+    Raises:
+        ValueError: malformed CSR arrays, different query counts, or no queries.
+    """
+    lims_a, ids_a = _check_lims("result", lims, ids)
+    gl, gi = _check_lims("ground-truth", gt_lims, gt_ids)
+    nq = lims_a.size - 1
+    if gl.size - 1 != nq:
+        raise ValueError(f"results have {nq} queries, the ground truth has {gl.size - 1}")
+    if nq == 0:
+        raise ValueError("average precision of zero queries is undefined")
+    qr = np.repeat(np.arange(nq, dtype=np.int64), np.diff(lims_a))
+    qg = np.repeat(np.arange(nq, dtype=np.int64), np.diff(gl))
+    keep = ids_a >= 0
+    qr, ids_a = qr[keep], ids_a[keep]
+    keep = gi >= 0
+    qg, gi = qg[keep], gi[keep]
+    m = int(max(ids_a.max(initial=0), gi.max(initial=0))) + 1
+    if nq * m >= 2**62:  # keys would overflow: per query
+        hits = np.zeros(nq)
+        found = np.zeros(nq)
+        truth = np.zeros(nq)
+        for i in range(nq):
+            r = np.unique(ids_a[qr == i])
+            g = np.unique(gi[qg == i])
+            hits[i], found[i], truth[i] = np.intersect1d(r, g, assume_unique=True).size, r.size, g.size
+    else:
+        kr = np.unique(qr * m + ids_a)
+        kg = np.unique(qg * m + gi)
+        hit = np.isin(kr, kg, assume_unique=True)
+        hits = np.bincount(kr[hit] // m, minlength=nq).astype(np.float64)
+        found = np.bincount(kr // m, minlength=nq)
+        truth = np.bincount(kg // m, minlength=nq).astype(np.float64)
+    per_query = np.where(truth > 0, hits / np.maximum(truth, 1), np.where(found == 0, 1.0, 0.0))
+    return float(per_query.mean())
+
+
+def radius_for_mean_neighbors(
+    base: np.ndarray, queries: np.ndarray, mean_neighbors: float, metric: str = "l2", threads: Optional[int] = None
+) -> float:
+    """The radius at which the queries have ``mean_neighbors`` exact neighbours on average.
+
+    With ``T = round(mean_neighbors × nq)`` (at least 1), the result is the value
+    (squared L2 distance, or inner product / cosine similarity) of the ``T``-th
+    closest (query, base row) pair over all queries together, found from exact
+    k-NN ground truth. ``k`` starts at ``max(32, 2 × mean_neighbors)`` and
+    doubles (up to ``n``) while some query's k-th neighbour is still within the
+    candidate radius, since that query could have more neighbours within it than
+    ``k`` shows; so no query's count is truncated.
+
+    Ties: every pair whose value equals the radius is within it, so the mean
+    count at the returned radius is ``T / nq`` exactly when no other pair ties
+    the ``T``-th one, and larger by the number of pairs tied with it otherwise
+    (integer data ties often). The radius is a float32 value, as the engine
+    compares it.
+
+    Raises:
+        ValueError: ``mean_neighbors`` not a finite number in (0, n], no queries,
+            or mismatched dimensions.
+    """
+    metric = _check_metric(metric)
+    b = _as_matrix(base, "base")
+    q = _as_matrix(queries, "queries")
+    if q.dtype != b.dtype:
+        q = q.astype(b.dtype)
+    n, nq = b.shape[0], q.shape[0]
+    if isinstance(mean_neighbors, bool) or not isinstance(mean_neighbors, (int, float, np.integer, np.floating)):
+        raise TypeError(f"mean_neighbors must be a number, not {type(mean_neighbors).__name__}")
+    mn = float(mean_neighbors)
+    if not np.isfinite(mn) or not 0.0 < mn <= n:
+        raise ValueError(f"mean_neighbors={mean_neighbors} must be a finite number in (0, n={n}]")
+    if nq == 0:
+        raise ValueError("radius_for_mean_neighbors needs at least one query")
+    if threads is not None:
+        threads = _check_int("threads", threads, 1)
+    higher = metric != "l2"
+    target = min(max(1, int(round(mn * nq))), n * nq)
+    k = min(n, max(32, int(np.ceil(2 * mn))))
+    while True:
+        _ids, d = _nearline.ground_truth(b, q, k, metric, threads)
+        key = -np.asarray(d, dtype=np.float64) if higher else np.asarray(d, dtype=np.float64)
+        r_key = float(np.partition(key.ravel(), target - 1)[target - 1])
+        if k >= n or not np.any(key[:, -1] <= r_key):
+            break
+        log.debug("radius_for_mean_neighbors: k=%d truncates a query at radius %g; doubling", k, r_key)
+        k = min(n, 2 * k)
+    return -r_key if higher else r_key
 
 
 def measure_read_ceiling(

@@ -4,7 +4,7 @@ The JSON spec comes from argv[1] or, if absent, stdin; the result JSON is the
 only thing written to the real stdout. Anything the systems print (DiskANN's
 C++ logging goes to stdout) is redirected to stderr at the file-descriptor level.
 
-Spec keys: ``action`` ("build", "search" or "ceiling"), ``system``, ``name``
+Spec keys: ``action`` ("build", "search", "range_search" or "ceiling"), ``system``, ``name``
 (the system's name in the report, e.g. a nearline variant), ``base`` (vector
 file), ``index_dir``, ``params`` (see :class:`nearline.peers.Params`),
 ``pq_bytes``, ``variant`` (nearline only: ``{"build", "open", "search"}``
@@ -13,7 +13,10 @@ keyword overrides); for search also ``queries``, ``gt``, ``k``, ``Ls``,
 closed-loop latency run per L; 0 = none: nearline's percentiles then come from
 the recall batch), ``perturb`` and ``seed`` (see
 :func:`nearline.bench.perturbed_queries`); for ceiling ``path``, ``depth``,
-``seconds``, ``io``, ``seed`` (see :func:`nearline.measure_read_ceiling`).
+``seconds``, ``io``, ``seed`` (see :func:`nearline.measure_read_ceiling`);
+for range_search ``method`` ("native" or "doubling"), ``range_gt`` (a range
+ground-truth file), ``radius``, ``metric``, ``n`` (base vectors: the most k
+the doubling baseline asks for), ``Ls``, ``k0``, ``queries_repeat``, ``warmup``.
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from nearline import datasets, peers
 from nearline.bench import (
     DEFAULT_PERTURB,
     closed_loop_latency,
+    knn_doubling_range,
     latency_summary,
     perturbed_queries,
     process_closed_loop_latency,
+    tile_csr,
 )
 
 log = logging.getLogger("nearline.bench.worker")
@@ -191,6 +196,102 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
+    """Opens one system's index, warms up, then at each L answers every query's range search.
+
+    ``method`` "native" calls the system's own range search (nearline's
+    ``Index.range_search``); "doubling" runs :func:`nearline.bench.knn_doubling_range`
+    over its k-NN search. Each point has the average precision against
+    ``range_gt``, QPS over the whole batch (every round, for doubling), mean
+    results per query, mean and max rounds, and the mean per-query statistics
+    (summed over rounds) or, without them, reads from ``/proc/self/io``.
+    """
+    import nearline
+
+    p = peers.Params.from_dict(spec.get("params", {}))
+    system = spec["system"]
+    name = spec.get("name") or system
+    method = spec.get("method", "native")
+    if method not in ("native", "doubling"):
+        raise ValueError(f"unknown range method {method!r}: expected 'native' or 'doubling'")
+    radius = float(spec["radius"])
+    metric = str(spec.get("metric", p.metric))
+    higher = metric != "l2"
+    n = int(spec["n"])
+    k0 = int(spec.get("k0", 10))
+    queries = datasets.read_vectors(spec["queries"])
+    gt_lims, gt_ids, _ = nearline.read_range_ground_truth(spec["range_gt"])
+    if gt_lims.size - 1 != queries.shape[0]:
+        raise ValueError(f"{spec['range_gt']}: {gt_lims.size - 1} queries but {spec['queries']} has {queries.shape[0]}")
+    reps = max(1, int(spec.get("queries_repeat", 1)))
+    if reps > 1:
+        queries = np.tile(queries, (reps, 1))
+        gt_lims, gt_ids = tile_csr(gt_lims, gt_ids, reps)
+    queries = np.ascontiguousarray(queries)
+    nq = queries.shape[0]
+
+    rss0 = peers.rss_bytes()
+    t0 = time.perf_counter()
+    h = peers.open_system(system, Path(spec["index_dir"]), p, queries.shape[1], queries.dtype.itemsize,
+                          spec.get("variant"))
+    open_s = time.perf_counter() - t0
+    rss_open = peers.rss_bytes()
+
+    def answer(qs: np.ndarray, L: int) -> dict[str, Any]:
+        if method == "native":
+            lims, ids, d, stats = h.range_batch(qs, radius, L)
+            return {"lims": lims, "ids": ids, "distances": d, "rounds": None, "stats": stats}
+        return knn_doubling_range(h.batch_with_distances, qs, radius, L, k0, n, higher)
+
+    Ls = [int(L) for L in spec["Ls"]]
+    warm = min(nq, int(spec.get("warmup", 100)))
+    if warm:
+        answer(queries[:warm], Ls[0])
+    points = []
+    for L in Ls:
+        io0 = peers.read_proc_io()
+        t = time.perf_counter()
+        out = answer(queries, L)
+        wall = time.perf_counter() - t
+        io1 = peers.read_proc_io()
+        read_bytes = io1.get("read_bytes", 0) - io0.get("read_bytes", 0) if io0 and io1 else None
+        lims = np.asarray(out["lims"], dtype=np.int64)
+        point: dict[str, Any] = {
+            "L": L,
+            "ap": nearline.average_precision(lims, out["ids"], gt_lims, gt_ids),
+            "qps": nq / wall if wall > 0 else None,
+            "wall_s": wall,
+            "mean_results": float(np.diff(lims).mean()) if nq else 0.0,
+            "proc_read_bytes": read_bytes,
+            "proc_reads_per_query": (read_bytes / 4096.0 / nq) if read_bytes is not None else None,
+        }
+        if out["rounds"] is not None:
+            point["mean_rounds"] = float(np.mean(out["rounds"]))
+            point["max_rounds"] = float(np.max(out["rounds"]))
+        stats = out["stats"]
+        if stats is not None:
+            point.update(_stats_means(stats))
+            if "total_us" in stats:
+                point.update(latency_summary(np.asarray(stats["total_us"], dtype=np.float64) / 1000.0))
+        elif read_bytes is not None:
+            point["mean_reads"] = read_bytes / 4096.0 / nq
+        points.append(point)
+        log.info("%s L=%d AP=%.4f qps=%.0f results=%.1f", name, L, point["ap"], point["qps"] or 0,
+                 point["mean_results"])
+    h.close()
+    return {
+        "system": name,
+        "kind": system,
+        "method": method,
+        "nq": nq,
+        "open_s": open_s,
+        "rss_before_open_bytes": rss0,
+        "rss_after_open_bytes": rss_open,
+        "peak_rss_bytes": peers.peak_rss_bytes(),
+        "points": points,
+    }
+
+
 def run_ceiling(spec: dict[str, Any]) -> dict[str, Any]:
     """Measures the disk's random-read ceiling on ``spec["path"]`` (a file or an index directory)."""
     import nearline
@@ -208,9 +309,11 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         return run_build(spec)
     if action == "search":
         return run_search(spec)
+    if action == "range_search":
+        return run_range_search(spec)
     if action == "ceiling":
         return run_ceiling(spec)
-    raise ValueError(f"unknown action {action!r}: expected 'build', 'search' or 'ceiling'")
+    raise ValueError(f"unknown action {action!r}: expected 'build', 'search', 'range_search' or 'ceiling'")
 
 
 def main(argv: Optional[list[str]] = None) -> int:

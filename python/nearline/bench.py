@@ -17,6 +17,16 @@ Every system builds and searches in its own subprocess (``nearline._bench_worker
 3. **report** medians over repetitions, a table, ratios against the baseline
    at matched recall (:func:`interpolate_at_recall`), the disk utilisation of
    each system, JSON and an optional plot.
+
+**Range mode** (``BenchConfig.radius`` or ``range_neighbors``; ``nearline bench
+--radius R`` / ``--range-neighbors N``): the same builds, alternation and
+medians, but every system answers the queries' range search at each L and is
+scored by Starling's average precision (:func:`nearline.average_precision`)
+against the exact range ground truth (computed once, cached under
+``workdir/data/``). Methods: ``native`` (``Index.range_search``, nearline only)
+and ``doubling`` (repeated k-NN with doubling k, :func:`knn_doubling_range`,
+for nearline and diskannpy), reported as ``NAME`` and ``NAME+doubling``; ratios
+are taken at matched AP (``target_aps``).
 """
 
 from __future__ import annotations
@@ -46,6 +56,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LS = (10, 20, 30, 50, 70, 100, 150, 200)
 TARGET_RECALLS = (0.90, 0.95, 0.99)
+#: APs at which range-mode ratios are interpolated.
+TARGET_APS = (0.80, 0.90, 0.95)
+#: Range-search methods: the engine's own, and repeated k-NN with doubling k.
+RANGE_METHODS = ("native", "doubling")
+#: Suffix of a system's name in the report when it runs the doubling baseline.
+DOUBLING_SUFFIX = "+doubling"
+#: Peers that can answer range queries (by doubling k).
+RANGE_PEERS = ("diskannpy",)
 #: Name of the disk-ceiling measurement in the alternation schedule.
 CEILING = "disk-ceiling"
 #: Default relative size of the latency-run perturbation (see :func:`perturbed_queries`).
@@ -57,6 +75,13 @@ POINT_METRICS = (
     "lat_concurrency", "lat_run_qps", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query",
     "proc_read_bytes", "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances",
     "mean_io_wait_us", "mean_cpu_us",
+)
+#: Point metrics of range mode (median over repetitions).
+RANGE_POINT_METRICS = (
+    "ap", "qps", "wall_s", "mean_results", "mean_rounds", "max_rounds", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms",
+    "lat_p999_ms", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes",
+    "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us",
+    "mean_cpu_us",
 )
 
 #: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open`` or ``Index.search``.
@@ -225,6 +250,36 @@ class BenchConfig:
     ceiling_depth: int = 32
     ceiling_seconds: float = 3.0
     timeout_s: Optional[float] = None
+    #: Range mode: the radius (squared L2 distance, or inner product / cosine similarity score).
+    radius: Optional[float] = None
+    #: Range mode: pick the radius giving this mean number of exact neighbours per query.
+    range_neighbors: Optional[float] = None
+    target_aps: list[float] = dataclasses.field(default_factory=lambda: list(TARGET_APS))
+    range_methods: list[str] = dataclasses.field(default_factory=lambda: list(RANGE_METHODS))
+    #: First k of the doubling baseline (each round searches with L = max(L, k)).
+    doubling_k0: int = 10
+
+    @property
+    def range_mode(self) -> bool:
+        """Whether this is a range-search benchmark."""
+        return self.radius is not None or self.range_neighbors is not None
+
+    def range_entries(self) -> list[tuple[str, str, str, Optional[Variant]]]:
+        """Range mode's systems in run order: ``(name, system, method, variant)``.
+
+        Each nearline configuration runs ``native`` as ``NAME`` and ``doubling``
+        as ``NAME+doubling`` (as ``range_methods`` asks); each peer runs doubling.
+        """
+        out: list[tuple[str, str, str, Optional[Variant]]] = []
+        for v in self.nearline_variants():
+            if "native" in self.range_methods:
+                out.append((v.name, "nearline", "native", v))
+            if "doubling" in self.range_methods:
+                out.append((v.name + DOUBLING_SUFFIX, "nearline", "doubling", v))
+        for s in self.systems:
+            if s != "nearline":
+                out.append((s + DOUBLING_SUFFIX, s, "doubling", None))
+        return out
 
     def params(self) -> peers.Params:
         """The shared build/search parameters."""
@@ -246,10 +301,19 @@ class BenchConfig:
         return [v.name for v in self.nearline_variants()] + [s for s in self.systems if s != "nearline"]
 
     def baseline_system(self) -> str:
-        """``baseline`` if set, else the first peer, else the first system."""
-        names = self.all_systems()
+        """``baseline`` if set, else the first peer, else the first system.
+
+        In range mode: else the first peer's doubling run, else the first
+        doubling run, else the first entry.
+        """
         if self.baseline is not None:
             return self.baseline
+        if self.range_mode:
+            names = [e[0] for e in self.range_entries()]
+            peer = next((e[0] for e in self.range_entries() if e[1] in peers.PEERS), None)
+            doubling = next((e[0] for e in self.range_entries() if e[2] == "doubling"), None)
+            return peer or doubling or names[0]
+        names = self.all_systems()
         peer = next((s for s in names if s in peers.PEERS), None)
         return peer if peer is not None else names[0]
 
@@ -271,6 +335,9 @@ class BenchConfig:
             if v.name != "nearline" and v.name in reserved:
                 raise ValueError(f"variant name {v.name!r} is taken (reserved: {', '.join(sorted(reserved))})")
             seen.add(v.name)
+        if self.range_mode:
+            self._validate_range(reserved)
+            names = [e[0] for e in self.range_entries()]
         if self.baseline is not None and self.baseline not in names:
             raise ValueError(f"--baseline {self.baseline!r} is not one of the systems: {', '.join(names)}")
         for t in self.target_recalls:
@@ -286,6 +353,42 @@ class BenchConfig:
             raise ValueError(f"--ceiling-depth must be in 1..256, got {self.ceiling_depth}")
         if not (np.isfinite(self.ceiling_seconds) and 0 < self.ceiling_seconds <= 3600):
             raise ValueError(f"--ceiling-seconds must be in (0, 3600], got {self.ceiling_seconds}")
+
+    def _validate_range(self, reserved: set[str]) -> None:
+        if self.radius is not None and self.range_neighbors is not None:
+            raise ValueError("--radius and --range-neighbors are exclusive: give the radius or how to pick it")
+        if self.radius is not None:
+            if isinstance(self.radius, bool) or not np.isfinite(float(self.radius)):
+                raise ValueError(f"--radius must be a finite number, got {self.radius}")
+        if self.range_neighbors is not None:
+            if not (np.isfinite(float(self.range_neighbors)) and float(self.range_neighbors) > 0):
+                raise ValueError(f"--range-neighbors must be a positive number, got {self.range_neighbors}")
+        if not self.range_methods or any(m not in RANGE_METHODS for m in self.range_methods):
+            raise ValueError(f"--range-methods {','.join(self.range_methods)}: expected some of "
+                             f"{', '.join(RANGE_METHODS)}")
+        if len(set(self.range_methods)) != len(self.range_methods):
+            raise ValueError(f"--range-methods {','.join(self.range_methods)}: a method is given twice")
+        if self.doubling_k0 < 1:
+            raise ValueError(f"--doubling-k0 must be at least 1, got {self.doubling_k0}")
+        for t in self.target_aps:
+            if not 0.0 < float(t) <= 1.0:
+                raise ValueError(f"--target-ap {t}: expected an AP in (0, 1]")
+        bad = [s for s in self.systems if s != "nearline" and s not in RANGE_PEERS]
+        if bad:
+            raise ValueError(f"range mode: {', '.join(bad)} cannot answer range queries (peers with range search "
+                             f"by doubling k: {', '.join(RANGE_PEERS)})")
+        entries = self.range_entries()
+        if not entries:
+            raise ValueError("range mode: nothing to run (no nearline configuration with these --range-methods, "
+                             "no peer)")
+        names = [e[0] for e in entries]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"range mode: system name(s) {', '.join(dup)} would be used twice (a variant named "
+                             f"like another's {DOUBLING_SUFFIX} run)")
+        clash = [n for n in names if n in reserved and n != "nearline"]
+        if clash:
+            raise ValueError(f"range mode: system name(s) {', '.join(clash)} are reserved")
 
 
 # --------------------------------------------------------------------------- pure helpers
@@ -506,9 +609,9 @@ _MATCHED = (("reads", "mean_reads", False), ("lat_mean", "lat_mean_ms", False), 
 
 
 def matched_ratios(
-    a: dict[str, Any], b: dict[str, Any], targets: Sequence[float] = TARGET_RECALLS
+    a: dict[str, Any], b: dict[str, Any], targets: Sequence[float] = TARGET_RECALLS, *, accuracy: str = "recall"
 ) -> dict[str, dict[str, Optional[float]]]:
-    """Ratios ``a/b`` at each target recall both curves reach.
+    """Ratios ``a/b`` at each target recall (or other ``accuracy`` key, e.g. ``"ap"``) both curves reach.
 
     ``a`` and ``b`` are summaries with ``points`` (lists of dicts with ``recall``,
     ``qps``, ``mean_reads``, ``lat_mean_ms``, ``lat_p999_ms``, ``disk_util``).
@@ -521,7 +624,7 @@ def matched_ratios(
 
     def curve(s: dict[str, Any], key: str) -> tuple[list[float], list[Optional[float]]]:
         pts = s.get("points", [])
-        return [p.get("recall") for p in pts], [p.get(key) for p in pts]
+        return [p.get(accuracy) for p in pts], [p.get(key) for p in pts]
 
     for t in targets:
         qa = interpolate_at_recall(*curve(a, "qps"), t, log_scale=True)
@@ -538,7 +641,8 @@ def matched_ratios(
     return out
 
 
-def median_points(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+def median_points(runs: Sequence[Sequence[dict[str, Any]]],
+                  metrics: Sequence[str] = POINT_METRICS) -> list[dict[str, Any]]:
     """Per-L medians over repetitions of each numeric metric (``None`` where no rep has it)."""
     by_L: dict[int, list[dict[str, Any]]] = {}
     order: list[int] = []
@@ -552,7 +656,7 @@ def median_points(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, An
     for L in order:
         group = by_L[L]
         m: dict[str, Any] = {"L": L, "reps": len(group)}
-        for key in POINT_METRICS:
+        for key in metrics:
             vals = [g[key] for g in group if g.get(key) is not None]
             m[key] = float(np.median(vals)) if vals else None
         sources = {g.get("latency_source") for g in group if g.get("latency_source")}
@@ -560,6 +664,86 @@ def median_points(runs: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, An
             m["latency_source"] = "; ".join(sorted(sources))
         out.append(m)
     return out
+
+
+#: Per-query statistics that add up over the rounds of the doubling baseline.
+_SUMMED_STATS = ("hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances", "io_wait_us",
+                 "cpu_us", "total_us", "used_bytes")
+
+
+def knn_doubling_range(
+    search: Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, Optional[dict[str, np.ndarray]]]],
+    queries: np.ndarray,
+    radius: float,
+    L: int,
+    k0: int,
+    n: int,
+    higher_is_closer: bool,
+) -> dict[str, Any]:
+    """Range search by repeated k-NN with doubling k (the baseline Starling §5.3 improves on).
+
+    Every query is searched with ``k = min(k0, n)`` and list size ``max(L, k)``;
+    each query whose ``k`` results are all within ``radius`` (squared distance
+    ``<= radius``, or score ``>= radius`` when ``higher_is_closer``) and ``k < n``
+    is searched again with ``k`` doubled (at most ``n``), from scratch, until
+    some result falls outside the radius. Its answer is its last round's results
+    within the radius (ids < 0 are padding, never results). Each round is one
+    batch over the queries still going.
+
+    ``search(queries, k, L)`` returns ``(ids (m, k), values (m, k), stats or None)``
+    with user-facing values, best first. Returns ``lims``, ``ids``, ``distances``
+    (CSR), ``rounds`` per query and ``stats``: per-query sums over all rounds of
+    the additive statistics (reads, hops, ``total_us``, ...; ``io_utilisation``
+    recomputed from the sums), or None when ``search`` gives none.
+    """
+    q = np.asarray(queries)
+    nq = q.shape[0]
+    if k0 < 1 or n < 1:
+        raise ValueError(f"k0={k0} and n={n} must be at least 1")
+    k = min(int(k0), int(n))
+    active = np.arange(nq)
+    rounds = np.zeros(nq, dtype=np.int64)
+    kept_ids: list[Optional[np.ndarray]] = [None] * nq
+    kept_d: list[Optional[np.ndarray]] = [None] * nq
+    sums: Optional[dict[str, np.ndarray]] = None
+    while active.size:
+        ids, d, st = search(np.ascontiguousarray(q[active]), k, max(int(L), k))
+        ids = np.asarray(ids).reshape(active.size, -1)
+        d = np.asarray(d).reshape(active.size, -1)
+        within = (ids >= 0) & ((d >= radius) if higher_is_closer else (d <= radius))
+        rounds[active] += 1
+        if st is not None:
+            if sums is None:
+                sums = {key: np.zeros(nq) for key in _SUMMED_STATS if key in st}
+            for key in sums:
+                sums[key][active] += np.asarray(st[key], dtype=np.float64)
+        again = within.all(axis=1) & (k < n)
+        for row in np.flatnonzero(~again):
+            qi = active[row]
+            kept_ids[qi] = ids[row][within[row]].astype(np.int64)
+            kept_d[qi] = d[row][within[row]].astype(np.float32)
+        active = active[again]
+        k = min(2 * k, int(n))
+    counts = np.array([0 if x is None else x.size for x in kept_ids], dtype=np.int64)
+    lims = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    ids_out = np.concatenate([x for x in kept_ids if x is not None] or [np.zeros(0, np.int64)])
+    d_out = np.concatenate([x for x in kept_d if x is not None] or [np.zeros(0, np.float32)])
+    if sums is not None and "used_bytes" in sums and "bytes_read" in sums:
+        sums["io_utilisation"] = np.where(sums["bytes_read"] > 0, sums["used_bytes"] / np.maximum(sums["bytes_read"], 1),
+                                          0.0)
+    return {"lims": lims, "ids": ids_out.astype(np.int64), "distances": d_out.astype(np.float32), "rounds": rounds,
+            "stats": sums}
+
+
+def tile_csr(lims: np.ndarray, ids: np.ndarray, reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR ``(lims, ids)`` of ``reps`` copies of the same queries one after another."""
+    lims = np.asarray(lims, dtype=np.int64)
+    ids = np.asarray(ids)
+    if reps <= 1:
+        return lims, ids
+    total = int(lims[-1])
+    out = np.concatenate([lims[:1]] + [lims[1:] + r * total for r in range(reps)])
+    return out, np.tile(ids, reps)
 
 
 def add_disk_utilisation(points: list[dict[str, Any]], ceiling_reads_per_s: Optional[float]) -> None:
@@ -727,9 +911,12 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
     (work / "indexes").mkdir(exist_ok=True)  # nearline.build wants the parent of the index to exist
-    Ls = [L for L in cfg.Ls if L >= cfg.k]
-    if len(Ls) < len(cfg.Ls):
-        log.warning("dropping L values below k=%d: %s", cfg.k, [L for L in cfg.Ls if L < cfg.k])
+    if cfg.range_mode:
+        Ls = list(cfg.Ls)  # k plays no part: the doubling baseline searches with L = max(L, k)
+    else:
+        Ls = [L for L in cfg.Ls if L >= cfg.k]
+        if len(Ls) < len(cfg.Ls):
+            log.warning("dropping L values below k=%d: %s", cfg.k, [L for L in cfg.Ls if L < cfg.k])
     if not Ls:
         raise ValueError(f"no L value is >= k={cfg.k}")
     variants = cfg.nearline_variants()
@@ -744,6 +931,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     assert ds.base_path and ds.queries_path and ds.gt_path
     log.info("dataset %s: n=%d dim=%d dtype=%s nq=%d metric=%s", ds.name, ds.n, ds.dim, ds.base.dtype,
              ds.queries.shape[0], ds.metric)
+    range_info = prepare_range(cfg, ds, work, p.threads) if cfg.range_mode else None
 
     # ---- builds: nearline configurations first (variants with equal build keys share one), then the peers
     builds: dict[str, dict[str, Any]] = {}
@@ -779,44 +967,25 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         else:
             log.warning("no %s: the disk ceiling is not measured", cand / "pages.bin")
 
+    if range_info is not None:
+        return _run_range(cfg, ds, p, logs, range_info, builds, index_dirs, index_keys, ceiling_dir, pq_bytes, Ls,
+                          progress)
+
     # ---- searches (and the ceiling) in alternation
-    entries = systems + ([CEILING] if ceiling_dir is not None else [])
-    schedule = alternation_schedule(entries, cfg.reps)
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
-    ceiling_runs: list[dict[str, Any]] = []
     variant_of = {v.name: v for v in variants}
-    total = sum(len(r) for r in schedule)
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=total, desc="search", unit="run", file=sys.stderr)
-    for rep, order in enumerate(schedule):
-        for system in order:
-            if system == CEILING:
-                assert ceiling_dir is not None
-                spec = {"action": "ceiling", "system": CEILING, "path": str(ceiling_dir),
-                        "depth": cfg.ceiling_depth, "seconds": cfg.ceiling_seconds, "io": p.io, "seed": cfg.seed + rep}
-                res = run_worker(spec, logs / "ceiling.log", cfg.timeout_s)
-                res["rep"] = rep
-                ceiling_runs.append(res)
-            else:
-                v = variant_of.get(system)
-                spec = {"action": "search", "system": "nearline" if v else system, "name": system,
-                        "index_dir": str(index_dirs[system]), "queries": str(ds.queries_path), "gt": str(ds.gt_path),
-                        "k": cfg.k, "Ls": Ls, "params": dataclasses.asdict(p), "queries_repeat": cfg.queries_repeat,
-                        "warmup": cfg.warmup, "latency_queries": cfg.latency_queries, "perturb": cfg.perturb,
-                        "seed": cfg.seed}
-                if v is not None and (v.open or v.search):
-                    spec["variant"] = v.spec()
-                res = run_worker(spec, logs / f"search-{system}.log", cfg.timeout_s)
-                res["rep"] = rep
-                runs[system].append(res)
-            if bar:
-                bar.update(1)
-    if bar:
-        bar.close()
+    def search_spec(system: str) -> dict[str, Any]:
+        v = variant_of.get(system)
+        spec = {"action": "search", "system": "nearline" if v else system, "name": system,
+                "index_dir": str(index_dirs[system]), "queries": str(ds.queries_path), "gt": str(ds.gt_path),
+                "k": cfg.k, "Ls": Ls, "params": dataclasses.asdict(p), "queries_repeat": cfg.queries_repeat,
+                "warmup": cfg.warmup, "latency_queries": cfg.latency_queries, "perturb": cfg.perturb,
+                "seed": cfg.seed}
+        if v is not None and (v.open or v.search):
+            spec["variant"] = v.spec()
+        return spec
 
+    runs, ceiling_runs = _alternate(cfg, systems, search_spec, ceiling_dir, p, logs, progress)
     ceiling = _ceiling_summary(ceiling_runs, cfg)
     summary: dict[str, dict[str, Any]] = {}
     for system in systems:
@@ -866,6 +1035,176 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     return result
 
 
+def _alternate(cfg: BenchConfig, names: Sequence[str], spec_of: Callable[[str], dict[str, Any]],
+               ceiling_dir: Optional[Path], p: peers.Params, logs: Path, progress: bool
+               ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Runs every named search (and the disk ceiling) ``cfg.reps`` times in rotating order.
+
+    Returns ``(runs per name, ceiling runs)``; each result carries its ``rep``.
+    """
+    entries = list(names) + ([CEILING] if ceiling_dir is not None else [])
+    schedule = alternation_schedule(entries, cfg.reps)
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in names}
+    ceiling_runs: list[dict[str, Any]] = []
+    total = sum(len(r) for r in schedule)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, desc="search", unit="run", file=sys.stderr)
+    for rep, order in enumerate(schedule):
+        for name in order:
+            if name == CEILING:
+                assert ceiling_dir is not None
+                spec = {"action": "ceiling", "system": CEILING, "path": str(ceiling_dir),
+                        "depth": cfg.ceiling_depth, "seconds": cfg.ceiling_seconds, "io": p.io, "seed": cfg.seed + rep}
+                res = run_worker(spec, logs / "ceiling.log", cfg.timeout_s)
+                res["rep"] = rep
+                ceiling_runs.append(res)
+            else:
+                res = run_worker(spec_of(name), logs / f"search-{name}.log", cfg.timeout_s)
+                res["rep"] = rep
+                runs[name].append(res)
+            if bar:
+                bar.update(1)
+    if bar:
+        bar.close()
+    return runs, ceiling_runs
+
+
+def check_radius(radius: Any, metric: str) -> float:
+    """The radius as the float32 value the engine compares: finite, and >= 0 for ``l2``; else ``ValueError``."""
+    try:
+        r = float(radius)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"radius {radius!r} is not a number") from None
+    if np.isfinite(r):
+        with np.errstate(over="ignore"):
+            r = float(np.float32(r))
+    if not np.isfinite(r):
+        raise ValueError(f"radius {radius!r} is not a finite number (as float32)")
+    if metric == "l2" and r < 0:
+        raise ValueError(f"radius {radius!r} is negative: for l2 the radius is a squared distance (>= 0)")
+    return r
+
+
+def prepare_range(cfg: BenchConfig, ds: Any, workdir: Path, threads: Optional[int]) -> dict[str, Any]:
+    """The radius (given, or picked by :func:`nearline.radius_for_mean_neighbors`) and the exact range
+    ground truth at it, cached under ``workdir/data/<dataset>/``; returns the facts the report shows."""
+    import nearline
+
+    if ds.metric == "ip" and any(e[1] == "diskannpy" for e in cfg.range_entries()):
+        raise ValueError("range mode: diskannpy reports no inner products for metric ip (its MIPS transform "
+                         "changes the values), so it cannot run the doubling baseline on this data set")
+    folder = Path(workdir) / "data" / ds.name
+    folder.mkdir(parents=True, exist_ok=True)
+    if cfg.range_neighbors is not None:
+        cache = folder / f"radius-{ds.metric}-mean{float(cfg.range_neighbors)!r}.json"
+        if cache.exists():
+            radius = float(json.loads(cache.read_text())["radius"])
+        else:
+            log.info("picking the radius for %g mean neighbours on %s", cfg.range_neighbors, ds.name)
+            radius = nearline.radius_for_mean_neighbors(ds.base, ds.queries, float(cfg.range_neighbors), ds.metric,
+                                                        threads)
+            cache.write_text(json.dumps({"radius": radius, "mean_neighbors": float(cfg.range_neighbors),
+                                         "metric": ds.metric}))
+    else:
+        radius = check_radius(cfg.radius, ds.metric)
+    gt_path = folder / f"range-gt-{ds.metric}-{np.float32(radius).tobytes().hex()}.bin"
+    if gt_path.exists():
+        lims, _ids, _d = nearline.read_range_ground_truth(gt_path)
+    else:
+        log.info("computing exact range ground truth at radius %g for %s", radius, ds.name)
+        lims, ids, d = nearline.compute_range_ground_truth(ds.base, ds.queries, radius, ds.metric, threads)
+        nearline.write_range_ground_truth(gt_path, lims, ids, d)
+    counts = np.diff(np.asarray(lims))
+    if counts.size and counts.max() == 0:
+        log.warning("radius %g: no query has an exact neighbour within it (every AP is 1 for an empty answer)",
+                    radius)
+    return {"radius": radius, "mean_neighbors": cfg.range_neighbors, "gt_path": str(gt_path),
+            "gt_mean_results": float(counts.mean()) if counts.size else 0.0,
+            "gt_median_results": float(np.median(counts)) if counts.size else 0.0,
+            "gt_max_results": int(counts.max()) if counts.size else 0,
+            "gt_empty_queries": int((counts == 0).sum())}
+
+
+def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_info: dict[str, Any],
+               builds: dict[str, dict[str, Any]], index_dirs: dict[str, Path], index_keys: dict[str, str],
+               ceiling_dir: Optional[Path], pq_bytes: Optional[int], Ls: list[int], progress: bool
+               ) -> dict[str, Any]:
+    """Range mode's searches, summary, comparisons and result (see the module doc)."""
+    entries = {e[0]: e for e in cfg.range_entries()}
+    built_as = {name: (e[3].name if e[3] is not None else e[1]) for name, e in entries.items()}
+    baseline = cfg.baseline_system()
+
+    def spec_of(name: str) -> dict[str, Any]:
+        _, system, method, v = entries[name]
+        spec = {"action": "range_search", "system": system, "name": name, "method": method,
+                "index_dir": str(index_dirs[built_as[name]]), "queries": str(ds.queries_path),
+                "range_gt": range_info["gt_path"], "radius": range_info["radius"], "metric": ds.metric, "n": ds.n,
+                "Ls": Ls, "k0": cfg.doubling_k0, "params": dataclasses.asdict(p),
+                "queries_repeat": cfg.queries_repeat, "warmup": cfg.warmup}
+        if v is not None and (v.open or v.search):
+            spec["variant"] = v.spec()
+        return spec
+
+    runs, ceiling_runs = _alternate(cfg, list(entries), spec_of, ceiling_dir, p, logs, progress)
+    ceiling = _ceiling_summary(ceiling_runs, cfg)
+    summary: dict[str, dict[str, Any]] = {}
+    for name, (_, system, method, v) in entries.items():
+        rs = runs[name]
+        pts = median_points([r["points"] for r in rs], RANGE_POINT_METRICS)
+        add_disk_utilisation(pts, ceiling.get("median_reads_per_s") if ceiling else None)
+        summary[name] = {
+            "points": pts,
+            "method": method,
+            "system": system,
+            "rss_after_open_bytes": _median([r.get("rss_after_open_bytes") for r in rs]),
+            "open_s": _median([r.get("open_s") for r in rs]),
+            "build": builds[built_as[name]],
+            "index": index_keys[built_as[name]],
+        }
+        if v is not None and v.name != "nearline":
+            summary[name]["variant"] = v.spec()
+    comparisons: dict[str, Any] = {}
+    for other in entries:
+        if other == baseline:
+            continue
+        ba, bb = builds[built_as[other]], builds[built_as[baseline]]
+        comparisons[f"{other}/{baseline}"] = {
+            "at_ap": matched_ratios(summary[other], summary[baseline], cfg.target_aps, accuracy="ap"),
+            "build_time_ratio": _ratio(ba.get("build_s"), bb.get("build_s")),
+            "peak_build_rss_ratio": _ratio(ba.get("peak_rss_bytes"), bb.get("peak_rss_bytes")),
+        }
+    result = {
+        "params": {**dataclasses.asdict(p), "mode": "range", "radius": range_info["radius"],
+                   "range_neighbors": cfg.range_neighbors, "range_methods": list(cfg.range_methods),
+                   "doubling_k0": cfg.doubling_k0, "Ls": Ls, "reps": cfg.reps, "queries_repeat": cfg.queries_repeat,
+                   "systems": list(entries), "baseline": baseline,
+                   "variants": [v.spec() for v in cfg.nearline_variants() if v.name != "nearline"],
+                   "target_aps": list(cfg.target_aps), "pq_bytes_matched": pq_bytes},
+        "range": range_info,
+        "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
+                    "nq": int(ds.queries.shape[0]), "metric": ds.metric},
+        "environment": _environment(),
+        "builds": builds,
+        "runs": runs,
+        "disk_ceiling": ceiling,
+        "summary": summary,
+        "comparisons": comparisons,
+    }
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(peers.jsonable(result), indent=1))
+    if cfg.plot:
+        from nearline import plots
+
+        plots.plot_qps_recall(summary, cfg.plot, accuracy="ap",
+                              title=f"{ds.name} range search, radius {range_info['radius']:.6g} "
+                                    f"(W={cfg.W}, T={p.threads})")
+    return result
+
+
 def _ceiling_summary(runs: list[dict[str, Any]], cfg: BenchConfig) -> Optional[dict[str, Any]]:
     if not runs:
         return None
@@ -905,8 +1244,10 @@ def _pct(v: Optional[float]) -> str:
 
 
 def format_report(result: dict[str, Any]) -> str:
-    """The text report: per-system table, ratios at matched recall, disk ceiling, builds."""
+    """The text report: per-system table, ratios at matched recall (AP in range mode), disk ceiling, builds."""
     params = result["params"]
+    if params.get("mode") == "range":
+        return format_range_report(result)
     k = params["k"]
     lines = []
     width = max([len("system")] + [len(s) for s in result["summary"]])
@@ -926,15 +1267,7 @@ def format_report(result: dict[str, Any]) -> str:
             )
     lines.append("")
     lines.extend(_latency_notes(result))
-    ceiling = result.get("disk_ceiling")
-    if ceiling:
-        rates = ", ".join(f"{r:.0f}" for r in ceiling.get("reads_per_s", []))
-        lines.append(
-            f"disk ceiling: {_fmt(ceiling.get('median_reads_per_s'), '.0f')} random {ceiling.get('block_size')} B "
-            f"reads/s (median of {rates}; {ceiling.get('engine')}, depth {ceiling.get('depth')}, "
-            f"{'O_DIRECT' if ceiling.get('direct_io') else 'page cache: O_DIRECT refused'}); "
-            "disk = QPS x mean reads / ceiling"
-        )
+    lines.extend(_ceiling_lines(result))
     lines.append("")
     for pair, comp in result["comparisons"].items():
         a, b = pair.split("/", 1)
@@ -955,6 +1288,73 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
                      f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
     lines.append("")
+    lines.extend(_build_lines(result, width))
+    return "\n".join(lines)
+
+
+def _ceiling_lines(result: dict[str, Any]) -> list[str]:
+    ceiling = result.get("disk_ceiling")
+    if not ceiling:
+        return []
+    rates = ", ".join(f"{r:.0f}" for r in ceiling.get("reads_per_s", []))
+    return [
+        f"disk ceiling: {_fmt(ceiling.get('median_reads_per_s'), '.0f')} random {ceiling.get('block_size')} B "
+        f"reads/s (median of {rates}; {ceiling.get('engine')}, depth {ceiling.get('depth')}, "
+        f"{'O_DIRECT' if ceiling.get('direct_io') else 'page cache: O_DIRECT refused'}); "
+        "disk = QPS x mean reads / ceiling"
+    ]
+
+
+def format_range_report(result: dict[str, Any]) -> str:
+    """Range mode's report: AP, QPS, reads and results per system and L; ratios at matched AP; builds."""
+    params = result["params"]
+    rng = result.get("range") or {}
+    lines = []
+    how = (f"picked for {params['range_neighbors']:g} mean exact neighbours per query"
+           if params.get("range_neighbors") is not None else "given")
+    metric = result.get("dataset", {}).get("metric", params.get("metric", "l2"))
+    within = "squared L2 distance <=" if metric == "l2" else f"{metric} score >="
+    lines.append(f"range search: {within} {params['radius']:.6g} ({how}); exact answers per query: mean "
+                 f"{_fmt(rng.get('gt_mean_results'), '.1f')}, median {_fmt(rng.get('gt_median_results'), '.0f')}, "
+                 f"max {rng.get('gt_max_results', '-')}, empty {rng.get('gt_empty_queries', '-')}")
+    lines.append(f"doubling baseline: k-NN from k = {params.get('doubling_k0')} (list size max(L, k)), k doubled "
+                 "while every result is within the radius")
+    lines.append("")
+    width = max([len("system")] + [len(s) for s in result["summary"]])
+    hdr = (f"{'system':<{width}} {'L':>4} {'AP':>7} {'QPS':>9} {'results':>8} {'rounds':>6} {'reads':>8} "
+           f"{'mean ms':>8} {'p99 ms':>8} {'disk':>5}")
+    lines.append(hdr)
+    lines.append("-" * len(hdr))
+    for system, s in result["summary"].items():
+        for pt in s["points"]:
+            lines.append(
+                f"{system:<{width}} {pt['L']:>4} {_fmt(pt.get('ap'), '.4f'):>7} {_fmt(pt.get('qps'), '.0f'):>9} "
+                f"{_fmt(pt.get('mean_results'), '.1f'):>8} {_fmt(pt.get('mean_rounds'), '.2f'):>6} "
+                f"{_fmt(pt.get('mean_reads'), '.1f'):>8} {_fmt(pt.get('lat_mean_ms'), '.3f'):>8} "
+                f"{_fmt(pt.get('lat_p99_ms'), '.3f'):>8} {_pct(pt.get('disk_util')):>5}"
+            )
+    lines.append("")
+    lines.extend(_ceiling_lines(result))
+    lines.append("")
+    for pair, comp in result["comparisons"].items():
+        a, b = pair.split("/", 1)
+        if not comp["at_ap"]:
+            targets = params.get("target_aps") or TARGET_APS
+            lines.append(f"{pair}: no target AP ({', '.join(f'{t:.2f}' for t in targets)}) reached by both")
+        for t, r in comp["at_ap"].items():
+            line = f"QPS ratio {a}/{b} @ AP {t} = {_fmt(r['qps_ratio'], '.2f')}"
+            if r.get("reads_ratio") is not None:
+                line += f", mean reads ratio = {r['reads_ratio']:.2f}"
+            if r.get("lat_mean_ratio") is not None:
+                line += f", mean latency ratio = {r['lat_mean_ratio']:.2f}"
+            lines.append(line)
+    lines.append("")
+    lines.extend(_build_lines(result, width))
+    return "\n".join(lines)
+
+
+def _build_lines(result: dict[str, Any], width: int) -> list[str]:
+    lines = []
     first_of_index: dict[str, str] = {}
     for system, b in result["builds"].items():
         index = result["summary"].get(system, {}).get("index")
@@ -970,7 +1370,7 @@ def format_report(result: dict[str, Any]) -> str:
             + (f", PQ {b['pq_bytes']} B/vector" if b.get("pq_bytes") else "")
             + (" (cached)" if b.get("cached") else "")
         )
-    return "\n".join(lines)
+    return lines
 
 
 def _latency_notes(result: dict[str, Any]) -> list[str]:

@@ -174,6 +174,17 @@ def _variant(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _range_methods(text: str) -> list[str]:
+    """argparse type: comma-separated range-search methods (native, doubling)."""
+    from nearline.bench import RANGE_METHODS
+
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [v for v in vals if v not in RANGE_METHODS]
+    if not vals or bad:
+        raise argparse.ArgumentTypeError(f"expected some of {', '.join(RANGE_METHODS)}, got {text!r}")
+    return vals
+
+
 def _recalls(text: str) -> list[float]:
     """argparse type: comma-separated recalls in (0, 1]."""
     try:
@@ -386,14 +397,43 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_gt(args: argparse.Namespace) -> int:
-    """``nearline gt BASE QUERIES OUT``."""
+    """``nearline gt BASE QUERIES [OUT]``: exact k-NN, or range ground truth with ``--radius``/``--mean-neighbors``."""
     nl = _engine()
+    radius = args.radius
+    if radius is not None and args.k is not None:
+        raise ValueError("--k and --radius are exclusive: --k writes k-NN ground truth, --radius range ground truth")
+    if args.mean_neighbors is not None and args.k is not None:
+        raise ValueError("--k and --mean-neighbors are exclusive: --mean-neighbors picks a radius for range "
+                         "ground truth")
+    if args.out is None and args.mean_neighbors is None:
+        raise ValueError("OUT is required (only --mean-neighbors without OUT just prints the radius)")
     base = nl.read_vectors(args.base)
     queries = nl.read_vectors(args.queries)
     t0 = time.perf_counter()
-    ids, dists = nl.compute_ground_truth(base, queries, args.k, metric=args.metric, threads=args.threads)
+    if args.mean_neighbors is not None:
+        picked = nl.radius_for_mean_neighbors(base, queries, args.mean_neighbors, metric=args.metric,
+                                              threads=args.threads)
+        what = "squared L2 distance" if args.metric == "l2" else f"{args.metric} score"
+        print(f"radius for {args.mean_neighbors:g} mean neighbours per query ({what}): {picked!r}")
+        if radius is None:
+            radius = picked
+        if args.out is None:
+            return 0
+    if radius is not None:
+        lims, ids, dists = nl.compute_range_ground_truth(base, queries, radius, metric=args.metric,
+                                                         threads=args.threads)
+        nl.write_range_ground_truth(args.out, lims, ids, dists)
+        counts = np.diff(np.asarray(lims))
+        nq = counts.size
+        print(f"wrote {args.out}: {nq} queries, {int(np.asarray(lims)[-1])} results within radius {radius!r} "
+              f"({args.metric}); per query mean {counts.mean() if nq else 0.0:.1f}, "
+              f"max {counts.max() if nq else 0}, empty {int((counts == 0).sum())}; "
+              f"{time.perf_counter() - t0:.1f} s")
+        return 0
+    k = 100 if args.k is None else args.k
+    ids, dists = nl.compute_ground_truth(base, queries, k, metric=args.metric, threads=args.threads)
     nl.write_ground_truth(args.out, ids, dists)
-    print(f"wrote {args.out}: {np.asarray(ids).shape[0]} queries x k={args.k} ({args.metric}) "
+    print(f"wrote {args.out}: {np.asarray(ids).shape[0]} queries x k={k} ({args.metric}) "
           f"in {time.perf_counter() - t0:.1f} s")
     return 0
 
@@ -465,7 +505,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     variants = list(args.variant or [])
     if not systems and not variants:
         raise ValueError("nothing to benchmark: --skip-nearline with an empty --compare and no --variant")
+    if args.radius is not None and args.range_neighbors is not None:
+        raise ValueError("--radius and --range-neighbors are exclusive: give the radius or how to pick it")
+    range_mode = args.radius is not None or args.range_neighbors is not None
+    if not range_mode:
+        for flag, given in (("--target-ap", args.target_ap), ("--range-methods", args.range_methods),
+                            ("--doubling-k0", args.doubling_k0)):
+            if given is not None:
+                raise ValueError(f"{flag} needs range mode (--radius or --range-neighbors)")
+    range_kw: dict[str, Any] = {"radius": args.radius, "range_neighbors": args.range_neighbors}
+    if args.target_ap is not None:
+        range_kw["target_aps"] = args.target_ap
+    if args.range_methods is not None:
+        range_kw["range_methods"] = args.range_methods
+    if args.doubling_k0 is not None:
+        range_kw["doubling_k0"] = args.doubling_k0
     cfg = bench.BenchConfig(
+        **range_kw,
         data=args.data, systems=systems, variants=variants, baseline=args.baseline,
         target_recalls=args.target_recall or list(bench.TARGET_RECALLS), latency_queries=args.latency_queries,
         perturb=args.perturb, ceiling=not args.no_ceiling, ceiling_depth=args.ceiling_depth,
@@ -578,11 +634,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("gt", help="compute exact ground truth")
+    p = sub.add_parser("gt", help="compute exact ground truth (k-NN, or range search with --radius)")
     p.add_argument("base")
     p.add_argument("queries")
-    p.add_argument("out")
-    p.add_argument("--k", type=_positive_int, default=100)
+    p.add_argument("out", nargs="?", default=None,
+                   help="output file (k-NN: DiskANN ground truth; range: DiskANN range ground truth + distances)")
+    p.add_argument("--k", type=_positive_int, default=None, help="neighbours per query (default 100)")
+    p.add_argument("--radius", type=_finite_float, default=None, metavar="R",
+                   help="write range ground truth: every vector with squared L2 distance <= R (l2) or score >= R "
+                   "(ip, cosine)")
+    p.add_argument("--mean-neighbors", type=_positive_float, default=None, metavar="N",
+                   help="print the radius at which queries have N exact neighbours on average; without --radius, "
+                   "write range ground truth at it (if OUT is given)")
     p.add_argument("--metric", default="l2", choices=["l2", "ip", "cosine"])
     p.add_argument("--threads", type=_positive_int, default=None)
     p.set_defaults(func=cmd_gt)
@@ -608,6 +671,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the system ratios divide by (default: the first --compare peer, else the first system)")
     p.add_argument("--target-recall", type=_recalls, default=None, metavar="R[,R...]",
                    help="recalls at which ratios are interpolated (default 0.90,0.95,0.99)")
+    p.add_argument("--radius", type=_finite_float, default=None, metavar="R",
+                   help="range mode: every system answers range search at radius R (squared L2 distance, or "
+                   "ip/cosine score), scored by average precision (AP) against exact range ground truth")
+    p.add_argument("--range-neighbors", type=_positive_float, default=None, metavar="N",
+                   help="range mode with the radius at which queries have N exact neighbours on average")
+    p.add_argument("--target-ap", type=_recalls, default=None, metavar="AP[,AP...]",
+                   help="range mode: APs at which ratios are interpolated (default 0.80,0.90,0.95)")
+    p.add_argument("--range-methods", type=_range_methods, default=None, metavar="M[,M...]",
+                   help="range mode, nearline: native (Index.range_search, reported as NAME) and/or doubling "
+                   "(k-NN with doubling k, reported as NAME+doubling; peers always use it); default both")
+    p.add_argument("--doubling-k0", type=_positive_int, default=None, metavar="K",
+                   help="range mode: first k of the doubling baseline (default 10)")
     p.add_argument("--latency-queries", type=_nonneg_int, default=10000,
                    help="queries per L in the closed-loop latency run (perturbed copies of the query set; "
                    "0 = no latency run)")
@@ -677,7 +752,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    if getattr(args, "radius", None) is not None:
+    if args.command == "search" and getattr(args, "radius", None) is not None:
         parser.error("--radius: range search is not yet supported")
     # Subcommands without -q inherit the global flag.
     args.quiet = bool(getattr(args, "quiet", False))

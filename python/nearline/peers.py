@@ -192,6 +192,19 @@ class Handle:
         """Searches one query (for latency timing); returns its ids."""
         return self.batch(query[None, :], k, L)[0][0]
 
+    def batch_with_distances(
+        self, queries: np.ndarray, k: int, L: int
+    ) -> tuple[np.ndarray, np.ndarray, Optional[dict[str, np.ndarray]]]:
+        """k-NN with user-facing values (squared L2, inner product or cosine similarity):
+        ``(ids (nq, k), values (nq, k), stats or None)``. Used by range search by doubling k."""
+        raise ValueError(f"{type(self).__name__} does not report distances: no range search by doubling k")
+
+    def range_batch(
+        self, queries: np.ndarray, radius: float, L: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Optional[dict[str, np.ndarray]]]:
+        """Native range search: ``(lims, ids, values, stats or None)`` in CSR form."""
+        raise ValueError(f"{type(self).__name__} has no native range search")
+
     def close(self) -> None:
         """Releases the index."""
 
@@ -229,6 +242,20 @@ class _NearlineHandle(Handle):
     def single(self, query, k, L):
         ids, _d = self.idx.search(query[None, :], k, L=L, threads=1, **self.search_kw)
         return np.asarray(ids)[0]
+
+    def batch_with_distances(self, queries, k, L):
+        ids, d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
+                                        **self.search_kw)
+        return np.asarray(ids), np.asarray(d), {key: np.asarray(v) for key, v in stats.items()}
+
+    def range_batch(self, queries, radius, L):
+        fn = getattr(self.idx, "range_search", None)
+        if fn is None:
+            raise ValueError("this nearline build has no Index.range_search; run the k-NN doubling baseline only "
+                             "(--range-methods doubling)")
+        lims, ids, d, stats = fn(queries, radius, L=L, threads=self.p.threads, return_stats=True, **self.search_kw)
+        return (np.asarray(lims, dtype=np.int64), np.asarray(ids, dtype=np.int64), np.asarray(d),
+                {key: np.asarray(v) for key, v in stats.items()})
 
     def close(self):
         self.idx.close()
@@ -349,6 +376,19 @@ class _DiskannHandle(Handle):
         q = self._q(query[None, :])[0]
         ids, _d = self.idx.search(q, k_neighbors=k, complexity=max(L, k), beam_width=self.p.W)
         return np.asarray(ids, dtype=np.int64)
+
+    def batch_with_distances(self, queries, k, L):
+        if self.metric == "ip":
+            # DiskANN's disk index searches ip through a rescaled MIPS-to-L2 transform
+            # and reports transformed values, not inner products.
+            raise ValueError("diskannpy reports no inner products for metric ip: no range search by doubling k")
+        ids, d = self.idx.batch_search(
+            self._q(queries), k_neighbors=k, complexity=max(L, k), num_threads=self.p.threads, beam_width=self.p.W
+        )
+        d = np.asarray(d, dtype=np.float32)
+        if self.metric == "cosine":  # normalised vectors searched with squared L2 = 2 - 2 cos
+            d = (1.0 - d / 2.0).astype(np.float32)
+        return np.asarray(ids, dtype=np.int64), d, None
 
     def close(self):
         # DiskANN keeps per-thread I/O contexts; the worker process ends right after.

@@ -16,12 +16,14 @@ def plot_qps_recall(
     *,
     k: int = 10,
     title: Optional[str] = None,
+    accuracy: str = "recall",
 ) -> Path:
     """Writes a PNG with one QPS-vs-recall curve per system (log QPS axis).
 
     ``summary`` maps a system name (a peer, ``nearline`` or a variant) to
     ``{"points": [{"L", "recall", "qps", "lat_p999_ms"?}, ...]}``. When any point
     has ``lat_p999_ms`` a second panel shows p99.9 latency against recall.
+    ``accuracy="ap"`` plots range search's average precision instead of recall.
     """
     import matplotlib
 
@@ -31,26 +33,28 @@ def plot_qps_recall(
     has_tail = any(p.get("lat_p999_ms") for s in summary.values() for p in s.get("points", []))
     fig, axes = plt.subplots(1, 2 if has_tail else 1, figsize=(13 if has_tail else 7, 5), dpi=120, squeeze=False)
     ax, tail = axes[0][0], (axes[0][1] if has_tail else None)
+    acc = accuracy
+    xlabel = f"recall@{k}" if acc == "recall" else ("average precision" if acc == "ap" else acc)
     markers = "osD^v<>p*"
     for i, (system, s) in enumerate(summary.items()):
         marker = markers[i % len(markers)]
-        pts = [p for p in s.get("points", []) if p.get("recall") is not None and p.get("qps")]
+        pts = [p for p in s.get("points", []) if p.get(acc) is not None and p.get("qps")]
         if pts:
-            ax.plot([p["recall"] for p in pts], [p["qps"] for p in pts], marker=marker, label=system)
+            ax.plot([p[acc] for p in pts], [p["qps"] for p in pts], marker=marker, label=system)
             for p in pts:
-                ax.annotate(str(p["L"]), (p["recall"], p["qps"]), fontsize=6, xytext=(2, 2),
+                ax.annotate(str(p["L"]), (p[acc], p["qps"]), fontsize=6, xytext=(2, 2),
                             textcoords="offset points")
-        lat = [p for p in s.get("points", []) if p.get("recall") is not None and p.get("lat_p999_ms")]
+        lat = [p for p in s.get("points", []) if p.get(acc) is not None and p.get("lat_p999_ms")]
         if tail is not None and lat:
-            tail.plot([p["recall"] for p in lat], [p["lat_p999_ms"] for p in lat], marker=marker, label=system)
+            tail.plot([p[acc] for p in lat], [p["lat_p999_ms"] for p in lat], marker=marker, label=system)
     ax.set_yscale("log")
-    ax.set_xlabel(f"recall@{k}")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("queries per second (log)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     if tail is not None:
         tail.set_yscale("log")
-        tail.set_xlabel(f"recall@{k}")
+        tail.set_xlabel(xlabel)
         tail.set_ylabel("p99.9 latency, ms (log)")
         tail.grid(True, which="both", alpha=0.3)
         tail.legend()

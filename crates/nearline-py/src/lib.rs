@@ -2,7 +2,7 @@
 //! every piece of logic lives in the engine crate.
 
 use nearline::data::files;
-use nearline::data::groundtruth::compute_ground_truth;
+use nearline::data::groundtruth::{compute_ground_truth, compute_range_ground_truth};
 use nearline::data::matrix::Matrix;
 use nearline::index::{BuildOptions, Index, OpenOptions};
 use nearline::io::{measure_read_ceiling, CeilingOptions, EngineKind};
@@ -531,6 +531,113 @@ fn write_ground_truth(
         .map_err(to_py)
 }
 
+fn range_gt_typed<T: Element>(
+    base: &Matrix<T>,
+    queries: &Matrix<T>,
+    radius: f32,
+    metric: Metric,
+    threads: usize,
+) -> nearline::Result<files::RangeGroundTruth> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Engine(e.to_string()))?;
+    pool.install(|| compute_range_ground_truth(base.view(), queries.view(), radius, metric))
+}
+
+type RangeArrays<'py> = (Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyAny>);
+
+fn range_gt_to_py<'py>(py: Python<'py>, gt: files::RangeGroundTruth) -> PyResult<RangeArrays<'py>> {
+    let lims: Vec<i64> = gt.lims.iter().map(|&x| x as i64).collect();
+    let ids: Vec<i64> = gt.ids.iter().map(|&x| x as i64).collect();
+    let d = if gt.distances.is_empty() && !gt.ids.is_empty() {
+        py.None().into_bound(py)
+    } else {
+        gt.distances.into_pyarray(py).into_any()
+    };
+    Ok((
+        lims.into_pyarray(py).into_any(),
+        ids.into_pyarray(py).into_any(),
+        d,
+    ))
+}
+
+/// Exact range ground truth: `(lims, ids, distances)` in CSR form.
+#[pyfunction]
+#[pyo3(signature = (base, queries, radius, metric="l2", threads=None))]
+fn range_ground_truth<'py>(
+    py: Python<'py>,
+    base: &Bound<'py, PyAny>,
+    queries: &Bound<'py, PyAny>,
+    radius: f64,
+    metric: &str,
+    threads: Option<usize>,
+) -> PyResult<RangeArrays<'py>> {
+    let metric = Metric::parse(metric).map_err(to_py)?;
+    let threads = threads
+        .unwrap_or_else(nearline::index::default_threads)
+        .max(1);
+    let b = any_matrix(base)?;
+    let q = any_matrix(queries)?;
+    let r = radius as f32;
+    let gt = py
+        .detach(|| match (&b, &q) {
+            (AnyMatrix::F32(b), AnyMatrix::F32(q)) => range_gt_typed(b, q, r, metric, threads),
+            (AnyMatrix::F16(b), AnyMatrix::F16(q)) => range_gt_typed(b, q, r, metric, threads),
+            (AnyMatrix::U8(b), AnyMatrix::U8(q)) => range_gt_typed(b, q, r, metric, threads),
+            (AnyMatrix::I8(b), AnyMatrix::I8(q)) => range_gt_typed(b, q, r, metric, threads),
+            _ => Err(Error::arg("base and queries must have the same dtype")),
+        })
+        .map_err(to_py)?;
+    range_gt_to_py(py, gt)
+}
+
+#[pyfunction]
+fn read_range_ground_truth<'py>(py: Python<'py>, path: PathBuf) -> PyResult<RangeArrays<'py>> {
+    let gt = py
+        .detach(|| files::read_range_ground_truth(&path))
+        .map_err(to_py)?;
+    range_gt_to_py(py, gt)
+}
+
+#[pyfunction]
+#[pyo3(signature = (path, lims, ids, distances=None))]
+fn write_range_ground_truth(
+    py: Python<'_>,
+    path: PathBuf,
+    lims: PyReadonlyArray1<'_, i64>,
+    ids: PyReadonlyArray1<'_, i64>,
+    distances: Option<PyReadonlyArray1<'_, f32>>,
+) -> PyResult<()> {
+    let limv: Vec<u64> = lims
+        .as_array()
+        .iter()
+        .map(|&x| {
+            u64::try_from(x).map_err(|_| {
+                PyValueError::new_err(format!("range ground truth: lims has a negative entry {x}"))
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let idv: Vec<u32> = ids
+        .as_array()
+        .iter()
+        .map(|&x| {
+            u32::try_from(x).map_err(|_| {
+                PyValueError::new_err(format!("range ground-truth id {x} is not in 0..2^32"))
+            })
+        })
+        .collect::<PyResult<_>>()?;
+    let gt = files::RangeGroundTruth {
+        lims: limv,
+        ids: idv,
+        distances: distances
+            .map(|d| d.as_array().iter().copied().collect())
+            .unwrap_or_default(),
+    };
+    py.detach(|| files::write_range_ground_truth(&path, &gt))
+        .map_err(to_py)
+}
+
 #[pyfunction]
 #[pyo3(name = "parse_budget")]
 fn py_parse_budget(value: &str, raw_bytes: u64) -> PyResult<u64> {
@@ -598,6 +705,9 @@ fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ground_truth, m)?)?;
     m.add_function(wrap_pyfunction!(read_ground_truth, m)?)?;
     m.add_function(wrap_pyfunction!(write_ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(range_ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(read_range_ground_truth, m)?)?;
+    m.add_function(wrap_pyfunction!(write_range_ground_truth, m)?)?;
     m.add_function(wrap_pyfunction!(py_parse_budget, m)?)?;
     m.add_function(wrap_pyfunction!(simd_level, m)?)?;
     m.add_function(wrap_pyfunction!(check_dtype, m)?)?;
