@@ -517,6 +517,7 @@ def test_range_config_validation_and_entries(tmp_path):
     assert c.baseline_system() == "diskannpy+doubling"
     c = cfg(radius=1.0, systems=["nearline"], range_methods=["native", "doubling"])
     assert c.baseline_system() == "nearline+doubling"
+    cfg(radius=1.0, doubling_k0=None).validate()  # k0 = each L
     c = cfg(radius=1.0, systems=["nearline"], range_methods=["native"])
     assert c.baseline_system() == "nearline" and [e[2] for e in c.range_entries()] == ["native"]
     for kw, match in [
@@ -681,19 +682,24 @@ def test_cli_bench_range_flags(tmp_path, capsys):
     assert "hnswlib cannot answer range queries" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["bench", "--data", "synthetic:100:4", "--radius", "1", "--range-methods", "magic"])
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--data", "synthetic:100:4", "--radius", "1", "--doubling-k0", "0"])
 
 
 def test_cli_bench_range_end_to_end(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert cli.main(["-q", "bench", "--data", "synthetic:1500:8", "--compare", "", "--range-neighbors", "10",
-                     "--range-methods", "doubling", "--doubling-k0", "4", "--L", "10,30", "--R", "12",
+                     "--range-methods", "doubling", "--doubling-k0", "L", "--L", "4,30", "--R", "12",
                      "--build-L", "24", "--threads", "2", "--reps", "3", "--workdir", str(tmp_path), "--warmup", "5",
                      "--no-ceiling", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     saved = json.loads(out.read_text())
-    assert saved["params"]["doubling_k0"] == 4 and saved["params"]["range_neighbors"] == 10
-    assert "nearline+doubling" in text and "k-NN from k = 4" in text
-    assert all(p["ap"] > 0 for p in saved["summary"]["nearline+doubling"]["points"])
+    assert saved["params"]["doubling_k0"] is None and saved["params"]["range_neighbors"] == 10
+    assert "nearline+doubling" in text and "k-NN from k = L" in text
+    lo, hi = saved["summary"]["nearline+doubling"]["points"]
+    assert 0 < lo["ap"] <= hi["ap"]
+    # k0 = L: at L 30 most queries (10 neighbours on average) need one round, at L 4 more.
+    assert hi["mean_rounds"] < lo["mean_rounds"]
 
 
 def test_peers_handles_report_distances(small_index, small_data):

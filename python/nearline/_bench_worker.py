@@ -16,7 +16,8 @@ the recall batch), ``perturb`` and ``seed`` (see
 ``seconds``, ``io``, ``seed`` (see :func:`nearline.measure_read_ceiling`);
 for range_search ``method`` ("native" or "doubling"), ``range_gt`` (a range
 ground-truth file), ``radius``, ``metric``, ``n`` (base vectors: the most k
-the doubling baseline asks for), ``Ls``, ``k0``, ``queries_repeat``, ``warmup``.
+the doubling baseline asks for), ``Ls``, ``k0`` (the doubling baseline's first k;
+None = each L), ``queries_repeat``, ``warmup``.
 """
 
 from __future__ import annotations
@@ -218,7 +219,7 @@ def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
     metric = str(spec.get("metric", p.metric))
     higher = metric != "l2"
     n = int(spec["n"])
-    k0 = int(spec.get("k0", 10))
+    k0 = spec.get("k0", 10)  # None: the first k is the sweep's L
     queries = datasets.read_vectors(spec["queries"])
     gt_lims, gt_ids, _ = nearline.read_range_ground_truth(spec["range_gt"])
     if gt_lims.size - 1 != queries.shape[0]:
@@ -241,7 +242,7 @@ def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
         if method == "native":
             lims, ids, d, stats = h.range_batch(qs, radius, L)
             return {"lims": lims, "ids": ids, "distances": d, "rounds": None, "stats": stats}
-        return knn_doubling_range(h.batch_with_distances, qs, radius, L, k0, n, higher)
+        return knn_doubling_range(h.batch_with_distances, qs, radius, L, L if k0 is None else int(k0), n, higher)
 
     Ls = [int(L) for L in spec["Ls"]]
     warm = min(nq, int(spec.get("warmup", 100)))

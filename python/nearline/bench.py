@@ -256,8 +256,8 @@ class BenchConfig:
     range_neighbors: Optional[float] = None
     target_aps: list[float] = dataclasses.field(default_factory=lambda: list(TARGET_APS))
     range_methods: list[str] = dataclasses.field(default_factory=lambda: list(RANGE_METHODS))
-    #: First k of the doubling baseline (each round searches with L = max(L, k)).
-    doubling_k0: int = 10
+    #: First k of the doubling baseline (each round searches with L = max(L, k)); None: k0 = the sweep's L.
+    doubling_k0: Optional[int] = 10
 
     @property
     def range_mode(self) -> bool:
@@ -368,8 +368,8 @@ class BenchConfig:
                              f"{', '.join(RANGE_METHODS)}")
         if len(set(self.range_methods)) != len(self.range_methods):
             raise ValueError(f"--range-methods {','.join(self.range_methods)}: a method is given twice")
-        if self.doubling_k0 < 1:
-            raise ValueError(f"--doubling-k0 must be at least 1, got {self.doubling_k0}")
+        if self.doubling_k0 is not None and self.doubling_k0 < 1:
+            raise ValueError(f"--doubling-k0 must be at least 1 (or L), got {self.doubling_k0}")
         for t in self.target_aps:
             if not 0.0 < float(t) <= 1.0:
                 raise ValueError(f"--target-ap {t}: expected an AP in (0, 1]")
@@ -1317,7 +1317,8 @@ def format_range_report(result: dict[str, Any]) -> str:
     lines.append(f"range search: {within} {params['radius']:.6g} ({how}); exact answers per query: mean "
                  f"{_fmt(rng.get('gt_mean_results'), '.1f')}, median {_fmt(rng.get('gt_median_results'), '.0f')}, "
                  f"max {rng.get('gt_max_results', '-')}, empty {rng.get('gt_empty_queries', '-')}")
-    lines.append(f"doubling baseline: k-NN from k = {params.get('doubling_k0')} (list size max(L, k)), k doubled "
+    k0 = params.get("doubling_k0")
+    lines.append(f"doubling baseline: k-NN from k = {'L' if k0 is None else k0} (list size max(L, k)), k doubled "
                  "while every result is within the radius")
     lines.append("")
     width = max([len("system")] + [len(s) for s in result["summary"]])

@@ -174,6 +174,13 @@ def _variant(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _k0(text: str) -> Any:
+    """argparse type: a positive integer, or ``L`` (the sweep's list size)."""
+    if text.strip().upper() == "L":
+        return "L"
+    return _positive_int(text)
+
+
 def _range_methods(text: str) -> list[str]:
     """argparse type: comma-separated range-search methods (native, doubling)."""
     from nearline.bench import RANGE_METHODS
@@ -519,7 +526,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.range_methods is not None:
         range_kw["range_methods"] = args.range_methods
     if args.doubling_k0 is not None:
-        range_kw["doubling_k0"] = args.doubling_k0
+        range_kw["doubling_k0"] = None if args.doubling_k0 == "L" else args.doubling_k0
     cfg = bench.BenchConfig(
         **range_kw,
         data=args.data, systems=systems, variants=variants, baseline=args.baseline,
@@ -681,8 +688,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range-methods", type=_range_methods, default=None, metavar="M[,M...]",
                    help="range mode, nearline: native (Index.range_search, reported as NAME) and/or doubling "
                    "(k-NN with doubling k, reported as NAME+doubling; peers always use it); default both")
-    p.add_argument("--doubling-k0", type=_positive_int, default=None, metavar="K",
-                   help="range mode: first k of the doubling baseline (default 10)")
+    p.add_argument("--doubling-k0", type=_k0, default=None, metavar="K|L",
+                   help="range mode: first k of the doubling baseline (default 10; L = the sweep's L)")
     p.add_argument("--latency-queries", type=_nonneg_int, default=10000,
                    help="queries per L in the closed-loop latency run (perturbed copies of the query set; "
                    "0 = no latency run)")
