@@ -710,3 +710,46 @@ def test_peers_handles_report_distances(small_index, small_data):
     assert ids.shape == d.shape == (5, 7) and st["reads"].shape == (5,)
     np.testing.assert_allclose(d, user_values(base, queries[:5], "l2")[np.arange(5)[:, None], ids], rtol=1e-4)
     h.close()
+
+
+class _ExactRangeIndex:
+    """Bench plumbing only (not the engine): an exact numpy stand-in for an index with range_search."""
+
+    def __init__(self, base):
+        self.base = base
+        self.calls = []
+
+    def range_search(self, queries, radius, L=None, threads=None, return_stats=False, **kw):
+        self.calls.append(dict(kw, L=L, threads=threads))
+        hits = brute_range(self.base, queries, radius, "l2")
+        lims = np.concatenate([[0], np.cumsum([h.size for h in hits])])
+        ids = np.concatenate(hits) if hits else np.zeros(0, np.int64)
+        v = user_values(self.base, queries, "l2")
+        d = np.concatenate([v[i, h] for i, h in enumerate(hits)]).astype(np.float32)
+        nq = len(queries)
+        stats = {"reads": np.full(nq, 7), "total_us": np.full(nq, 100.0)}
+        return (lims, ids, d, stats) if return_stats else (lims, ids, d)
+
+    def close(self):
+        pass
+
+
+def test_worker_native_range_plumbing_with_an_exact_stand_in(tmp_path, monkeypatch, float_data):
+    base, queries = float_data
+    qp = datasets.write_bin(tmp_path / "q.fbin", queries)
+    gt = tmp_path / "range.bin"
+    nearline.write_range_ground_truth(gt, *nearline.compute_range_ground_truth(base, queries, 14.0))
+    fake = _ExactRangeIndex(base)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: fake)
+    res = _bench_worker.run({"action": "range_search", "system": "nearline", "method": "native",
+                             "index_dir": str(tmp_path), "queries": str(qp), "range_gt": str(gt), "radius": 14.0,
+                             "n": len(base), "Ls": [10, 20], "params": {"threads": 2, "W": 4},
+                             "variant": {"name": "v", "search": {"W": 2, "executor": "beam"}},
+                             "queries_repeat": 2, "warmup": 3})
+    assert res["nq"] == 80 and res["method"] == "native"
+    for pt in res["points"]:
+        assert pt["ap"] == pytest.approx(1.0) and pt["mean_reads"] == 7 and pt["lat_mean_ms"] == pytest.approx(0.1)
+        assert "mean_rounds" not in pt
+    # The variant's search options and each L reach range_search.
+    assert [c["L"] for c in fake.calls] == [10, 10, 20]
+    assert all(c["W"] == 2 and c["executor"] == "beam" and c["threads"] == 2 for c in fake.calls)
