@@ -753,3 +753,30 @@ def test_worker_native_range_plumbing_with_an_exact_stand_in(tmp_path, monkeypat
     # The variant's search options and each L reach range_search.
     assert [c["L"] for c in fake.calls] == [10, 10, 20]
     assert all(c["W"] == 2 and c["executor"] == "beam" and c["threads"] == 2 for c in fake.calls)
+    # A variant's range-only keys reach range_search too.
+    fake.calls.clear()
+    v = bench.parse_variant("phi:ratio=0.25,max_L=400,W=3")
+    assert v.range == {"ratio": 0.25, "max_L": 400} and v.spec()["range"] == v.range
+    _bench_worker.run({"action": "range_search", "system": "nearline", "method": "native",
+                       "index_dir": str(tmp_path), "queries": str(qp), "range_gt": str(gt), "radius": 14.0,
+                       "n": len(base), "Ls": [10], "params": {"threads": 1}, "variant": v.spec(), "warmup": 0})
+    assert fake.calls == [{"ratio": 0.25, "max_L": 400, "W": 3, "L": 10, "threads": 1}]
+
+
+def test_range_only_variant_keys(tmp_path):
+    v = bench.parse_variant("phi:ratio=0.25")
+    with pytest.raises(ValueError, match="ratio apply to range search only"):
+        bench.BenchConfig(data="x", systems=["nearline"], variants=[v], workdir=tmp_path).validate()
+    bench.BenchConfig(data="x", systems=["nearline"], variants=[v], radius=1.0, workdir=tmp_path).validate()
+
+    class Api:
+        class Index:
+            def search(self, queries, k=10, *, L=None, W=4):
+                pass
+
+            def range_search(self, queries, radius, *, L=100, W=None, ratio=0.5):
+                pass
+
+    bench.check_variant_supported(bench.parse_variant("ok:ratio=0.3"), Api)
+    with pytest.raises(ValueError, match="Index.range_search of this nearline build does not take 'max_L'"):
+        bench.check_variant_supported(bench.parse_variant("no:max_L=100"), Api)

@@ -84,7 +84,8 @@ RANGE_POINT_METRICS = (
     "mean_cpu_us",
 )
 
-#: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open`` or ``Index.search``.
+#: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open``, ``Index.search``
+#: (and ``Index.range_search``), or ``Index.range_search`` only (``range``: range mode).
 #: Keys not listed here are refused. Options the installed engine lacks are refused
 #: before anything runs (:func:`check_variant_supported`).
 VARIANT_KEYS: dict[str, tuple[str, ...]] = {
@@ -92,6 +93,7 @@ VARIANT_KEYS: dict[str, tuple[str, ...]] = {
               "entry_clusters"),
     "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight"),
+    "range": ("ratio", "max_L"),
 }
 _KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -107,16 +109,21 @@ class BenchError(RuntimeError):
 
 @dataclasses.dataclass
 class Variant:
-    """A named nearline configuration: keyword overrides for build, open and search."""
+    """A named nearline configuration: keyword overrides for build, open and search (and range search)."""
 
     name: str
     build: dict[str, Any] = dataclasses.field(default_factory=dict)
     open: dict[str, Any] = dataclasses.field(default_factory=dict)
     search: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``Index.range_search``-only keys (range mode).
+    range: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
-        """The JSON form the worker receives."""
-        return {"name": self.name, "build": dict(self.build), "open": dict(self.open), "search": dict(self.search)}
+        """The JSON form the worker receives (``range`` only when set)."""
+        out = {"name": self.name, "build": dict(self.build), "open": dict(self.open), "search": dict(self.search)}
+        if self.range:
+            out["range"] = dict(self.range)
+        return out
 
 
 def parse_variant_value(text: str) -> Any:
@@ -196,10 +203,12 @@ def check_variant_supported(variant: Variant, api: Any = None) -> None:
     """
     if api is None:
         import nearline as api
+    index_cls = getattr(api, "Index", None)
     fns = {"build": getattr(api, "build", None), "open": getattr(api, "open", None),
-           "search": getattr(getattr(api, "Index", None), "search", None)}
-    where = {"build": "nearline.build", "open": "nearline.open", "search": "Index.search"}
-    for stage in ("build", "open", "search"):
+           "search": getattr(index_cls, "search", None), "range": getattr(index_cls, "range_search", None)}
+    where = {"build": "nearline.build", "open": "nearline.open", "search": "Index.search",
+             "range": "Index.range_search"}
+    for stage in ("build", "open", "search", "range"):
         fn = fns[stage]
         accepted = _accepted_params(fn) if fn is not None else None
         if accepted is None:
@@ -334,6 +343,9 @@ class BenchConfig:
                 raise ValueError(f"system name {v.name!r} given twice")
             if v.name != "nearline" and v.name in reserved:
                 raise ValueError(f"variant name {v.name!r} is taken (reserved: {', '.join(sorted(reserved))})")
+            if v.range and not self.range_mode:
+                raise ValueError(f"variant {v.name!r}: {', '.join(v.range)} apply to range search only "
+                                 "(--radius or --range-neighbors)")
             seen.add(v.name)
         if self.range_mode:
             self._validate_range(reserved)
@@ -864,7 +876,7 @@ def _environment() -> dict[str, Any]:
 
 def _check_variants(variants: Sequence[Variant]) -> None:
     """Refuses options the installed engine lacks (skipped when the bindings cannot be imported)."""
-    if not any(v.build or v.open or v.search for v in variants):
+    if not any(v.build or v.open or v.search or v.range for v in variants):
         return
     try:
         import nearline
@@ -1144,7 +1156,7 @@ def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_inf
                 "range_gt": range_info["gt_path"], "radius": range_info["radius"], "metric": ds.metric, "n": ds.n,
                 "Ls": Ls, "k0": cfg.doubling_k0, "params": dataclasses.asdict(p),
                 "queries_repeat": cfg.queries_repeat, "warmup": cfg.warmup}
-        if v is not None and (v.open or v.search):
+        if v is not None and (v.open or v.search or v.range):
             spec["variant"] = v.spec()
         return spec
 

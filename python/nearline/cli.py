@@ -672,8 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME:key=value[,...]",
                    help="a named nearline configuration (repeatable); keys go to build (R, build_L, alpha, passes, "
                    "pq_bytes, saturate, page_size, preset, nav_sample, entry_clusters), open (memory_budget, "
-                   "cache_nodes, entry, entry_points, io) or search (W, executor, adaptive_beam, early_dispatch, "
-                   "queries_in_flight); variants with equal build keys share one build")
+                   "cache_nodes, entry, entry_points, io), search (W, executor, adaptive_beam, early_dispatch, "
+                   "queries_in_flight) or range search only (ratio, max_L); variants with equal build keys share "
+                   "one build")
     p.add_argument("--baseline", default=None, metavar="NAME",
                    help="the system ratios divide by (default: the first --compare peer, else the first system)")
     p.add_argument("--target-recall", type=_recalls, default=None, metavar="R[,R...]",

@@ -232,6 +232,8 @@ class _NearlineHandle(Handle):
         self.cache_nodes = open_kw["cache_nodes"]
         # A variant's search options; W falls back to the shared one.
         self.search_kw: dict[str, Any] = {"W": p.W, **(variant.get("search") or {})}
+        # Options of Index.range_search only (ratio, max_L).
+        self.range_kw: dict[str, Any] = dict(variant.get("range") or {})
         self.idx = nearline.open(str(index_dir), **open_kw)
 
     def batch(self, queries, k, L):
@@ -253,7 +255,8 @@ class _NearlineHandle(Handle):
         if fn is None:
             raise ValueError("this nearline build has no Index.range_search; run the k-NN doubling baseline only "
                              "(--range-methods doubling)")
-        lims, ids, d, stats = fn(queries, radius, L=L, threads=self.p.threads, return_stats=True, **self.search_kw)
+        lims, ids, d, stats = fn(queries, radius, L=L, threads=self.p.threads, return_stats=True, **self.search_kw,
+                                 **self.range_kw)
         return (np.asarray(lims, dtype=np.int64), np.asarray(ids, dtype=np.int64), np.asarray(d),
                 {key: np.asarray(v) for key, v in stats.items()})
 
