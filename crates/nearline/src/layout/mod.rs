@@ -9,6 +9,7 @@ pub mod format;
 pub mod page;
 pub mod placement;
 pub mod section;
+pub mod shuffle;
 pub mod writer;
 
 pub use format::{BuildSpec, LayoutInfo, Manifest, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR};
