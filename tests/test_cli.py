@@ -27,9 +27,10 @@ class FakeIndex:
         self.closed = False
 
     def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False, executor="auto",
-               adaptive_beam=False, early_dispatch=None, queries_in_flight=1):
+               adaptive_beam=False, early_dispatch=None, queries_in_flight=1, page_search="auto", sigma=0.3):
         self.last_search = {"executor": executor, "adaptive_beam": adaptive_beam,
-                            "early_dispatch": early_dispatch, "queries_in_flight": queries_in_flight}
+                            "early_dispatch": early_dispatch, "queries_in_flight": queries_in_flight,
+                            "page_search": page_search, "sigma": sigma}
         ids, d = datasets.brute_force_ground_truth(self.base, np.asarray(queries, np.float32), k)
         nq = len(queries)
         stats = {"hops": np.full(nq, 7), "reads": np.full(nq, 21), "total_us": np.full(nq, 100.0),
@@ -101,18 +102,15 @@ def _files(tmp_path, engine):
     ["search", "i", "q", "--executor", "warp"], ["search", "i", "q", "--early-dispatch", "0"],
     ["search", "i", "q", "--early-dispatch", "1.5"], ["search", "i", "q", "--early-dispatch", "nan"],
     ["search", "i", "q", "--queries-in-flight", "0"], ["search", "i", "q", "--queries-in-flight", "65"],
+    ["search", "i", "q", "--radius", "nan"], ["search", "i", "q", "--sigma", "0"], ["search", "i", "q", "--sigma", "2"],
+    ["search", "i", "q", "--page-search", "pages"], ["build", "d", "o", "--layout", "random"],
+    ["build", "d", "o", "--shuffle", "metis"], ["search", "i", "q", "--range-ratio", "0"],
 ])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(argv)
     assert e.value.code == 2
     assert "usage:" in capsys.readouterr().err
-
-
-def test_radius_not_supported(capsys):
-    with pytest.raises(SystemExit) as e:
-        cli.main(["search", "idx", "q.fbin", "--radius", "0.5"])
-    assert e.value.code == 2 and "not yet supported" in capsys.readouterr().err
 
 
 def test_parser_values():
@@ -211,12 +209,13 @@ def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monke
     monkeypatch.setattr(nearline, "open", open_, raising=False)
     assert cli.main(["search", "idx", q, "--k", "5", "--json"]) == 0
     assert opened[-1].last_search == {"executor": "auto", "adaptive_beam": False, "early_dispatch": None,
-                                      "queries_in_flight": 1}
+                                      "queries_in_flight": 1, "page_search": "auto", "sigma": 0.3}
     capsys.readouterr()
     assert cli.main(["search", "idx", q, "--k", "5", "--gt", g, "--json", "--executor", "beam", "--adaptive-beam",
-                     "--early-dispatch", "0.5", "--queries-in-flight", "8"]) == 0
+                     "--early-dispatch", "0.5", "--queries-in-flight", "8", "--page-search", "block",
+                     "--sigma", "0.5"]) == 0
     assert opened[-1].last_search == {"executor": "beam", "adaptive_beam": True, "early_dispatch": 0.5,
-                                      "queries_in_flight": 8}
+                                      "queries_in_flight": 8, "page_search": "block", "sigma": 0.5}
     summary = json.loads(capsys.readouterr().out)
     assert summary["executor"] == "beam" and summary["queries_in_flight"] == 8 and summary["recall@5"] == 1.0
     assert cli.main(["search", "idx", q, "--executor", "pipeline", "--json"]) == 0

@@ -163,7 +163,7 @@ def test_build_from_file_and_info(tmp_path, small_data):
     info = idx.info()
     assert info["n"] == 5000 and info["dim"] == 24 and info["dtype"] == "float32"
     assert info["preset"] == "diskann" and info["pq_bytes"] == 8
-    assert info["format_version"] == "1.1"  # 1.1 added the optional entry sections
+    assert info["format_version"] == "1.2"  # 1.1 added the optional entry sections, 1.2 shuffled layouts
     mem = info["memory"]
     assert mem["pq_codes"] == 5000 * 8
     assert mem["total"] >= mem["pq_codes"] + mem["cache"] > 0
@@ -420,7 +420,9 @@ def test_every_executor_is_exact_with_a_full_list(random_index, opts):
             d_true = ((base[np.argsort(ids)][np.searchsorted(np.sort(ids), got)] - queries[:, None, :]) ** 2).sum(-1)
             np.testing.assert_allclose(dists, d_true, rtol=1e-4, atol=1e-5)
             assert set(stats) == {"hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances",
-                                  "io_wait_us", "cpu_us", "total_us", "used_bytes", "io_utilisation"}
+                                  "io_wait_us", "cpu_us", "total_us", "used_bytes", "io_utilisation",
+                                  "page_records", "used_records", "colocated", "path_length",
+                                  "vertex_utilisation", "doublings"}
             assert (stats["hops"] >= 1400).all() and (stats["reads"] > 0).all()
             assert (stats["bytes_read"] == stats["reads"] * 4096).all()
             assert (stats["total_us"] >= stats["cpu_us"]).all()
@@ -504,7 +506,7 @@ def test_entry_info_memory_and_recall(entry_index, small_data):
         assert mem["total"] - mem["worker_scratch"] <= budget
         assert info["entry"]["kind"] == entry and info["entry"]["has_nav"] and info["entry"]["has_centroids"]
         assert info["build"]["nav_sample"] == 0.02 and info["build"]["entry_clusters"] == 40
-        assert info["format_version"] == "1.1"
+        assert info["format_version"] == "1.2"
         # Reads compared without a node cache: the BFS cache around the medoid
         # favours searches that start there.
         uncached = nearline.open(entry_index, entry=entry, cache_nodes=0)

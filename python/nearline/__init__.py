@@ -45,6 +45,9 @@ __all__ = [
     "PRESETS",
     "EXECUTORS",
     "ENTRY_KINDS",
+    "LAYOUTS",
+    "SHUFFLES",
+    "PAGE_SEARCHES",
     "__version__",
 ]
 
@@ -52,7 +55,13 @@ __version__: str = _nearline.__version__
 log = logging.getLogger("nearline")
 
 #: Presets this version knows; ``"auto"`` resolves to one of the others.
-PRESETS = ("auto", "diskann", "pipeann")
+PRESETS = ("auto", "diskann", "pipeann", "starling")
+#: Record placements ``build(layout=...)`` accepts.
+LAYOUTS = ("id", "shuffled")
+#: Block-shuffling algorithms ``build(shuffle=...)`` accepts (Starling).
+SHUFFLES = ("bnp", "bnf", "bns")
+#: What a search does with an arrived page (``page_search=``).
+PAGE_SEARCHES = ("auto", "targets", "block")
 #: Search executors accepted by :meth:`Index.search` (``executor=``).
 EXECUTORS = ("auto", "beam", "pipeline")
 METRICS = ("l2", "ip", "cosine")
@@ -138,6 +147,11 @@ def build(
     overwrite: bool = False,
     nav_sample: float = 0.0,
     entry_clusters: int = 0,
+    layout: Optional[str] = None,
+    shuffle: str = "bnf",
+    bnf_iters: int = 8,
+    bnf_tau: float = 0.01,
+    bns_iters: int = 1,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -151,8 +165,11 @@ def build(
             ``"cosine"`` (float data only; vectors are normalised).
         preset: ``"diskann"`` (DiskANN: medoid entry, synchronous beam, W 4),
             ``"pipeann"`` (PipeANN: navigation graph over 1% of the points unless
-            ``nav_sample`` says otherwise, pipelined executor, width up to 32) or
-            ``"auto"`` (today ``"diskann"``).
+            ``nav_sample`` says otherwise, pipelined executor, width up to 32),
+            ``"starling"`` (Starling: block-shuffled layout, navigation graph over
+            1%, block search with σ 0.3 under the pipelined executor, width 8) or
+            ``"auto"`` (today ``"diskann"``). Explicit arguments win over the
+            preset's defaults.
         ids: optional external ids (one per row, unique, non-negative int64); search
             returns them instead of row numbers.
         R: maximum graph degree. build_L: build candidate list size.
@@ -179,6 +196,17 @@ def build(
             memory (counted in the search budget).
         entry_clusters: k-means centroids (AlayaLaser: 300-500) whose nearest
             nodes are kept as entry points; 0 (default) builds none.
+        layout: record placement on disk: ``"id"`` (DiskANN: node v in page
+            v // records_per_page) or ``"shuffled"`` (Starling's block shuffling:
+            pages hold graph neighbours together; the node→page map stays in
+            memory, 8 bytes per node, counted in the budget). Default: the
+            preset's (``"shuffled"`` for ``starling``). The overlap ratio OR(G) of
+            the layout is logged and reported by ``info()["overlap_ratio"]``.
+        shuffle: shuffling algorithm of a shuffled layout: ``"bnp"`` (neighbour
+            padding, one pass), ``"bnf"`` (neighbour frequency, default) or
+            ``"bns"`` (BNF then neighbour swaps; slowest).
+        bnf_iters: BNF's round limit β (default 8). bnf_tau: BNF stops when a
+            round gains less OR(G) than τ (default 0.01). bns_iters: BNS rounds.
 
     Raises:
         ValueError: bad arguments or data (NaN/inf, wrong shapes, unknown preset).
@@ -207,6 +235,20 @@ def build(
     if not np.isfinite(nav_sample) or not 0.0 <= nav_sample <= 0.5:
         raise ValueError(f"nav_sample={nav_sample} must be a finite fraction in [0, 0.5] (0 = no navigation graph)")
     entry_clusters = _check_int("entry_clusters", entry_clusters, 0)
+    if layout is not None:
+        if not isinstance(layout, str) or layout.strip().lower() not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+        layout = layout.strip().lower()
+    if not isinstance(shuffle, str) or shuffle.strip().lower() not in SHUFFLES:
+        raise ValueError(f"unknown shuffle {shuffle!r}: expected one of {', '.join(SHUFFLES)}")
+    shuffle = shuffle.strip().lower()
+    bnf_iters = _check_int("bnf_iters", bnf_iters, 1, 1000)
+    bns_iters = _check_int("bns_iters", bns_iters, 1, 1000)
+    if isinstance(bnf_tau, bool) or not isinstance(bnf_tau, (int, float, np.integer, np.floating)):
+        raise TypeError(f"bnf_tau must be a number, not {type(bnf_tau).__name__}")
+    bnf_tau = float(bnf_tau)
+    if not np.isfinite(bnf_tau) or bnf_tau < 0.0:
+        raise ValueError(f"bnf_tau={bnf_tau} must be a finite number >= 0")
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(stage, done, total)")
     ids_arr = None
@@ -229,9 +271,13 @@ def build(
     _nearline.build_index(
         src, os.fspath(path), metric, preset, ids_arr, R, build_L, alpha, passes, pq_bytes, mb, bmb,
         page_size, threads, seed, progress, bool(overwrite), dtype, saturate=bool(saturate),
-        nav_sample=nav_sample, entry_clusters=entry_clusters,
+        nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout, shuffle=shuffle,
+        bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
     )
-    return open(path)
+    idx = open(path)
+    lay = idx.info()["layout"]
+    log.info("built %s: layout %s, OR(G) = %s", path, lay["kind"], lay.get("overlap_ratio"))
+    return idx
 
 
 def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
@@ -350,6 +396,8 @@ class Index:
         adaptive_beam: bool = False,
         early_dispatch: Optional[float] = None,
         queries_in_flight: int = 1,
+        page_search: str = "auto",
+        sigma: float = 0.3,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
@@ -366,7 +414,9 @@ class Index:
             return_stats: also return per-query statistics (a dict of arrays:
                 hops, reads, bytes_read, cache_hits, pq_distances,
                 exact_distances, io_wait_us, cpu_us, total_us, used_bytes,
-                io_utilisation).
+                io_utilisation, page_records, used_records, colocated,
+                path_length (Starling's ℓ), vertex_utilisation (ξ = used_records /
+                page_records), doublings).
             executor: ``"beam"`` (DiskANN: W reads per hop, the next hop once the
                 hop's pages are processed), ``"pipeline"`` (PipeANN: reads kept in
                 flight and pages processed as they arrive, with an adaptive
@@ -379,6 +429,13 @@ class Index:
                 fold in when they arrive (AlayaLaser). ``None`` waits for the whole hop.
             queries_in_flight: queries each search thread interleaves on its I/O
                 queue (1..64); more keep the device busier at some latency cost.
+            page_search: what to do with a page when it arrives: ``"targets"``
+                (DiskANN: use the records it was read for), ``"block"`` (Starling's
+                block search: exact distances for every record of the page, expand
+                the targets and the closest ``sigma`` share of the others while the
+                next reads are in flight) or ``"auto"`` (block search on a shuffled
+                layout, targets on the ID layout).
+            sigma: block search's pruning ratio σ in (0, 1] (Starling: 0.3).
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -386,6 +443,87 @@ class Index:
             products (descending) for ``ip``, cosine similarities (descending) for
             ``cosine``. A 1-D query gives ``(k,)`` arrays.
         """
+        q, single = self._queries(queries)
+        k = _check_int("k", k, 1)
+        L = max(k, 100) if L is None else _check_int("L", L, 1)
+        if L < k:
+            raise ValueError(f"L={L} must be at least k={k}")
+        opts = self._options(W, threads, executor, adaptive_beam, early_dispatch, queries_in_flight, page_search, sigma)
+        ids, dists, stats = self._raw.search(q, k, L, *opts[:2], bool(return_stats), *opts[2:])
+        if single:
+            ids, dists = ids[0], dists[0]
+        if return_stats:
+            return ids, dists, stats
+        return ids, dists
+
+    def range_search(
+        self,
+        queries: np.ndarray,
+        radius: float,
+        *,
+        L: int = 100,
+        W: Optional[int] = None,
+        ratio: float = 0.5,
+        max_L: Optional[int] = None,
+        threads: Optional[int] = None,
+        return_stats: bool = False,
+        executor: str = "auto",
+        adaptive_beam: bool = False,
+        early_dispatch: Optional[float] = None,
+        queries_in_flight: int = 1,
+        page_search: str = "auto",
+        sigma: float = 0.3,
+    ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
+        """Range search: every vector within ``radius`` of each query (Starling §5.3).
+
+        The search starts with a candidate list of ``L`` and, whenever the list is
+        exhausted while the results within the radius fill at least ``ratio`` (φ)
+        of it, doubles the list (up to ``max_L``) and continues from where it was,
+        bringing back the closest candidates that had been pushed out. Works with
+        every layout, executor and page policy (the options are those of
+        :meth:`search`).
+
+        Args:
+            queries: ``(nq, dim)`` or ``(dim,)`` array.
+            radius: for ``l2`` a squared distance (finite, >= 0): results have
+                distance <= radius; for ``ip``/``cosine`` a score (finite): results
+                have score >= radius.
+            L: initial candidate list size. ratio: φ in (0, 1] (default 0.5).
+            max_L: the largest list the doubling may reach (default ``1024 * L``,
+                capped at 2**22); a query whose answer is larger than about
+                ``ratio * max_L`` is cut short there.
+
+        Returns:
+            ``(lims, ids, distances)``: query ``i``'s results are
+            ``ids[lims[i]:lims[i + 1]]`` (int64 external ids) with their
+            distances/scores (float32), closest first; ``lims`` is int64 of
+            length nq + 1. With ``return_stats`` a fourth element, as :meth:`search`.
+        """
+        q, _ = self._queries(queries)
+        if isinstance(radius, bool) or not isinstance(radius, (int, float, np.integer, np.floating)):
+            raise TypeError(f"radius must be a number, not {type(radius).__name__}")
+        radius = float(radius)
+        if not np.isfinite(radius):
+            raise ValueError(f"radius={radius} must be finite")
+        if self.metric == "l2" and radius < 0:
+            raise ValueError(f"radius={radius} must be at least 0 (a squared L2 distance)")
+        L = _check_int("L", L, 1)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)):
+            raise TypeError(f"ratio must be a number, not {type(ratio).__name__}")
+        ratio = float(ratio)
+        if not (0.0 < ratio <= 1.0):
+            raise ValueError(f"ratio={ratio} must be a finite fraction in (0, 1]")
+        if max_L is not None:
+            max_L = _check_int("max_L", max_L, L, 1 << 22)
+        opts = self._options(W, threads, executor, adaptive_beam, early_dispatch, queries_in_flight, page_search, sigma)
+        lims, ids, dists, stats = self._raw.range_search(
+            q, radius, L, opts[0], ratio, max_L, opts[1], bool(return_stats), *opts[2:]
+        )
+        if return_stats:
+            return lims, ids, dists, stats
+        return lims, ids, dists
+
+    def _queries(self, queries: np.ndarray) -> Tuple[np.ndarray, bool]:
         q = np.asarray(queries)
         single = q.ndim == 1
         if single:
@@ -396,11 +534,12 @@ class Index:
             raise ValueError(f"queries have dimension {q.shape[1]}, the index has {self.dim}")
         if not (np.issubdtype(q.dtype, np.floating) or np.issubdtype(q.dtype, np.integer)):
             raise ValueError(f"queries have dtype {q.dtype}; expected a numeric array")
-        q = np.ascontiguousarray(q, dtype=np.float32)
-        k = _check_int("k", k, 1)
-        L = max(k, 100) if L is None else _check_int("L", L, 1)
-        if L < k:
-            raise ValueError(f"L={L} must be at least k={k}")
+        return np.ascontiguousarray(q, dtype=np.float32), single
+
+    def _options(self, W: Optional[int], threads: Optional[int], executor: str, adaptive_beam: bool,
+                 early_dispatch: Optional[float], queries_in_flight: int, page_search: str,
+                 sigma: float) -> Tuple[Any, ...]:
+        """Checks the search options shared by :meth:`search` and :meth:`range_search`."""
         W = self._raw_default_width() if W is None else _check_int("W", W, 1, 64)
         th = threads if threads is not None else self._threads
         if th is not None:
@@ -418,14 +557,15 @@ class Index:
             if not (0.0 < early_dispatch <= 1.0):
                 raise ValueError(f"early_dispatch={early_dispatch} must be a finite fraction in (0, 1]")
         qif = _check_int("queries_in_flight", queries_in_flight, 1, 64)
-        ids, dists, stats = self._raw.search(
-            q, k, L, W, th, bool(return_stats), executor.strip().lower(), bool(adaptive_beam), early_dispatch, qif
-        )
-        if single:
-            ids, dists = ids[0], dists[0]
-        if return_stats:
-            return ids, dists, stats
-        return ids, dists
+        if not isinstance(page_search, str) or page_search.strip().lower() not in PAGE_SEARCHES:
+            raise ValueError(f"unknown page_search {page_search!r}: expected one of {', '.join(PAGE_SEARCHES)}")
+        if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
+            raise TypeError(f"sigma must be a number, not {type(sigma).__name__}")
+        sigma = float(sigma)
+        if not (0.0 < sigma <= 1.0):
+            raise ValueError(f"sigma={sigma} must be a finite fraction in (0, 1]")
+        return (W, th, executor.strip().lower(), bool(adaptive_beam), early_dispatch, qif,
+                page_search.strip().lower(), sigma)
 
     def _raw_default_width(self) -> int:
         return int(self._raw.default_width())

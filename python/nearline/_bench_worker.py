@@ -76,6 +76,13 @@ def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
                       ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us")):
         if key in stats:
             point[name] = float(np.mean(stats[key]))
+    # Starling's Table 2: ξ averaged over every block read (records used /
+    # records held), and the search path length ℓ.
+    if "used_records" in stats and "page_records" in stats:
+        held = float(np.sum(stats["page_records"]))
+        point["vertex_util"] = float(np.sum(stats["used_records"])) / held if held > 0 else 0.0
+    if "path_length" in stats:
+        point["mean_path_length"] = float(np.mean(stats["path_length"]))
     return point
 
 
@@ -272,6 +279,8 @@ def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
         stats = out["stats"]
         if stats is not None:
             point.update(_stats_means(stats))
+            if "doublings" in stats:  # native: list doublings of the engine's range search
+                point["mean_doublings"] = float(np.mean(stats["doublings"]))
             if "total_us" in stats:
                 point.update(latency_summary(np.asarray(stats["total_us"], dtype=np.float64) / 1000.0))
         elif read_bytes is not None:

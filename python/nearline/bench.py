@@ -74,14 +74,14 @@ POINT_METRICS = (
     "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "lat_queries",
     "lat_concurrency", "lat_run_qps", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query",
     "proc_read_bytes", "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances",
-    "mean_io_wait_us", "mean_cpu_us",
+    "mean_io_wait_us", "mean_cpu_us", "vertex_util", "mean_path_length",
 )
 #: Point metrics of range mode (median over repetitions).
 RANGE_POINT_METRICS = (
     "ap", "qps", "wall_s", "mean_results", "mean_rounds", "max_rounds", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms",
     "lat_p999_ms", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes",
     "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us",
-    "mean_cpu_us",
+    "mean_cpu_us", "vertex_util", "mean_path_length", "mean_doublings",
 )
 
 #: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open``, ``Index.search``
@@ -90,9 +90,9 @@ RANGE_POINT_METRICS = (
 #: before anything runs (:func:`check_variant_supported`).
 VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
-              "entry_clusters"),
+              "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters"),
     "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
-    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight"),
+    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma"),
     "range": ("ratio", "max_L"),
 }
 _KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
@@ -680,7 +680,7 @@ def median_points(runs: Sequence[Sequence[dict[str, Any]]],
 
 #: Per-query statistics that add up over the rounds of the doubling baseline.
 _SUMMED_STATS = ("hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances", "io_wait_us",
-                 "cpu_us", "total_us", "used_bytes")
+                 "cpu_us", "total_us", "used_bytes", "page_records", "used_records", "colocated", "path_length")
 
 
 def knn_doubling_range(
@@ -1264,7 +1264,8 @@ def format_report(result: dict[str, Any]) -> str:
     lines = []
     width = max([len("system")] + [len(s) for s in result["summary"]])
     hdr = (f"{'system':<{width}} {'L':>4} {'recall@' + str(k):>9} {'QPS':>9} {'mean ms':>8} {'p50 ms':>8} "
-           f"{'p99 ms':>8} {'p99.9 ms':>8} {'reads':>7} {'hops':>6} {'io µs':>7} {'cpu µs':>7} {'disk':>5}")
+           f"{'p99 ms':>8} {'p99.9 ms':>8} {'reads':>7} {'hops':>6} {'ℓ':>6} {'ξ':>5} {'io µs':>7} {'cpu µs':>7} "
+           f"{'disk':>5}")
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for system, s in result["summary"].items():
@@ -1274,6 +1275,7 @@ def format_report(result: dict[str, Any]) -> str:
                 f"{_fmt(pt.get('lat_mean_ms'), '.3f'):>8} {_fmt(pt.get('lat_p50_ms'), '.3f'):>8} "
                 f"{_fmt(pt.get('lat_p99_ms'), '.3f'):>8} {_fmt(pt.get('lat_p999_ms'), '.3f'):>8} "
                 f"{_fmt(pt.get('mean_reads'), '.1f'):>7} {_fmt(pt.get('mean_hops'), '.1f'):>6} "
+                f"{_fmt(pt.get('mean_path_length'), '.1f'):>6} {_fmt(pt.get('vertex_util'), '.3f'):>5} "
                 f"{_fmt(pt.get('mean_io_wait_us'), '.0f'):>7} {_fmt(pt.get('mean_cpu_us'), '.0f'):>7} "
                 f"{_pct(pt.get('disk_util')):>5}"
             )

@@ -317,7 +317,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             alpha=args.alpha, pq_bytes=args.pq_bytes, memory_budget=args.memory_budget,
             build_memory_budget=args.build_memory_budget, page_size=args.page_size, threads=args.threads,
             seed=args.seed, progress=progress, overwrite=args.overwrite, nav_sample=args.nav_sample,
-            entry_clusters=args.entry_clusters,
+            entry_clusters=args.entry_clusters, layout=args.layout, shuffle=args.shuffle, bnf_iters=args.bnf_iters,
+            bnf_tau=args.bnf_tau, bns_iters=args.bns_iters,
         )
     finally:
         progress.close()
@@ -330,6 +331,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         extra += f" nav_sample={entry.get('nav_sample')}"
     if entry.get("has_centroids"):
         extra += f" entry_clusters={entry.get('entry_clusters')}"
+    lay = info.get("layout") or {}
+    extra += f" layout={lay.get('kind')}"
+    if lay.get("shuffle"):
+        sh = lay["shuffle"]
+        extra += f" ({sh.get('algorithm')}, {sh.get('iterations')} rounds, ID layout OR(G)={sh.get('id_overlap_ratio'):.4f})"
+    if info.get("overlap_ratio") is not None:
+        extra += f" OR(G)={info['overlap_ratio']:.4f}"
     print(f"built {args.out}: n={info.get('n')} dim={info.get('dim')} metric={info.get('metric')} "
           f"preset={info.get('preset')} R={info.get('R')} pq_bytes={info.get('pq_bytes')}{extra} in {elapsed:.1f} s")
     return 0
@@ -350,27 +358,24 @@ def _read_ids(path: str) -> np.ndarray:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """``nearline search INDEX QUERIES``."""
-    if args.radius is not None:
-        raise ValueError("range search (--radius) is not yet supported")
     nl = _engine()
     queries = nl.read_vectors(args.queries)
+    if args.radius is not None:
+        return _range_search(nl, args, queries)
     with nl.open(
         args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
         entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
     ) as idx:
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True,
-                                       executor=args.executor, adaptive_beam=args.adaptive_beam,
-                                       early_dispatch=args.early_dispatch, queries_in_flight=args.queries_in_flight)
+                                       **_search_options(args))
         wall = time.perf_counter() - t0
         entry_kind = str((idx.info().get("entry") or {}).get("kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
     nq = ids.shape[0]
     summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "entry": entry_kind,
-                               "executor": args.executor, "adaptive_beam": args.adaptive_beam,
-                               "early_dispatch": args.early_dispatch, "queries_in_flight": args.queries_in_flight,
-                               "seconds": wall, "qps": nq / wall if wall > 0 else None}
+                               **_search_options(args), "seconds": wall, "qps": nq / wall if wall > 0 else None}
     if args.gt:
         gt_ids, _ = nl.read_ground_truth(args.gt)
         summary[f"recall@{args.k}"] = _recall(ids, np.asarray(gt_ids), args.k)
@@ -396,9 +401,69 @@ def cmd_search(args: argparse.Namespace) -> int:
         if "latency_ms" in summary:
             lm = summary["latency_ms"]
             rows.append(("latency ms (mean/p99/p99.9)", f"{lm['mean']:.3f} / {lm['p99']:.3f} / {lm['p99.9']:.3f}"))
-        for key in ("reads", "hops", "cache_hits", "bytes_read", "pq_distances", "exact_distances", "io_utilisation"):
-            if key in means:
-                rows.append((f"mean {key}", f"{means[key]:.2f}"))
+        _mean_rows(rows, means)
+        _print_table(rows)
+    return 0
+
+
+_MEAN_KEYS = ("reads", "hops", "cache_hits", "bytes_read", "pq_distances", "exact_distances", "io_utilisation",
+              "vertex_utilisation", "path_length")
+
+
+def _mean_rows(rows: list, means: dict[str, float]) -> None:
+    for key in _MEAN_KEYS:
+        if key in means:
+            rows.append((f"mean {key}", f"{means[key]:.2f}"))
+
+
+def _search_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The search options ``search`` and ``search --radius`` share."""
+    return {"executor": args.executor, "adaptive_beam": args.adaptive_beam, "early_dispatch": args.early_dispatch,
+            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma}
+
+
+def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int:
+    """``nearline search INDEX QUERIES --radius R``: range search (CSR output)."""
+    L = args.L if args.L is not None else 100
+    with nl.open(
+        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
+        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
+    ) as idx:
+        t0 = time.perf_counter()
+        lims, ids, dists, stats = idx.range_search(queries, args.radius, L=L, W=args.W, ratio=args.range_ratio,
+                                                   max_L=args.max_L, threads=args.threads, return_stats=True,
+                                                   **_search_options(args))
+        wall = time.perf_counter() - t0
+    lims, ids, dists = np.asarray(lims), np.asarray(ids), np.asarray(dists)
+    nq = len(lims) - 1
+    counts = np.diff(lims)
+    summary: dict[str, Any] = {"nq": nq, "radius": args.radius, "L": L, "ratio": args.range_ratio,
+                               "max_L": args.max_L, **_search_options(args), "seconds": wall,
+                               "qps": nq / wall if wall > 0 else None,
+                               "results": int(lims[-1]), "mean_results": float(counts.mean()) if nq else 0.0}
+    if args.gt:
+        gt_lims, gt_ids, _ = nl.read_range_ground_truth(args.gt)
+        summary["AP"] = nl.average_precision(lims, ids, gt_lims, gt_ids)
+    means = _stats_means(stats)
+    summary["mean"] = means
+    if args.out:
+        out = Path(args.out)
+        if out.suffix.lower() == ".npz":
+            np.savez(out, lims=lims, ids=ids, distances=dists)
+        else:
+            out.write_text(json.dumps({"summary": summary, "lims": lims.tolist(), "ids": ids.tolist(),
+                                       "distances": dists.tolist()}))
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        rows = [("queries", str(nq)), ("radius", f"{args.radius:g}"),
+                ("results (total / mean per query)", f"{summary['results']} / {summary['mean_results']:.1f}")]
+        if "AP" in summary:
+            rows.append(("AP", f"{summary['AP']:.4f}"))
+        rows.append(("QPS", f"{summary['qps']:.0f}" if summary["qps"] else "-"))
+        _mean_rows(rows, means)
+        if "doublings" in means:
+            rows.append(("mean doublings", f"{means['doublings']:.2f}"))
         _print_table(rows)
     return 0
 
@@ -616,6 +681,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="in-memory navigation graph over this fraction of the vectors, in [0, 0.5] (e.g. 0.01)")
     p.add_argument("--entry-clusters", type=_nonneg_int, default=0, metavar="C",
                    help="k-means centroid entry points (e.g. 300)")
+    p.add_argument("--layout", choices=["id", "shuffled"], default=None,
+                   help="record placement: id (DiskANN) or shuffled (Starling's block shuffling); default: the preset's")
+    p.add_argument("--shuffle", choices=["bnp", "bnf", "bns"], default="bnf", help="block-shuffling algorithm")
+    p.add_argument("--bnf-iters", type=_positive_int, default=8, metavar="BETA", help="BNF rounds β")
+    p.add_argument("--bnf-tau", type=_finite_float, default=0.01, metavar="TAU",
+                   help="BNF stops when a round gains less OR(G) than τ")
+    p.add_argument("--bns-iters", type=_positive_int, default=1, help="BNS rounds")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=cmd_build)
 
@@ -637,7 +709,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_entry_options(p)
     p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
-    p.add_argument("--radius", type=float, default=None, help="range search (not yet supported)")
+    p.add_argument("--page-search", choices=["auto", "targets", "block"], default="auto",
+                   help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout)")
+    p.add_argument("--sigma", type=_fraction, default=0.3, help="block search's pruning ratio σ in (0, 1]")
+    p.add_argument("--radius", type=_finite_float, default=None,
+                   help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
+                        "range ground-truth file and AP is reported")
+    p.add_argument("--range-ratio", type=_fraction, default=0.5, metavar="PHI",
+                   help="range search doubles its list while results fill at least this share of it")
+    p.add_argument("--max-L", type=_positive_int, default=None, help="largest list a range search doubles to")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 
@@ -760,8 +840,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(list(argv) if argv is not None else None)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.command == "search" and getattr(args, "radius", None) is not None:
-        parser.error("--radius: range search is not yet supported")
     # Subcommands without -q inherit the global flag.
     args.quiet = bool(getattr(args, "quiet", False))
     func: Callable[[argparse.Namespace], int] = args.func

@@ -6,8 +6,10 @@ use nearline::data::groundtruth::{compute_ground_truth, compute_range_ground_tru
 use nearline::data::matrix::Matrix;
 use nearline::index::{BuildOptions, Index, OpenOptions};
 use nearline::io::{measure_read_ceiling, CeilingOptions, EngineKind};
+use nearline::layout::shuffle::{ShuffleAlgo, ShuffleParams};
+use nearline::layout::LayoutKind;
 use nearline::search::entry::EntryKind;
-use nearline::search::{ExecutorKind, SearchParams};
+use nearline::search::{ExecutorKind, PageSearch, QueryStats, SearchParams};
 use nearline::util::Budget;
 use nearline::{with_dtype, DType, Element, Error, Metric};
 use numpy::{
@@ -156,7 +158,7 @@ fn run_cancellable<R: Send>(
 
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false, nav_sample=0.0, entry_clusters=0))]
+#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false, nav_sample=0.0, entry_clusters=0, layout=None, shuffle="bnf", bnf_iters=8, bnf_tau=0.01, bns_iters=1))]
 fn build_index(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
@@ -180,6 +182,11 @@ fn build_index(
     saturate: bool,
     nav_sample: f64,
     entry_clusters: usize,
+    layout: Option<&str>,
+    shuffle: &str,
+    bnf_iters: usize,
+    bnf_tau: f64,
+    bns_iters: usize,
 ) -> PyResult<String> {
     let opts = BuildOptions {
         metric: Metric::parse(metric).map_err(to_py)?,
@@ -199,6 +206,14 @@ fn build_index(
         overwrite,
         nav_sample,
         entry_clusters,
+        layout: layout.map(LayoutKind::parse).transpose().map_err(to_py)?,
+        shuffle: ShuffleParams {
+            algo: ShuffleAlgo::parse(shuffle).map_err(to_py)?,
+            bnf_iters,
+            bnf_tau,
+            bns_iters,
+            seed,
+        },
     };
     let dtype_hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
     let manifest = if let Ok(p) = data.extract::<PathBuf>() {
@@ -215,6 +230,74 @@ fn build_index(
         })?
     };
     serde_json::to_string(&manifest).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Per-query statistics as a dict of numpy arrays.
+fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("hops", PyArray1::from_iter(py, s.iter().map(|x| x.hops)))?;
+    d.set_item("reads", PyArray1::from_iter(py, s.iter().map(|x| x.reads)))?;
+    d.set_item(
+        "bytes_read",
+        PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)),
+    )?;
+    d.set_item(
+        "cache_hits",
+        PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)),
+    )?;
+    d.set_item(
+        "pq_distances",
+        PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)),
+    )?;
+    d.set_item(
+        "exact_distances",
+        PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)),
+    )?;
+    d.set_item(
+        "io_wait_us",
+        PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)),
+    )?;
+    d.set_item(
+        "cpu_us",
+        PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)),
+    )?;
+    d.set_item(
+        "total_us",
+        PyArray1::from_iter(py, s.iter().map(|x| x.total_us)),
+    )?;
+    d.set_item(
+        "used_bytes",
+        PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)),
+    )?;
+    d.set_item(
+        "io_utilisation",
+        PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())),
+    )?;
+    d.set_item(
+        "page_records",
+        PyArray1::from_iter(py, s.iter().map(|x| x.page_records)),
+    )?;
+    d.set_item(
+        "used_records",
+        PyArray1::from_iter(py, s.iter().map(|x| x.used_records)),
+    )?;
+    d.set_item(
+        "colocated",
+        PyArray1::from_iter(py, s.iter().map(|x| x.colocated)),
+    )?;
+    d.set_item(
+        "path_length",
+        PyArray1::from_iter(py, s.iter().map(|x| x.path_length())),
+    )?;
+    d.set_item(
+        "vertex_utilisation",
+        PyArray1::from_iter(py, s.iter().map(|x| x.vertex_utilisation())),
+    )?;
+    d.set_item(
+        "doublings",
+        PyArray1::from_iter(py, s.iter().map(|x| x.doublings)),
+    )?;
+    Ok(d)
 }
 
 /// An open index (the engine side of `nearline.Index`).
@@ -267,7 +350,8 @@ impl RawIndex {
 
     #[pyo3(signature = (
         queries, k, l, w, threads=None, return_stats=false, executor="auto",
-        adaptive_beam=false, early_dispatch=None, queries_in_flight=1
+        adaptive_beam=false, early_dispatch=None, queries_in_flight=1,
+        page_search="auto", sigma=0.3
     ))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn search<'py>(
@@ -283,6 +367,8 @@ impl RawIndex {
         adaptive_beam: bool,
         early_dispatch: Option<f32>,
         queries_in_flight: usize,
+        page_search: &str,
+        sigma: f32,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyAny>,
@@ -301,58 +387,85 @@ impl RawIndex {
             adaptive_beam,
             early_dispatch,
             queries_in_flight,
+            page_search: PageSearch::parse(page_search).map_err(to_py)?,
+            sigma,
+            range: None,
         };
         let out = py
             .detach(|| idx.search(q, nq, &p, threads))
             .map_err(to_py)?;
-        let ids = out.ids.into_pyarray(py).reshape([nq, k])?.into_any();
-        let dists = out.distances.into_pyarray(py).reshape([nq, k])?.into_any();
         let stats = if return_stats {
-            let d = PyDict::new(py);
-            let s = &out.stats;
-            d.set_item("hops", PyArray1::from_iter(py, s.iter().map(|x| x.hops)))?;
-            d.set_item("reads", PyArray1::from_iter(py, s.iter().map(|x| x.reads)))?;
-            d.set_item(
-                "bytes_read",
-                PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)),
-            )?;
-            d.set_item(
-                "cache_hits",
-                PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)),
-            )?;
-            d.set_item(
-                "pq_distances",
-                PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)),
-            )?;
-            d.set_item(
-                "exact_distances",
-                PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)),
-            )?;
-            d.set_item(
-                "io_wait_us",
-                PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)),
-            )?;
-            d.set_item(
-                "cpu_us",
-                PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)),
-            )?;
-            d.set_item(
-                "total_us",
-                PyArray1::from_iter(py, s.iter().map(|x| x.total_us)),
-            )?;
-            d.set_item(
-                "used_bytes",
-                PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)),
-            )?;
-            d.set_item(
-                "io_utilisation",
-                PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())),
-            )?;
-            Some(d)
+            Some(stats_dict(py, &out.stats)?)
         } else {
             None
         };
+        let ids = out.ids.into_pyarray(py).reshape([nq, k])?.into_any();
+        let dists = out.distances.into_pyarray(py).reshape([nq, k])?.into_any();
         Ok((ids, dists, stats))
+    }
+
+    /// Range search: `(lims, ids, distances, stats)` in CSR form.
+    #[pyo3(signature = (
+        queries, radius, l, w, ratio=0.5, max_l=None, threads=None, return_stats=false,
+        executor="auto", adaptive_beam=false, early_dispatch=None, queries_in_flight=1,
+        page_search="auto", sigma=0.3
+    ))]
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn range_search<'py>(
+        &self,
+        py: Python<'py>,
+        queries: PyReadonlyArray2<'py, f32>,
+        radius: f32,
+        l: usize,
+        w: usize,
+        ratio: f32,
+        max_l: Option<usize>,
+        threads: Option<usize>,
+        return_stats: bool,
+        executor: &str,
+        adaptive_beam: bool,
+        early_dispatch: Option<f32>,
+        queries_in_flight: usize,
+        page_search: &str,
+        sigma: f32,
+    ) -> PyResult<(
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Option<Bound<'py, PyDict>>,
+    )> {
+        let idx = self.get()?;
+        let nq = queries.shape()[0];
+        let q = queries
+            .as_slice()
+            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let p = SearchParams {
+            k: 1,
+            l,
+            w,
+            executor: ExecutorKind::parse(executor).map_err(to_py)?,
+            adaptive_beam,
+            early_dispatch,
+            queries_in_flight,
+            page_search: PageSearch::parse(page_search).map_err(to_py)?,
+            sigma,
+            range: None,
+        };
+        let out = py
+            .detach(|| idx.range_search(q, nq, radius, ratio, max_l, &p, threads))
+            .map_err(to_py)?;
+        let stats = if return_stats {
+            Some(stats_dict(py, &out.stats)?)
+        } else {
+            None
+        };
+        let lims: Vec<i64> = out.lims.iter().map(|&x| x as i64).collect();
+        Ok((
+            lims.into_pyarray(py).into_any(),
+            out.ids.into_pyarray(py).into_any(),
+            out.distances.into_pyarray(py).into_any(),
+            stats,
+        ))
     }
 
     fn default_width(&self) -> PyResult<usize> {

@@ -20,8 +20,9 @@ use crate::layout::format::{
     FORMAT_NAME,
 };
 use crate::layout::page::PageGeometry;
+use crate::layout::shuffle::{overlap_ratio, shuffle_blocks, ShuffleParams};
 use crate::layout::writer::write_pages;
-use crate::layout::{AnyLayout, IdLayout};
+use crate::layout::{AnyLayout, IdLayout, LayoutKind, ShuffleInfo, ShuffledLayout};
 use crate::quant::pq::PqCodebook;
 use crate::search::entry::{
     build_centroid_entries, resolve_kind, EntryKind, EntryPoints, EntrySet, DEFAULT_NAV_L,
@@ -75,6 +76,12 @@ pub struct BuildOptions {
     /// k-means centroids whose nearest nodes become entry points
     /// (AlayaLaser: 300-500); 0 builds none.
     pub entry_clusters: usize,
+    /// Record placement; `None`: the preset's (shuffled for `starling`,
+    /// the ID layout otherwise).
+    pub layout: Option<LayoutKind>,
+    /// How a shuffled layout is made (algorithm, BNF's β and τ); the seed
+    /// is the build's.
+    pub shuffle: ShuffleParams,
 }
 
 impl Default for BuildOptions {
@@ -97,6 +104,8 @@ impl Default for BuildOptions {
             overwrite: false,
             nav_sample: 0.0,
             entry_clusters: 0,
+            layout: None,
+            shuffle: ShuffleParams::default(),
         }
     }
 }
@@ -225,6 +234,8 @@ pub fn build<T: Element>(
         ..opts.clone()
     };
     let geo = PageGeometry::new(opts.page_size, dim * T::DTYPE.size(), opts.r, n)?;
+    let layout_kind = opts.layout.unwrap_or(defaults.layout);
+    opts.shuffle.check()?;
     if dir.exists() && !opts.overwrite {
         return Err(Error::arg(format!(
             "{} already exists; pass overwrite=True (CLI: --overwrite) to replace it",
@@ -330,10 +341,44 @@ pub fn build<T: Element>(
             build_with_budget(&data, opts.metric, &params, graph_budget, &gp, cancel)?;
         let graph_seconds = tg.elapsed().as_secs_f64();
 
-        // 3. The page file and the in-memory sections.
+        // 3. The placement, the page file and the in-memory sections.
+        let rpb = geo.records_per_block;
+        let (layout, shuffle_info, or_g) = match layout_kind {
+            LayoutKind::Id => {
+                let ids: Vec<u32> = (0..n as u32).collect();
+                let or_g = overlap_ratio(&graph, rpb, &ids);
+                (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
+            }
+            LayoutKind::Shuffled => {
+                progress("shuffle", 0, 1);
+                let ts = Instant::now();
+                let sp = ShuffleParams {
+                    seed: opts.seed,
+                    ..opts.shuffle
+                };
+                let sh = shuffle_blocks(&graph, rpb, &sp, cancel)?;
+                let or_g = sh.overlap_ratio;
+                let info = ShuffleInfo {
+                    algorithm: sp.algo.name().into(),
+                    bnf_iters: sp.bnf_iters,
+                    bnf_tau: sp.bnf_tau,
+                    bns_iters: sp.bns_iters,
+                    iterations: sh.iterations,
+                    id_overlap_ratio: sh.id_overlap_ratio,
+                    seconds: ts.elapsed().as_secs_f64(),
+                };
+                let l = ShuffledLayout::new(geo, sh.loc).map_err(|m| {
+                    Error::Engine(format!(
+                        "block shuffling produced an invalid placement: {m}"
+                    ))
+                })?;
+                progress("shuffle", 1, 1);
+                (AnyLayout::Shuffled(l), Some(info), or_g)
+            }
+        };
         progress("layout", 0, geo.n_blocks);
         let pages = tmp.path.join("pages.bin");
-        write_pages(&pages, &geo, &data, &graph, cancel)?;
+        write_pages(&pages, &layout, &data, &graph, cancel)?;
         progress("layout", geo.n_blocks, geo.n_blocks);
         let mut sections = BTreeMap::new();
         sections.insert(
@@ -407,15 +452,19 @@ pub fn build<T: Element>(
                 write_section(&tmp.path, "ids.bin", "external_ids_u64", &bytes)?,
             );
         }
-        sections.insert(
-            "id_to_location".into(),
-            SectionInfo {
+        let location = match &layout {
+            AnyLayout::Id(_) => SectionInfo {
                 file: String::new(),
                 kind: "identity".into(),
                 bytes: 0,
                 crc32c: None,
             },
-        );
+            AnyLayout::Shuffled(l) => {
+                write_section(&tmp.path, "id_to_location.bin", "block_map", &l.to_bytes())?
+            }
+        };
+        drop(layout);
+        sections.insert("id_to_location".into(), location);
         let manifest = Manifest {
             format: FORMAT_NAME.into(),
             format_major: FORMAT_MAJOR,
@@ -447,13 +496,15 @@ pub fn build<T: Element>(
             n,
             medoid,
             layout: LayoutInfo {
-                kind: "id".into(),
+                kind: layout_kind.name().into(),
                 page_size: geo.page_size,
                 block_size: geo.block_size,
                 record_size: geo.record_size,
                 records_per_block: geo.records_per_block,
                 n_blocks: geo.n_blocks,
                 max_degree: geo.max_degree,
+                overlap_ratio: Some(or_g),
+                shuffle: shuffle_info,
             },
             wal_sequence: 0,
             sections,
@@ -702,6 +753,8 @@ pub struct MemoryAccount {
     pub pq_codebook: u64,
     pub cache: u64,
     pub ids: u64,
+    /// A shuffled layout's node ↔ position maps.
+    pub layout_map: u64,
     pub budget: u64,
     pub cache_nodes: u64,
 }
@@ -713,18 +766,28 @@ impl MemoryAccount {
             + self.pq_codebook
             + self.cache
             + self.ids
+            + self.layout_map
             + self.entry_points
             + self.entry_nav
             + self.entry_centroids
     }
 }
 
-/// Search output: external ids (−1 pads), user-facing distances, statistics.
+/// Search output: external ids (−1 pads), user-facing distances, statistics;
+/// for a range search, `lims` (nq + 1 offsets into `ids`/`distances`).
 #[derive(Debug, Default)]
 pub struct SearchOutput {
     pub ids: Vec<i64>,
     pub distances: Vec<f32>,
+    /// Range search only: query i's results are `lims[i]..lims[i + 1]`.
+    pub lims: Vec<u64>,
     pub stats: Vec<QueryStats>,
+}
+
+/// Largest list a range search doubles to by default: 1024 × L (capped).
+pub fn default_range_max_l(l: usize) -> usize {
+    l.saturating_mul(1024)
+        .clamp(l, crate::search::MAX_LIST_SIZE)
 }
 
 /// An open index; safe to share between threads.
@@ -808,6 +871,23 @@ impl Index {
         } else {
             None
         };
+        // Where records live: the ID layout, or a shuffled layout's map.
+        let layout = match m.layout.kind.as_str() {
+            "id" => AnyLayout::Id(IdLayout::new(geo, m.n)),
+            "shuffled" => {
+                let b = read_section(dir, &m, "id_to_location")?;
+                let path = section_path(dir, &m, "id_to_location");
+                AnyLayout::Shuffled(ShuffledLayout::from_bytes(&path, &b, geo, m.n)?)
+            }
+            other => {
+                return Err(Error::Version {
+                    path: manifest_path.clone(),
+                    msg: format!(
+                        "layout kind {other:?} is not one this reader knows (id, shuffled); upgrade nearline to open it"
+                    ),
+                })
+            }
+        };
         let raw = (m.n * m.dim * m.dtype.size()) as u64;
         let budget = opts
             .memory_budget
@@ -817,6 +897,7 @@ impl Index {
             pq_codes: codes.capacity() as u64,
             pq_codebook: codebook_bytes(&codebook),
             ids: ids.as_ref().map(|v| v.capacity() as u64 * 8).unwrap_or(0),
+            layout_map: layout.memory_bytes() as u64,
             budget,
             ..Default::default()
         };
@@ -832,7 +913,7 @@ impl Index {
                 EntryKind::Sampled => {
                     let (ids, vecs) = crate::search::entry::load_sampled_entries::<T>(
                         &pages_path,
-                        &geo,
+                        &layout,
                         m.n,
                         opts.entry_points,
                         m.spec.seed,
@@ -873,14 +954,14 @@ impl Index {
                 Some(c) => c,
                 None => NodeCache::capacity_for(&geo, budget.saturating_sub(mem.total())),
             };
-            let cache = NodeCache::load_bfs(&pages_path, &geo, m.n, m.medoid, cache_nodes)?;
+            let cache = NodeCache::load_bfs(&pages_path, &layout, m.n, m.medoid, cache_nodes)?;
             mem.cache = cache.memory_bytes() as u64;
             mem.cache_nodes = cache.len() as u64;
             let (file, direct_io) = open_direct(&pages_path)?;
             let file = Arc::new(file);
             let data = IndexData::<T> {
-                geo,
-                layout: AnyLayout::Id(IdLayout::new(geo, m.n)),
+                geo: *layout.geometry(),
+                layout,
                 scorer: AnyScorer::Pq(PqScorer {
                     codebook,
                     codes,
@@ -991,8 +1072,54 @@ impl Index {
         Ok(SearchOutput {
             ids,
             distances,
+            lims: r.lims,
             stats: r.stats,
         })
+    }
+
+    /// Range search (Starling §5.3): every point within `radius` of each of
+    /// `nq` row-major float queries — squared L2 distance ≤ radius, or
+    /// inner-product / cosine score ≥ radius. The list starts at `p.l` and
+    /// doubles while the results within the radius fill at least `ratio` of
+    /// it (up to `max_l`, default [`default_range_max_l`]); kicked-out
+    /// candidates come back when it grows. Works with every layout,
+    /// executor and page policy; `p.k` is ignored. Results are sorted,
+    /// closest first, in CSR form (`lims`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn range_search(
+        &self,
+        queries: &[f32],
+        nq: usize,
+        radius: f32,
+        ratio: f32,
+        max_l: Option<usize>,
+        p: &SearchParams,
+        threads: Option<usize>,
+    ) -> Result<SearchOutput> {
+        let metric = self.manifest.metric;
+        if !radius.is_finite() {
+            return Err(Error::arg(format!("radius={radius} must be finite")));
+        }
+        if metric == Metric::L2 && radius < 0.0 {
+            return Err(Error::arg(format!(
+                "radius={radius} must be at least 0 (a squared L2 distance)"
+            )));
+        }
+        let internal = match metric {
+            Metric::L2 => radius,
+            Metric::InnerProduct => -radius,
+            Metric::Cosine => 1.0 - radius,
+        };
+        let p = SearchParams {
+            k: 1,
+            range: Some(crate::search::RangeParams {
+                radius: internal,
+                ratio,
+                max_l: max_l.unwrap_or_else(|| default_range_max_l(p.l)),
+            }),
+            ..*p
+        };
+        self.search(queries, nq, &p, threads)
     }
 
     /// The search data of a float32 index (tests drive workers directly).
@@ -1072,6 +1199,7 @@ impl Index {
             "R": m.layout.max_degree,
             "pq_bytes": m.spec.pq_bytes,
             "layout": m.layout,
+            "overlap_ratio": m.layout.overlap_ratio,
             "page_size": m.layout.page_size,
             "records_per_page": m.layout.records_per_block,
             "disk_bytes": disk,
@@ -1082,6 +1210,7 @@ impl Index {
                 "cache": self.memory.cache,
                 "cache_nodes": self.memory.cache_nodes,
                 "ids": self.memory.ids,
+                "layout_map": self.memory.layout_map,
                 "entry_points": self.memory.entry_points,
                 "entry_nav": self.memory.entry_nav,
                 "entry_centroids": self.memory.entry_centroids,

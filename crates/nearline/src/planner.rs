@@ -4,29 +4,37 @@
 //! executor). `diskann`: PQ codes in RAM, ID layout, static BFS node cache,
 //! medoid entry, synchronous beam search with W = 4; `auto` resolves to it.
 //! `pipeann`: the same layout and codes, a navigation graph over 1% of the
-//! points for entry, and the pipelined executor with width up to 32. Later
-//! presets add their layouts and executors here.
+//! points for entry, and the pipelined executor with width up to 32.
+//! `starling`: block-shuffled layout (BNF), a navigation graph over 1% of
+//! the points, block search (σ = 0.3, the shuffled layout's page policy)
+//! under the pipelined executor. Later presets add their layouts and
+//! executors here.
 //!
 //! Only this module knows the seed papers' decision rules; the components
 //! it chooses between stay ignorant of each other.
 
+use crate::layout::LayoutKind;
 use crate::search::ExecutorKind;
 use crate::{Error, Result};
 
 /// Presets this build knows.
-pub const PRESETS: &[&str] = &["auto", "diskann", "pipeann"];
+pub const PRESETS: &[&str] = &["auto", "diskann", "pipeann", "starling"];
 
 /// Resolves a preset name to the concrete preset `auto` stands for.
 pub fn resolve_preset(name: &str) -> Result<&'static str> {
     match name.to_ascii_lowercase().as_str() {
         "auto" | "diskann" => Ok("diskann"),
         "pipeann" => Ok("pipeann"),
+        "starling" => Ok("starling"),
         other => Err(Error::arg(format!(
             "unknown preset {other:?}: expected one of {}",
             PRESETS.join(", ")
         ))),
     }
 }
+
+/// Width of the `starling` preset's pipelined block search.
+pub const STARLING_WIDTH: usize = 8;
 
 /// What a preset sets when the caller leaves it open.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,6 +45,8 @@ pub struct PresetDefaults {
     pub executor: ExecutorKind,
     /// Beam / pipeline width when the search gives none.
     pub width: usize,
+    /// Record placement when the build gives none.
+    pub layout: LayoutKind,
 }
 
 /// The defaults of a resolved preset (`diskann` for unknown names).
@@ -48,11 +58,21 @@ pub fn preset_defaults(preset: &str) -> PresetDefaults {
             nav_sample: 0.01,
             executor: ExecutorKind::Pipeline,
             width: 32,
+            layout: LayoutKind::Id,
+        },
+        // Starling: shuffled blocks, in-memory navigation graph over ~1%,
+        // block search overlapped with the next reads.
+        "starling" => PresetDefaults {
+            nav_sample: 0.01,
+            executor: ExecutorKind::Pipeline,
+            width: STARLING_WIDTH,
+            layout: LayoutKind::Shuffled,
         },
         _ => PresetDefaults {
             nav_sample: 0.0,
             executor: ExecutorKind::Auto,
             width: 4,
+            layout: LayoutKind::Id,
         },
     }
 }
@@ -97,6 +117,12 @@ mod tests {
         assert_eq!(
             (d.nav_sample, d.executor, d.width),
             (0.01, ExecutorKind::Pipeline, 32)
+        );
+        assert_eq!(resolve_preset("Starling").unwrap(), "starling");
+        let d = preset_defaults("starling");
+        assert_eq!(
+            (d.nav_sample, d.executor, d.layout),
+            (0.01, ExecutorKind::Pipeline, LayoutKind::Shuffled)
         );
         let d = preset_defaults("diskann");
         assert_eq!(

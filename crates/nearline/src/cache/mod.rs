@@ -5,6 +5,7 @@
 //! at open time and served without I/O.
 
 use crate::layout::page::{PageGeometry, RecordReader};
+use crate::layout::AnyLayout;
 use crate::{Error, Result};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -96,11 +97,12 @@ impl NodeCache {
     /// `start`, reading the page file at `path` (blocks are CRC-checked).
     pub fn load_bfs(
         path: &Path,
-        geo: &PageGeometry,
+        layout: &AnyLayout,
         n: usize,
         start: u32,
         max_nodes: usize,
     ) -> Result<Self> {
+        let geo = layout.geometry();
         let mut cache = NodeCache::empty();
         let max_nodes = max_nodes.min(n);
         if max_nodes == 0 {
@@ -109,7 +111,7 @@ impl NodeCache {
         cache.record_words = geo.record_size / 4;
         cache.words.reserve_exact(max_nodes * cache.record_words);
         cache.slots.reserve(max_nodes);
-        let mut reader = RecordReader::open(path, geo)?;
+        let mut reader = RecordReader::open(path, layout)?;
         let mut queue = VecDeque::from([start]);
         let mut seen = IdMap::<()>::default();
         seen.insert(start, ());

@@ -14,7 +14,7 @@ use std::path::Path;
 /// Major format version: bumped on incompatible changes.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: bumped on backward-compatible additions.
-pub const FORMAT_MINOR: u32 = 1;
+pub const FORMAT_MINOR: u32 = 2;
 /// The `format` field every manifest carries.
 pub const FORMAT_NAME: &str = "nearline-index";
 /// File name of the manifest inside an index directory.
@@ -47,10 +47,27 @@ pub struct BuildSpec {
     pub entry_clusters: usize,
 }
 
+/// How a shuffled layout was made (format 1.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShuffleInfo {
+    /// `"bnp"`, `"bnf"` or `"bns"`.
+    pub algorithm: String,
+    /// BNF's round limit β and gain threshold τ; BNS rounds.
+    pub bnf_iters: usize,
+    pub bnf_tau: f64,
+    pub bns_iters: usize,
+    /// Rounds actually run.
+    pub iterations: usize,
+    /// OR(G) the ID layout of the same graph would have.
+    pub id_overlap_ratio: f64,
+    pub seconds: f64,
+}
+
 /// Geometry of the page file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayoutInfo {
-    /// `"id"`: node v lives in block v / records_per_block.
+    /// `"id"`: node v lives in block v / records_per_block; `"shuffled"`
+    /// (format 1.2): node v lives where the `id_to_location` section says.
     pub kind: String,
     pub page_size: usize,
     /// Bytes of one block (a page, or whole consecutive pages for big records).
@@ -59,6 +76,12 @@ pub struct LayoutInfo {
     pub records_per_block: usize,
     pub n_blocks: u64,
     pub max_degree: usize,
+    /// Starling's overlap ratio OR(G) of the layout (absent before 1.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_ratio: Option<f64>,
+    /// How the shuffled layout was made (absent for the ID layout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<ShuffleInfo>,
 }
 
 /// One typed section of the index directory.
@@ -158,11 +181,14 @@ impl Manifest {
         if self.dim == 0 {
             return bad("field \"dim\" is 0".into());
         }
-        if l.kind != "id" {
-            return bad(format!(
-                "field \"layout.kind\" is {:?}, expected \"id\"",
-                l.kind
-            ));
+        if l.kind != "id" && l.kind != "shuffled" {
+            return Err(Error::Version {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "layout kind {:?} is not one this reader knows (id, shuffled); upgrade nearline to open it",
+                    l.kind
+                ),
+            });
         }
         if ![4096, 8192, 16384].contains(&l.page_size) {
             return bad(format!(

@@ -27,6 +27,9 @@ pub const PAGE_MAGIC: [u8; 4] = *b"NLPG";
 pub const KIND_GRAPH: u8 = 1;
 /// Layout id of the ID layout.
 pub const LAYOUT_ID: u8 = 1;
+/// Layout id of a shuffled layout (Starling's block shuffling): records are
+/// placed through the id→location section.
+pub const LAYOUT_SHUFFLED: u8 = 2;
 
 /// Where records sit in the page file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,9 @@ pub struct PageGeometry {
     /// Offset of the degree field (vector bytes rounded up to 4).
     pub degree_offset: usize,
     pub max_degree: usize,
+    /// Layout id every block header carries ([`LAYOUT_ID`] or
+    /// [`LAYOUT_SHUFFLED`]); a block of another layout is refused.
+    pub layout_id: u8,
 }
 
 impl PageGeometry {
@@ -83,7 +89,13 @@ impl PageGeometry {
             vector_bytes,
             degree_offset,
             max_degree,
+            layout_id: LAYOUT_ID,
         })
+    }
+
+    /// The same geometry for blocks of layout `layout_id`.
+    pub fn with_layout_id(self, layout_id: u8) -> Self {
+        PageGeometry { layout_id, ..self }
     }
 
     /// Block and slot of node `v` in the ID layout.
@@ -153,12 +165,13 @@ pub fn block_crc(block: &[u8]) -> u32 {
     crc32c::crc32c_append(c, &block[PAGE_HEADER_BYTES..])
 }
 
-/// Writes the header of block `block_no` holding `n_records` records and
-/// seals it with its CRC (the records must already be in place).
-pub fn seal_block(block: &mut [u8], block_no: u64, n_records: usize) {
+/// Writes the header of block `block_no` of layout `layout_id` holding
+/// `n_records` records and seals it with its CRC (the records must already
+/// be in place).
+pub fn seal_block(block: &mut [u8], block_no: u64, n_records: usize, layout_id: u8) {
     block[0..4].copy_from_slice(&PAGE_MAGIC);
     block[4] = KIND_GRAPH;
-    block[5] = LAYOUT_ID;
+    block[5] = layout_id;
     block[6..8].copy_from_slice(&(n_records as u16).to_le_bytes());
     block[8..12].copy_from_slice(&(block_no as u32).to_le_bytes());
     let crc = block_crc(block);
@@ -182,10 +195,10 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
             &block[0..4]
         ));
     }
-    if block[4] != KIND_GRAPH || block[5] != LAYOUT_ID {
+    if block[4] != KIND_GRAPH || block[5] != geo.layout_id {
         return Err(format!(
-            "block {block_no} has page kind {} layout {}, expected {KIND_GRAPH} and {LAYOUT_ID}",
-            block[4], block[5]
+            "block {block_no} has page kind {} layout {}, expected {KIND_GRAPH} and {}",
+            block[4], block[5], geo.layout_id
         ));
     }
     let stored_no = u32::from_le_bytes([block[8], block[9], block[10], block[11]]);
@@ -212,18 +225,21 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
 pub struct RecordReader {
     file: std::fs::File,
     path: std::path::PathBuf,
+    layout: super::AnyLayout,
     geo: PageGeometry,
     block: Vec<u8>,
 }
 
 impl RecordReader {
-    /// Opens the page file at `path`.
-    pub fn open(path: &std::path::Path, geo: &PageGeometry) -> crate::Result<Self> {
+    /// Opens the page file at `path`, laid out by `layout`.
+    pub fn open(path: &std::path::Path, layout: &super::AnyLayout) -> crate::Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| crate::Error::io(path, e))?;
+        let geo = *layout.geometry();
         Ok(RecordReader {
             file,
             path: path.to_path_buf(),
-            geo: *geo,
+            layout: layout.clone(),
+            geo,
             block: vec![0u8; geo.block_size],
         })
     }
@@ -231,7 +247,7 @@ impl RecordReader {
     /// The record of node `v` (its block read and CRC-checked).
     pub fn record(&mut self, v: u32) -> crate::Result<&[u8]> {
         use std::os::unix::fs::FileExt;
-        let (b, slot) = self.geo.location(v);
+        let (b, slot) = self.layout.locate(v);
         self.file
             .read_exact_at(&mut self.block, self.geo.block_offset(b))
             .map_err(|e| crate::Error::io(&self.path, e))?;
@@ -269,7 +285,7 @@ mod tests {
         for (i, x) in b.iter_mut().enumerate().skip(PAGE_HEADER_BYTES) {
             *x = (i * 31 % 251) as u8;
         }
-        seal_block(&mut b, 3, g.records_per_block);
+        seal_block(&mut b, 3, g.records_per_block, LAYOUT_ID);
         assert!(verify_block(&b, 3, &g).is_ok());
         assert!(verify_block(&b, 4, &g)
             .unwrap_err()

@@ -6,7 +6,49 @@
 //! through a node→block map behind the same trait. The search loop is
 //! generic over the layout, so each layout gets its own monomorphic loop.
 
-use super::page::PageGeometry;
+use super::page::{PageGeometry, LAYOUT_SHUFFLED};
+use super::section::{SectionReader, SectionWriter};
+use crate::{Error, Result};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Magic of the id→location section of a shuffled layout.
+pub const LOCATION_MAGIC: &[u8; 4] = b"NLLO";
+/// Version of the id→location section this build writes and reads.
+pub const LOCATION_VERSION: u32 = 1;
+/// Marks an empty slot in a shuffled layout's position → node map.
+const EMPTY: u32 = u32::MAX;
+
+/// Which record placement an index is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutKind {
+    /// DiskANN's: node v in block v / records_per_block.
+    Id,
+    /// Starling's block shuffling: a node shares its block with graph
+    /// neighbours (see `layout::shuffle`).
+    Shuffled,
+}
+
+impl LayoutKind {
+    /// Parses `id` or `shuffled`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "id" => Ok(LayoutKind::Id),
+            "shuffled" => Ok(LayoutKind::Shuffled),
+            other => Err(Error::arg(format!(
+                "unknown layout {other:?}: expected id or shuffled"
+            ))),
+        }
+    }
+
+    /// `"id"` or `"shuffled"` (the manifest's layout kind).
+    pub fn name(self) -> &'static str {
+        match self {
+            LayoutKind::Id => "id",
+            LayoutKind::Shuffled => "shuffled",
+        }
+    }
+}
 
 /// Where records live in the page file.
 pub trait Layout: Send + Sync {
@@ -58,11 +100,150 @@ impl Layout for IdLayout {
     }
 }
 
+/// A shuffled layout (Starling's block shuffling): node v sits at position
+/// `loc[v] = block * records_per_block + slot`, chosen at build time so that
+/// a block holds a node together with its graph neighbours. Both directions
+/// of the map stay in memory (8 bytes per node, counted in the budget).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShuffledLayout {
+    geo: PageGeometry,
+    /// node → position.
+    loc: Arc<[u32]>,
+    /// position → node (`EMPTY` for a free slot).
+    members: Arc<[u32]>,
+}
+
+impl ShuffledLayout {
+    /// The layout placing node v at position `loc[v]` on `geo` (whose
+    /// layout id becomes [`LAYOUT_SHUFFLED`]). Fails unless `loc` is a
+    /// placement: every position inside the page file and none used twice.
+    pub fn new(geo: PageGeometry, loc: Vec<u32>) -> std::result::Result<Self, String> {
+        let rpb = geo.records_per_block as u64;
+        let slots = geo.n_blocks.saturating_mul(rpb);
+        if (loc.len() as u64) > slots {
+            return Err(format!(
+                "{} nodes do not fit {} blocks of {rpb} records",
+                loc.len(),
+                geo.n_blocks
+            ));
+        }
+        if slots > u32::MAX as u64 {
+            return Err(format!("{slots} record slots do not fit 32-bit positions"));
+        }
+        let mut members = vec![EMPTY; slots as usize];
+        for (v, &p) in loc.iter().enumerate() {
+            let slot = members.get_mut(p as usize).ok_or_else(|| {
+                format!(
+                    "node {v} is placed at position {p}, past the last slot {}",
+                    slots.saturating_sub(1)
+                )
+            })?;
+            if *slot != EMPTY {
+                return Err(format!(
+                    "nodes {} and {v} are both placed at position {p}",
+                    *slot
+                ));
+            }
+            *slot = v as u32;
+        }
+        Ok(ShuffledLayout {
+            geo: geo.with_layout_id(LAYOUT_SHUFFLED),
+            loc: loc.into(),
+            members: members.into(),
+        })
+    }
+
+    /// Nodes placed.
+    pub fn n(&self) -> usize {
+        self.loc.len()
+    }
+
+    /// node → position map.
+    pub fn positions(&self) -> &[u32] {
+        &self.loc
+    }
+
+    /// Bytes the two maps hold in memory.
+    pub fn memory_bytes(&self) -> usize {
+        (self.loc.len() + self.members.len()) * 4
+    }
+
+    /// The id→location section: magic `NLLO`, version, records per block,
+    /// node count, block count (u32 each), then one u32 position per node.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut w = SectionWriter::new(LOCATION_MAGIC, LOCATION_VERSION);
+        w.u32(self.geo.records_per_block as u32);
+        w.u32(self.loc.len() as u32);
+        w.u32(self.geo.n_blocks as u32);
+        w.u32(0);
+        w.u32s(&self.loc);
+        w.bytes
+    }
+
+    /// Reads the section written by [`ShuffledLayout::to_bytes`] for an index
+    /// of `n` nodes on `geo`; every field and position is checked.
+    pub fn from_bytes(path: &Path, bytes: &[u8], geo: PageGeometry, n: usize) -> Result<Self> {
+        let (mut r, _) = SectionReader::open(
+            path,
+            "id-to-location",
+            bytes,
+            LOCATION_MAGIC,
+            LOCATION_VERSION,
+        )?;
+        let rpb = r.u32("records per block")? as usize;
+        let count = r.u32("count")? as usize;
+        let blocks = r.u32("blocks")? as u64;
+        let _reserved = r.u32("reserved")?;
+        if rpb != geo.records_per_block || count != n || blocks != geo.n_blocks {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "id-to-location section is for {count} nodes in {blocks} blocks of {rpb}; the index has {n} nodes in {} blocks of {}",
+                    geo.n_blocks, geo.records_per_block
+                ),
+            ));
+        }
+        r.expect_len(count.checked_mul(4).and_then(|b| b.checked_add(24)))?;
+        let loc = r.u32s(count, "positions")?;
+        ShuffledLayout::new(geo, loc)
+            .map_err(|m| Error::corrupt(path, format!("id-to-location section: {m}")))
+    }
+}
+
+impl Layout for ShuffledLayout {
+    #[inline]
+    fn geometry(&self) -> &PageGeometry {
+        &self.geo
+    }
+
+    #[inline]
+    fn locate(&self, v: u32) -> (u64, usize) {
+        let p = self.loc[v as usize] as u64;
+        let rpb = self.geo.records_per_block as u64;
+        (p / rpb, (p % rpb) as usize)
+    }
+
+    fn block_nodes(&self, b: u64, out: &mut Vec<u32>) {
+        let rpb = self.geo.records_per_block;
+        if b >= self.geo.n_blocks {
+            return;
+        }
+        let start = b as usize * rpb;
+        out.extend(
+            self.members[start..start + rpb]
+                .iter()
+                .copied()
+                .take_while(|&v| v != EMPTY),
+        );
+    }
+}
+
 /// The layouts an index can have; the executor matches once per batch and
 /// runs a loop specialised for the variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnyLayout {
     Id(IdLayout),
+    Shuffled(ShuffledLayout),
 }
 
 impl AnyLayout {
@@ -70,6 +251,40 @@ impl AnyLayout {
     pub fn geometry(&self) -> &PageGeometry {
         match self {
             AnyLayout::Id(l) => l.geometry(),
+            AnyLayout::Shuffled(l) => l.geometry(),
+        }
+    }
+
+    /// Block and slot of node `v`.
+    #[inline]
+    pub fn locate(&self, v: u32) -> (u64, usize) {
+        match self {
+            AnyLayout::Id(l) => l.locate(v),
+            AnyLayout::Shuffled(l) => l.locate(v),
+        }
+    }
+
+    /// Appends the nodes of block `b` to `out`, in slot order.
+    pub fn block_nodes(&self, b: u64, out: &mut Vec<u32>) {
+        match self {
+            AnyLayout::Id(l) => l.block_nodes(b, out),
+            AnyLayout::Shuffled(l) => l.block_nodes(b, out),
+        }
+    }
+
+    /// `"id"` or `"shuffled"` (the manifest's layout kind).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyLayout::Id(_) => "id",
+            AnyLayout::Shuffled(_) => "shuffled",
+        }
+    }
+
+    /// Bytes of the location maps held in memory (0 for the ID layout).
+    pub fn memory_bytes(&self) -> usize {
+        match self {
+            AnyLayout::Id(_) => 0,
+            AnyLayout::Shuffled(l) => l.memory_bytes(),
         }
     }
 
@@ -107,5 +322,38 @@ mod tests {
         l.block_nodes(4, &mut none);
         l.block_nodes(u64::MAX, &mut none);
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn shuffled_layout_round_trips_and_rejects_bad_maps() {
+        let geo = PageGeometry::new(4096, 64, 16, 7).unwrap();
+        // 30 records per block, 1 block: 7 nodes at scattered slots.
+        let loc = vec![5, 0, 29, 3, 1, 2, 4];
+        let l = ShuffledLayout::new(geo, loc.clone()).unwrap();
+        assert_eq!(l.geometry().layout_id, LAYOUT_SHUFFLED);
+        for (v, &p) in loc.iter().enumerate() {
+            assert_eq!(l.locate(v as u32), (0, p as usize));
+        }
+        // Slot order up to the first free slot.
+        let mut nodes = Vec::new();
+        l.block_nodes(0, &mut nodes);
+        assert_eq!(nodes, vec![1, 4, 5, 3, 6, 0]);
+        let path = Path::new("id_to_location.bin");
+        let b = l.to_bytes();
+        assert_eq!(ShuffledLayout::from_bytes(path, &b, geo, 7).unwrap(), l);
+        assert!(ShuffledLayout::from_bytes(path, &b, geo, 8).is_err());
+        assert!(ShuffledLayout::from_bytes(path, &b[..b.len() - 1], geo, 7).is_err());
+        let mut bad = b.clone();
+        bad[24..28].copy_from_slice(&30u32.to_le_bytes());
+        let e = ShuffledLayout::from_bytes(path, &bad, geo, 7)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("past the last slot"), "{e}");
+        let mut dup = b.clone();
+        dup[24..28].copy_from_slice(&3u32.to_le_bytes());
+        let e = ShuffledLayout::from_bytes(path, &dup, geo, 7)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both placed"), "{e}");
     }
 }

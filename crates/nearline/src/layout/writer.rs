@@ -1,6 +1,7 @@
-//! Writes the page file of the ID layout from vectors and a graph.
+//! Writes the page file of a layout from vectors and a graph.
 
 use super::page::{seal_block, PageGeometry};
+use super::placement::AnyLayout;
 use crate::data::dtype::Element;
 use crate::data::matrix::Matrix;
 use crate::graph::Graph;
@@ -13,16 +14,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Blocks assembled in memory per write (bounded so memory stays small).
 const BLOCKS_PER_CHUNK: usize = 1024;
 
-/// Writes `data` and `graph` to the page file `path` in ID order.
-/// Rows of a memory-mapped `data` are released as they are written.
+/// Writes `data` and `graph` to the page file `path`, placing every node
+/// where `layout` says. The ID layout streams the rows in order (rows of a
+/// memory-mapped `data` are released as they are written); a shuffled
+/// layout reads each chunk's rows with positioned reads, so a mapped input
+/// is never touched at scattered rows (which would map most of it).
 pub fn write_pages<T: Element>(
     path: &Path,
-    geo: &PageGeometry,
+    layout: &AnyLayout,
     data: &Matrix<T>,
     graph: &Graph,
     cancel: &AtomicBool,
 ) -> Result<()> {
     let n = data.n();
+    let geo: PageGeometry = *layout.geometry();
     if graph.n() != n {
         return Err(Error::arg(format!(
             "graph has {} nodes but data has {n} rows",
@@ -32,36 +37,56 @@ pub fn write_pages<T: Element>(
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let rpb = geo.records_per_block;
+    let dim = data.dim();
     let mut buf = vec![0u8; BLOCKS_PER_CHUNK * geo.block_size];
+    // Nodes of the chunk's blocks (slot order), their block-start offsets,
+    // and (shuffled layouts) their gathered rows.
+    let mut nodes: Vec<u32> = Vec::new();
+    let mut starts: Vec<usize> = Vec::new();
+    let mut rows: Vec<T> = Vec::new();
+    let shuffled = matches!(layout, AnyLayout::Shuffled(_));
     let mut first_block = 0u64;
     while first_block < geo.n_blocks {
         if cancel.load(Ordering::Relaxed) {
             return Err(Error::Cancelled);
         }
         let nb = ((geo.n_blocks - first_block) as usize).min(BLOCKS_PER_CHUNK);
+        nodes.clear();
+        starts.clear();
+        for i in 0..nb {
+            starts.push(nodes.len());
+            layout.block_nodes(first_block + i as u64, &mut nodes);
+        }
+        starts.push(nodes.len());
+        if shuffled {
+            rows.clear();
+            data.gather_rows(&nodes, &mut rows)?;
+        }
         let chunk = &mut buf[..nb * geo.block_size];
         chunk
             .par_chunks_mut(geo.block_size)
             .enumerate()
             .for_each(|(i, block)| {
-                let b = first_block + i as u64;
                 block.fill(0);
-                let start = b as usize * rpb;
-                let end = (start + rpb).min(n);
-                for (slot, v) in (start..end).enumerate() {
+                let members = starts[i]..starts[i + 1];
+                for (slot, j) in members.clone().enumerate() {
+                    let v = nodes[j];
+                    let vector: &[T] = if shuffled {
+                        &rows[j * dim..(j + 1) * dim]
+                    } else {
+                        data.row(v as usize)
+                    };
                     let off = super::page::PAGE_HEADER_BYTES + slot * geo.record_size;
                     let rec = &mut block[off..off + geo.record_size];
-                    geo.write_record(
-                        rec,
-                        bytemuck::cast_slice(data.row(v)),
-                        graph.neighbors(v as u32),
-                    );
+                    geo.write_record(rec, bytemuck::cast_slice(vector), graph.neighbors(v));
                 }
-                seal_block(block, b, end - start);
+                seal_block(block, first_block + i as u64, members.len(), geo.layout_id);
             });
         out.write_all(chunk).map_err(|e| Error::io(path, e))?;
-        let row_end = ((first_block as usize + nb) * rpb).min(n);
-        data.release_rows(first_block as usize * rpb, row_end);
+        if !shuffled {
+            let row_end = ((first_block as usize + nb) * rpb).min(n);
+            data.release_rows(first_block as usize * rpb, row_end);
+        }
         first_block += nb as u64;
     }
     let file = out

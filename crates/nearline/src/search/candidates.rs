@@ -54,6 +54,53 @@ impl CandidateList {
         true
     }
 
+    /// Inserts a candidate like [`CandidateList::insert`] and returns the
+    /// candidate that is no longer in the list because of it: the one
+    /// pushed off the end, or the new one when the list is full of closer
+    /// ones (range search keeps these in its kicked set).
+    #[inline]
+    pub fn insert_kick(&mut self, dist: f32, id: u32) -> Option<Candidate> {
+        let full = self.items.len() == self.capacity;
+        let last = self.items.last().copied();
+        if !self.insert(dist, id) {
+            return Some(Candidate {
+                dist,
+                id,
+                expanded: false,
+            });
+        }
+        if full {
+            last
+        } else {
+            None
+        }
+    }
+
+    /// Raises the capacity to `capacity` (never lowers it).
+    pub fn grow(&mut self, capacity: usize) {
+        if capacity > self.capacity {
+            self.items.reserve(capacity + 1 - self.items.len());
+            self.capacity = capacity;
+        }
+    }
+
+    /// The list's capacity.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Marks the candidate `(dist, id)` expanded if it is in the list
+    /// (a node expanded some other way, so it is never read for itself).
+    #[inline]
+    pub fn mark_expanded(&mut self, dist: f32, id: u32) {
+        let pos = self.items.partition_point(|c| (c.dist, c.id) < (dist, id));
+        if let Some(c) = self.items.get_mut(pos) {
+            if c.id == id && c.dist == dist {
+                c.expanded = true;
+            }
+        }
+    }
+
     /// Moves up to `w` closest unexpanded candidates into `out`, marking them expanded.
     pub fn take_unexpanded(&mut self, w: usize, out: &mut Vec<u32>) {
         let mut i = self.cursor;
@@ -116,6 +163,25 @@ impl CandidateList {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn kicked_candidates_and_growth() {
+        let mut c = CandidateList::default();
+        c.reset(2);
+        assert_eq!(c.insert_kick(2.0, 2), None);
+        assert_eq!(c.insert_kick(3.0, 3), None);
+        // Full: a closer one pushes 3 off; a farther one is itself kicked.
+        assert_eq!(c.insert_kick(1.0, 1).map(|k| k.id), Some(3));
+        assert_eq!(c.insert_kick(9.0, 9).map(|k| k.id), Some(9));
+        c.mark_expanded(2.0, 2);
+        c.mark_expanded(1.0, 7); // not in the list: nothing changes
+        assert_eq!(c.take_best().map(|k| k.id), Some(1));
+        assert!(!c.has_unexpanded());
+        c.grow(4);
+        assert_eq!(c.capacity(), 4);
+        assert_eq!(c.insert_kick(3.0, 3), None);
+        assert_eq!(c.items().len(), 3);
+    }
 
     proptest! {
         #[test]

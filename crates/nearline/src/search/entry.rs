@@ -19,8 +19,9 @@ use crate::data::matrix::Matrix;
 use crate::distance::Metric;
 use crate::graph::nav::NavGraph;
 use crate::graph::SearchScratch;
-use crate::layout::page::{PageGeometry, RecordReader};
+use crate::layout::page::RecordReader;
 use crate::layout::section::{check_finite_elems, SectionReader, SectionWriter};
+use crate::layout::AnyLayout;
 use crate::quant::kmeans::{kmeans_with_lb_budget, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES};
 use crate::{Error, Result};
 use rand::SeedableRng;
@@ -138,7 +139,7 @@ pub fn resolve_kind(
 /// for `seed`) from the page file. Returns their ids and row-major vectors.
 pub fn load_sampled_entries<T: Element>(
     path: &Path,
-    geo: &PageGeometry,
+    layout: &AnyLayout,
     n: usize,
     count: usize,
     seed: u64,
@@ -153,7 +154,8 @@ pub fn load_sampled_entries<T: Element>(
         .map(|i| i as u32)
         .collect();
     ids.sort_unstable();
-    let mut reader = RecordReader::open(path, geo)?;
+    let geo = layout.geometry();
+    let mut reader = RecordReader::open(path, layout)?;
     let dim = geo.vector_bytes / std::mem::size_of::<T>();
     let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
     for &v in &ids {

@@ -35,10 +35,10 @@
 //! The layout, the scorer and the page policy are generic parameters, matched
 //! once per batch: the loop itself has no dynamic dispatch.
 
-use super::candidates::CandidateList;
+use super::candidates::{Candidate, CandidateList};
 use super::entry::EntryPoints;
-use super::params::{ExecutorKind, SearchParams, MAX_BEAM_WIDTH};
-use super::policy::{PagePolicy, TargetRecords};
+use super::params::{ExecutorKind, PageSearch, SearchParams, MAX_BEAM_WIDTH};
+use super::policy::{BlockSearch, PagePolicy, TargetRecords};
 use super::scorer::{AnyScorer, Scorer};
 use super::stats::QueryStats;
 use crate::cache::{IdMap, NodeCache};
@@ -143,8 +143,21 @@ pub struct Query<T: Element> {
     /// Reads of this query in flight.
     live: usize,
     targets: Vec<Target>,
-    /// Nodes of the page being processed (scratch).
+    /// Target nodes of the page being processed (scratch).
     page_nodes: Vec<u32>,
+    /// Block search: the nodes of the page (scratch).
+    pub(super) block_nodes: Vec<u32>,
+    /// Block search: (exact distance, node, slot) of the page's other
+    /// records (scratch).
+    pub(super) others: Vec<(f32, u32, u32)>,
+    /// Block search: (node, slot) of co-located records to expand once the
+    /// next reads are issued.
+    pub(super) deferred: Vec<(u32, u32)>,
+    /// Block search: nodes expanded from a page read for another node.
+    pub(super) colocated: IdMap<()>,
+    /// Range search: unexpanded candidates that left (or never entered) the
+    /// list — Starling's kicked set P.
+    kicked: Vec<Candidate>,
     /// Own completions needed before the query can continue (when waiting).
     need: usize,
     // Beam.
@@ -179,6 +192,11 @@ impl<T: Element> Query<T> {
             live: 0,
             targets: Vec::new(),
             page_nodes: Vec::new(),
+            block_nodes: Vec::new(),
+            others: Vec::new(),
+            deferred: Vec::new(),
+            colocated: IdMap::default(),
+            kicked: Vec::new(),
             need: 0,
             hop: 0,
             hop_reads: 0,
@@ -206,6 +224,20 @@ impl<T: Element> Query<T> {
             + self.frontier.capacity() * 4
             + self.reads.capacity() * std::mem::size_of::<Read>()
             + self.targets.capacity() * std::mem::size_of::<Target>()
+            + self.others.capacity() * 12
+            + self.colocated.capacity() * 9
+            + self.kicked.capacity() * std::mem::size_of::<Candidate>()
+    }
+
+    /// Marks `v` expanded from a page read for another node: it is never
+    /// read for itself, and its list entry (if any) counts as expanded.
+    #[inline]
+    pub(super) fn mark_colocated<L: Layout, S: Scorer>(&mut self, env: &Env<'_, T, L, S>, v: u32) {
+        self.colocated.insert(v, ());
+        if self.visited.insert(v, ()).is_some() {
+            let d = env.scorer.score(&self.table, v);
+            self.cand.mark_expanded(d, v);
+        }
     }
 
     /// Exact distance of the record `rec` of node `v` (kept for the result).
@@ -258,7 +290,15 @@ impl<T: Element> Query<T> {
             if self.visited.insert(u, ()).is_none() {
                 let du = env.scorer.score(&self.table, u);
                 self.stats.pq_distances += 1;
-                self.cand.insert(du, u);
+                if env.p.range.is_some() {
+                    if let Some(k) = self.cand.insert_kick(du, u) {
+                        if !k.expanded {
+                            self.kicked.push(k);
+                        }
+                    }
+                } else {
+                    self.cand.insert(du, u);
+                }
             }
         }
         Ok(())
@@ -591,6 +631,12 @@ pub fn run<T: Element>(
         p.wants_beam_options(),
     );
     s.prepare(p)?;
+    let block = match p.page_search {
+        PageSearch::Block => true,
+        PageSearch::Targets => false,
+        PageSearch::Auto => matches!(data.layout, AnyLayout::Shuffled(_)),
+    };
+    let sigma = BlockSearch { sigma: p.sigma };
     let r = match (&data.layout, &data.scorer) {
         (AnyLayout::Id(layout), AnyScorer::Pq(scorer)) => {
             let env = Env {
@@ -600,7 +646,25 @@ pub fn run<T: Element>(
                 p,
                 kind,
             };
-            worker_loop(&env, &TargetRecords, s, queries, next, emit)
+            if block {
+                worker_loop(&env, &sigma, s, queries, next, emit)
+            } else {
+                worker_loop(&env, &TargetRecords, s, queries, next, emit)
+            }
+        }
+        (AnyLayout::Shuffled(layout), AnyScorer::Pq(scorer)) => {
+            let env = Env {
+                data,
+                layout,
+                scorer,
+                p,
+                kind,
+            };
+            if block {
+                worker_loop(&env, &sigma, s, queries, next, emit)
+            } else {
+                worker_loop(&env, &TargetRecords, s, queries, next, emit)
+            }
         }
     };
     // Abandoned reads (and, after an error, every read) are reaped before
@@ -727,6 +791,9 @@ fn start<T: Element, L: Layout, S: Scorer>(
     q.free_reads.clear();
     q.live = 0;
     q.targets.clear();
+    q.deferred.clear();
+    q.colocated.clear();
+    q.kicked.clear();
     q.need = 0;
     q.hop = 0;
     q.hop_reads = 0;
@@ -773,10 +840,67 @@ fn step<T: Element, L: Layout, S: Scorer>(
     io: &mut Io,
     slot: usize,
 ) -> Result<()> {
-    match env.kind {
-        ExecutorKind::Pipeline => pipeline_step(env, q, io, slot),
-        _ => beam_step(env, q, io, slot),
+    loop {
+        match env.kind {
+            ExecutorKind::Pipeline => pipeline_step(env, q, io, slot)?,
+            _ => beam_step(env, q, io, slot)?,
+        }
+        if q.phase != Phase::Done || !widen(env, q) {
+            return Ok(());
+        }
+        q.phase = Phase::Idle;
     }
+}
+
+/// Starling's range search, when the list is exhausted: if the results
+/// within the radius fill at least φ of the list, double the list, move the
+/// closest kicked candidates back into it and go on. Returns whether the
+/// query continues.
+fn widen<T: Element, L: Layout, S: Scorer>(env: &Env<'_, T, L, S>, q: &mut Query<T>) -> bool {
+    let Some(r) = env.p.range else {
+        return false;
+    };
+    let cap = q.cand.capacity();
+    if cap >= r.max_l {
+        return false;
+    }
+    sort_dedup(&mut q.exact);
+    let within = q.exact.partition_point(|e| e.0 <= r.radius);
+    if (within as f64) < r.ratio as f64 * cap as f64 {
+        return false;
+    }
+    q.cand.grow((cap * 2).min(r.max_l));
+    q.stats.doublings += 1;
+    // The closest kicked candidates that were not expanded since.
+    q.kicked
+        .sort_unstable_by(|a, b| b.dist.total_cmp(&a.dist).then(b.id.cmp(&a.id)));
+    let mut added = false;
+    while let Some(c) = q.kicked.pop() {
+        if q.colocated.contains_key(&c.id) {
+            continue;
+        }
+        match q.cand.insert_kick(c.dist, c.id) {
+            None => added = true,
+            Some(k) => {
+                if k.id != c.id {
+                    added = true;
+                }
+                if !k.expanded {
+                    q.kicked.push(k);
+                }
+                break;
+            }
+        }
+    }
+    added || q.cand.has_unexpanded()
+}
+
+/// Sorts (distance, id) pairs and keeps one per id (they are equal: the
+/// exact distance of a node does not depend on the page it came from).
+#[inline]
+fn sort_dedup(v: &mut Vec<(f32, u32)>) {
+    v.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    v.dedup_by_key(|e| e.1);
 }
 
 fn beam_step<T: Element, L: Layout, S: Scorer>(
@@ -956,6 +1080,19 @@ fn on_completion<T: Element, L: Layout, S: Scorer, P: PagePolicy>(
     q.page_nodes = targets;
     res?;
     step(env, q, &mut s.io, slot)?;
+    if !q.deferred.is_empty() {
+        // The page's remaining work overlaps the reads just issued (the
+        // beam hands them to the kernel as it issues them).
+        if env.kind == ExecutorKind::Pipeline {
+            s.io.engine.flush()?;
+        }
+        policy.deferred(env, q, page)?;
+        // What it found may keep the query going, or let it issue more.
+        if q.phase == Phase::Done {
+            q.phase = Phase::Idle;
+        }
+        step(env, q, &mut s.io, slot)?;
+    }
     charge(q, mark);
     if q.phase == Phase::Done {
         finish(env, q, emit);
@@ -988,10 +1125,11 @@ fn finish<T: Element, L: Layout, S: Scorer>(
     emit: &mut Emit<'_>,
 ) {
     q.phase = Phase::Done;
-    q.exact
-        .sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    q.exact.dedup_by_key(|e| e.1);
-    let k = env.p.k.min(q.exact.len());
+    sort_dedup(&mut q.exact);
+    let k = match env.p.range {
+        Some(r) => q.exact.partition_point(|e| e.0 <= r.radius),
+        None => env.p.k.min(q.exact.len()),
+    };
     q.stats.total_us = q.started.elapsed().as_secs_f64() * 1e6;
     emit(q.qi, &q.exact[..k], &q.stats);
 }

@@ -13,7 +13,8 @@ pub mod stats;
 
 pub use executor::{search_one, IndexData, Scratch};
 pub use params::{
-    ExecutorKind, SearchParams, MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT,
+    ExecutorKind, PageSearch, RangeParams, SearchParams, DEFAULT_RANGE_RATIO, DEFAULT_SIGMA,
+    MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT,
 };
 pub use pool::WorkerPool;
 pub use scorer::{AnyScorer, PqScorer, Scorer};

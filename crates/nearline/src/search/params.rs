@@ -50,6 +50,61 @@ impl ExecutorKind {
     }
 }
 
+/// What the executor does with a page when it arrives (see
+/// `search::policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PageSearch {
+    /// The layout's own: block search for a shuffled layout, the target
+    /// records for the ID layout.
+    #[default]
+    Auto,
+    /// DiskANN: use only the records the page was read for.
+    Targets,
+    /// Starling's block search: exact distances for every record of the
+    /// page, expand the targets and the closest σ fraction of the others.
+    Block,
+}
+
+impl PageSearch {
+    /// Parses `auto`, `targets`, `block`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(PageSearch::Auto),
+            "targets" | "target" => Ok(PageSearch::Targets),
+            "block" => Ok(PageSearch::Block),
+            other => Err(Error::arg(format!(
+                "unknown page_search {other:?}: expected auto, targets or block"
+            ))),
+        }
+    }
+
+    /// `"auto"`, `"targets"` or `"block"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PageSearch::Auto => "auto",
+            PageSearch::Targets => "targets",
+            PageSearch::Block => "block",
+        }
+    }
+}
+
+/// Default block-pruning ratio σ (Starling: 0.3 is best throughout).
+pub const DEFAULT_SIGMA: f32 = 0.3;
+/// Default ratio φ of Starling's range search (0.5 in the paper).
+pub const DEFAULT_RANGE_RATIO: f32 = 0.5;
+
+/// A range query: every point within `radius` (internal distance: squared
+/// L2, negated inner product, 1 − cosine similarity).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RangeParams {
+    /// Internal distance bound (inclusive).
+    pub radius: f32,
+    /// φ: the list doubles while (results within the radius) / (list size) ≥ φ.
+    pub ratio: f32,
+    /// Largest list size the doubling may reach (≥ L).
+    pub max_l: usize,
+}
+
 /// Search parameters of one batch.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchParams {
@@ -70,6 +125,14 @@ pub struct SearchParams {
     pub early_dispatch: Option<f32>,
     /// Queries each worker interleaves on its I/O engine (1..=64).
     pub queries_in_flight: usize,
+    /// What to do with an arrived page.
+    pub page_search: PageSearch,
+    /// Block search: the fraction σ in (0, 1] of a page's other records
+    /// whose neighbours are expanded (closest first by exact distance).
+    pub sigma: f32,
+    /// `Some`: a range search (Starling's candidate-list doubling) instead
+    /// of a top-k search.
+    pub range: Option<RangeParams>,
 }
 
 impl Default for SearchParams {
@@ -82,6 +145,9 @@ impl Default for SearchParams {
             adaptive_beam: false,
             early_dispatch: None,
             queries_in_flight: 1,
+            page_search: PageSearch::Auto,
+            sigma: DEFAULT_SIGMA,
+            range: None,
         }
     }
 }
@@ -132,6 +198,29 @@ impl SearchParams {
                 "queries_in_flight={} must be in 1..={MAX_QUERIES_IN_FLIGHT}",
                 self.queries_in_flight
             )));
+        }
+        if !self.sigma.is_finite() || self.sigma <= 0.0 || self.sigma > 1.0 {
+            return Err(Error::arg(format!(
+                "sigma={} must be a finite fraction in (0, 1]",
+                self.sigma
+            )));
+        }
+        if let Some(r) = &self.range {
+            if !r.radius.is_finite() {
+                return Err(Error::arg(format!("radius={} must be finite", r.radius)));
+            }
+            if !r.ratio.is_finite() || r.ratio <= 0.0 || r.ratio > 1.0 {
+                return Err(Error::arg(format!(
+                    "range ratio={} must be a finite fraction in (0, 1]",
+                    r.ratio
+                )));
+            }
+            if r.max_l < self.l || r.max_l > MAX_LIST_SIZE {
+                return Err(Error::arg(format!(
+                    "max_L={} must be in L={}..={MAX_LIST_SIZE}",
+                    r.max_l, self.l
+                )));
+            }
         }
         if self.executor == ExecutorKind::Pipeline {
             if self.adaptive_beam {
@@ -213,6 +302,48 @@ mod tests {
             ..pipe
         })
         .contains("early_dispatch"));
+        for s in [0.0f32, -0.1, 1.01, f32::NAN] {
+            let e = err(SearchParams { sigma: s, ..base });
+            assert!(e.contains("sigma=") && e.contains("(0, 1]"), "{e}");
+        }
+        let range = RangeParams {
+            radius: 1.0,
+            ratio: DEFAULT_RANGE_RATIO,
+            max_l: 1000,
+        };
+        SearchParams {
+            range: Some(range),
+            ..base
+        }
+        .check()
+        .unwrap();
+        for bad in [
+            RangeParams {
+                radius: f32::NAN,
+                ..range
+            },
+            RangeParams {
+                radius: f32::INFINITY,
+                ..range
+            },
+            RangeParams {
+                ratio: 0.0,
+                ..range
+            },
+            RangeParams { max_l: 50, ..range },
+        ] {
+            assert!(SearchParams {
+                range: Some(bad),
+                ..base
+            }
+            .check()
+            .is_err());
+        }
+        assert_eq!(PageSearch::parse("Block").unwrap(), PageSearch::Block);
+        assert!(PageSearch::parse("pages")
+            .unwrap_err()
+            .to_string()
+            .contains("targets"));
     }
 
     #[test]

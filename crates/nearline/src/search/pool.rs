@@ -10,12 +10,16 @@ use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Results of a batch: row-major `nq × k` internal ids (`u32::MAX` pads),
-/// internal distances (`+inf` pads) and per-query statistics.
+/// Results of a batch: for a top-k search, row-major `nq × k` internal ids
+/// (`u32::MAX` pads) and internal distances (`+inf` pads); for a range
+/// search, each query's results back to back with `lims` (nq + 1 offsets:
+/// query i's results are `lims[i]..lims[i + 1]`). Per-query statistics.
 #[derive(Debug, Default)]
 pub struct BatchResult {
     pub ids: Vec<u32>,
     pub distances: Vec<f32>,
+    /// Range search only (empty for a top-k search).
+    pub lims: Vec<u64>,
     pub stats: Vec<QueryStats>,
 }
 
@@ -85,10 +89,20 @@ impl<T: Element> WorkerPool<T> {
             )));
         }
         let k = p.k;
-        let mut out = BatchResult {
-            ids: vec![u32::MAX; nq * k],
-            distances: vec![f32::INFINITY; nq * k],
-            stats: vec![QueryStats::default(); nq],
+        let range = p.range.is_some();
+        let mut out = if range {
+            BatchResult {
+                lims: vec![0; nq + 1],
+                stats: vec![QueryStats::default(); nq],
+                ..BatchResult::default()
+            }
+        } else {
+            BatchResult {
+                ids: vec![u32::MAX; nq * k],
+                distances: vec![f32::INFINITY; nq * k],
+                lims: Vec::new(),
+                stats: vec![QueryStats::default(); nq],
+            }
         };
         if nq == 0 {
             return Ok(out);
@@ -96,9 +110,10 @@ impl<T: Element> WorkerPool<T> {
         let threads = threads.clamp(1, nq);
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
-        // Each worker keeps its finished queries: index, statistics, and k
-        // (distance, id) pairs per query (padded) in one flat vector.
-        type Rows = (Vec<(usize, QueryStats)>, Vec<(f32, u32)>);
+        // Each worker keeps its finished queries (index, statistics, where
+        // its results start in the flat vector, how many) and their
+        // (distance, id) pairs in one flat vector.
+        type Rows = (Vec<(usize, QueryStats, usize, usize)>, Vec<(f32, u32)>);
         let per_worker: Vec<Result<Rows>> = std::thread::scope(|sc| {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
@@ -120,9 +135,8 @@ impl<T: Element> WorkerPool<T> {
                             queries,
                             &mut next_query,
                             &mut |qi, best, st| {
-                                rows.push((qi, *st));
+                                rows.push((qi, *st, res.len(), best.len()));
                                 res.extend_from_slice(best);
-                                res.resize(rows.len() * k, (f32::INFINITY, u32::MAX));
                             },
                         );
                         if r.is_err() {
@@ -141,12 +155,31 @@ impl<T: Element> WorkerPool<T> {
                 })
                 .collect()
         });
+        let mut done = Vec::with_capacity(per_worker.len());
         for r in per_worker {
-            let (rows, res) = r?;
-            for (j, (qi, st)) in rows.into_iter().enumerate() {
-                for (c, &(d, id)) in res[j * k..(j + 1) * k].iter().enumerate() {
-                    out.ids[qi * k + c] = id;
-                    out.distances[qi * k + c] = d;
+            done.push(r?);
+        }
+        if range {
+            // Offsets first, then each query's results at its offset.
+            let mut counts = vec![0u64; nq];
+            for (rows, _) in &done {
+                for &(qi, _, _, len) in rows {
+                    counts[qi] = len as u64;
+                }
+            }
+            for (i, c) in counts.iter().enumerate() {
+                out.lims[i + 1] = out.lims[i] + c;
+            }
+            let total = out.lims[nq] as usize;
+            out.ids = vec![u32::MAX; total];
+            out.distances = vec![f32::INFINITY; total];
+        }
+        for (rows, res) in done {
+            for (qi, st, start, len) in rows {
+                let base = if range { out.lims[qi] as usize } else { qi * k };
+                for (c, &(d, id)) in res[start..start + len].iter().enumerate() {
+                    out.ids[base + c] = id;
+                    out.distances[base + c] = d;
                 }
                 out.stats[qi] = st;
             }

@@ -3,7 +3,9 @@
 //! cache hits = expansions served from memory; `io_wait_us` = time the
 //! worker waited with nothing of this query to compute; `cpu_us` = time
 //! computing for this query; I/O utilisation = bytes of records the search
-//! used / bytes read (seed 002 §4.3.2).
+//! used / bytes read (seed 002 §4.3.2); vertex utilisation ξ = records
+//! used / records in the blocks read and path length ℓ = hops − co-located
+//! expansions (Starling's Table 2).
 
 /// Statistics of one query.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -19,9 +21,34 @@ pub struct QueryStats {
     pub total_us: f64,
     /// Bytes of the records this query used out of the blocks it read.
     pub used_bytes: u64,
+    /// Records in the blocks this query read.
+    pub page_records: u32,
+    /// Records of those blocks the search used: the targets it read them
+    /// for and, with block search, the co-located records it expanded.
+    pub used_records: u32,
+    /// Nodes expanded from a page read for another node (block search).
+    pub colocated: u32,
+    /// Times a range search doubled its candidate list.
+    pub doublings: u32,
 }
 
 impl QueryStats {
+    /// Starling's vertex utilisation ratio ξ: used records / records in
+    /// the blocks read (0 when nothing was read).
+    pub fn vertex_utilisation(&self) -> f64 {
+        if self.page_records == 0 {
+            0.0
+        } else {
+            self.used_records as f64 / self.page_records as f64
+        }
+    }
+
+    /// Starling's search path length ℓ: nodes the search took from its
+    /// candidate list and expanded (hops less co-located expansions).
+    pub fn path_length(&self) -> u32 {
+        self.hops.saturating_sub(self.colocated)
+    }
+
     /// Used bytes / bytes read (1.0 when nothing was read).
     pub fn io_utilisation(&self) -> f64 {
         if self.bytes_read == 0 {

@@ -4,7 +4,7 @@
 
 use super::candidates::CandidateList;
 use super::executor::{run, search_one, IndexData, Scratch};
-use super::params::{ExecutorKind, SearchParams};
+use super::params::{ExecutorKind, PageSearch, SearchParams};
 use super::scorer::{AnyScorer, Scorer};
 use super::stats::QueryStats;
 use crate::data::matrix::Matrix;
@@ -201,7 +201,7 @@ fn reference_beam(
     p: &SearchParams,
 ) -> (Vec<(f32, u32)>, QueryStats) {
     let AnyScorer::Pq(pq) = &d.scorer;
-    let mut reader = RecordReader::open(&d.pages_path, &d.geo).unwrap();
+    let mut reader = RecordReader::open(&d.pages_path, &d.layout).unwrap();
     let mut table = Vec::new();
     pq.prepare(q, &mut table);
     let mut st = QueryStats::default();
@@ -226,7 +226,7 @@ fn reference_beam(
         let blocks: HashSet<u64> = frontier
             .iter()
             .filter(|&&v| d.cache.get(v).is_none())
-            .map(|&v| d.geo.location(v).0)
+            .map(|&v| d.layout.locate(v).0)
             .collect();
         st.reads += blocks.len() as u32;
         st.bytes_read += (blocks.len() * d.geo.block_size) as u64;
@@ -623,4 +623,307 @@ fn several_queries_fill_the_queue() {
         "8 queries × W=4 should keep ≥ 16 reads in flight, saw {}",
         fe.max_in_flight()
     );
+}
+
+/// The fixture's data under a shuffled layout (Starling): same base and
+/// shuffled external ids, blocks holding graph neighbours.
+struct ShuffledFixture {
+    _dir: tempfile::TempDir,
+    plain: Index,
+    cached: Index,
+    pages: Arc<Vec<u8>>,
+}
+
+fn shuffled_fixture() -> &'static ShuffledFixture {
+    static F: OnceLock<ShuffledFixture> = OnceLock::new();
+    F.get_or_init(|| {
+        let f = fixture();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let m = Matrix::from_vec(f.base.clone(), N, DIM).unwrap();
+        let opts = BuildOptions {
+            r: 16,
+            build_l: 40,
+            pq_bytes: Some(8),
+            threads: Some(2),
+            ids: Some(f.ids.clone()),
+            page_size: 4096,
+            layout: Some(crate::layout::LayoutKind::Shuffled),
+            ..Default::default()
+        };
+        build(m, &path, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+        let pages = Arc::new(std::fs::read(path.join("pages.bin")).unwrap());
+        ShuffledFixture {
+            plain: open(&path, 0, EngineKind::Auto),
+            cached: open(&path, 200, EngineKind::Auto),
+            pages,
+            _dir: dir,
+        }
+    })
+}
+
+fn with_pages(p: SearchParams, page_search: PageSearch) -> SearchParams {
+    SearchParams { page_search, ..p }
+}
+
+#[test]
+fn block_search_is_exact_with_a_full_list() {
+    let f = fixture();
+    let sf = shuffled_fixture();
+    let nq = 8;
+    let queries = &f.queries[..nq * DIM];
+    let cases: Vec<(&str, &Index, PageSearch)> = vec![
+        ("shuffled/auto", &sf.plain, PageSearch::Auto),
+        ("shuffled/auto cached", &sf.cached, PageSearch::Auto),
+        ("shuffled/targets", &sf.plain, PageSearch::Targets),
+        ("id/block", &f.plain, PageSearch::Block),
+    ];
+    for (layout, idx, ps) in cases {
+        for (name, p) in kinds() {
+            for sigma in [0.3f32, 1.0] {
+                let p = SearchParams {
+                    sigma,
+                    ..with_pages(p, ps)
+                };
+                let out = idx.search(queries, nq, &p, Some(2)).unwrap();
+                for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+                    let want = brute_force(f, q, 10);
+                    let got: Vec<(f32, i64)> = (0..10)
+                        .map(|j| (out.distances[qi * 10 + j], out.ids[qi * 10 + j]))
+                        .collect();
+                    assert_eq!(got, want, "{layout} {name} σ={sigma} query {qi}");
+                    let st = &out.stats[qi];
+                    assert!(
+                        st.used_records <= st.page_records,
+                        "{layout} {name}: {st:?}"
+                    );
+                    let block = ps == PageSearch::Block
+                        || (ps == PageSearch::Auto && layout.starts_with("shuffled"));
+                    // Block search expands co-located records; target
+                    // search never does.
+                    assert_eq!(
+                        st.colocated > 0,
+                        block && st.reads > 0,
+                        "{layout} {name}: {st:?}"
+                    );
+                    assert_eq!(st.path_length() + st.colocated, st.hops);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn shuffled_layout_improves_locality_and_vertex_utilisation() {
+    let f = fixture();
+    let sf = shuffled_fixture();
+    let m = sf.plain.manifest();
+    assert_eq!(m.layout.kind, "shuffled");
+    let info = m.layout.shuffle.as_ref().unwrap();
+    let or_g = m.layout.overlap_ratio.unwrap();
+    assert!(
+        or_g >= info.id_overlap_ratio,
+        "{or_g} < {}",
+        info.id_overlap_ratio
+    );
+    // Ids are shuffled, so the ID layout has almost no locality; BNF puts
+    // neighbours together (at most R = 16 of a node's 29 page-mates can be
+    // its neighbours).
+    assert!(
+        or_g > 5.0 * info.id_overlap_ratio.max(0.005),
+        "OR(G) = {or_g}, ID {}",
+        info.id_overlap_ratio
+    );
+    let id_or = f.plain.manifest().layout.overlap_ratio.unwrap();
+    assert!((id_or - info.id_overlap_ratio).abs() < 1e-9);
+    // The placement is a permutation within capacity.
+    let d = data(&sf.plain);
+    let rpb = d.geo.records_per_block;
+    let mut seen = vec![0u32; N];
+    for b in 0..d.geo.n_blocks {
+        let mut nodes = Vec::new();
+        d.layout.block_nodes(b, &mut nodes);
+        assert!(nodes.len() <= rpb);
+        for v in nodes {
+            seen[v as usize] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c == 1));
+    // Block search on shuffled pages uses more of each page than the
+    // ID layout's target search.
+    let nq = 16;
+    let queries = &f.queries[..nq * DIM];
+    let p = SearchParams::new(10, 60, 4);
+    let xi = |idx: &Index| {
+        let out = idx.search(queries, nq, &p, Some(1)).unwrap();
+        let used: u64 = out.stats.iter().map(|s| s.used_records as u64).sum();
+        let held: u64 = out.stats.iter().map(|s| s.page_records as u64).sum();
+        used as f64 / held as f64
+    };
+    let (x_id, x_sh) = (xi(&f.plain), xi(&sf.plain));
+    assert!(x_sh > 1.5 * x_id, "ξ shuffled {x_sh} vs ID {x_id}");
+}
+
+/// Exact range answer: (distance, external id) within `r`, closest first.
+fn brute_range(f: &Fixture, q: &[f32], r: f32) -> Vec<(f32, i64)> {
+    let mut all = brute_force(f, q, N);
+    all.retain(|e| e.0 <= r);
+    all
+}
+
+#[test]
+fn range_search_matches_brute_force() {
+    let f = fixture();
+    let sf = shuffled_fixture();
+    let nq = 8;
+    let queries = &f.queries[..nq * DIM];
+    // A radius with ~40 true neighbours per query on average.
+    let mut d40: Vec<f32> = queries
+        .chunks_exact(DIM)
+        .map(|q| brute_force(f, q, 40)[39].0)
+        .collect();
+    d40.sort_by(f32::total_cmp);
+    let radius = d40[nq / 2];
+    for (layout, idx) in [
+        ("id", &f.plain),
+        ("shuffled", &sf.plain),
+        ("id cached", &f.cached),
+    ] {
+        for (name, p) in kinds() {
+            for l in [N, 16] {
+                let p = SearchParams {
+                    l,
+                    k: 10.min(l),
+                    ..p
+                };
+                let out = idx
+                    .range_search(queries, nq, radius, 0.5, Some(N), &p, Some(2))
+                    .unwrap();
+                assert_eq!(out.lims.len(), nq + 1);
+                let mut doubled = 0;
+                for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+                    let want = brute_range(f, q, radius);
+                    let (a, b) = (out.lims[qi] as usize, out.lims[qi + 1] as usize);
+                    let got: Vec<(f32, i64)> =
+                        (a..b).map(|j| (out.distances[j], out.ids[j])).collect();
+                    doubled += out.stats[qi].doublings;
+                    if l == N {
+                        assert_eq!(got, want, "{layout} {name} L={l} query {qi}");
+                    } else {
+                        // Starting small, the list doubles until the answer
+                        // no longer fills half of it.
+                        let found: HashSet<i64> = got.iter().map(|e| e.1).collect();
+                        assert!(
+                            got.iter().all(|e| want.contains(e)),
+                            "{layout} {name} query {qi}"
+                        );
+                        let ap = found.len() as f64 / want.len().max(1) as f64;
+                        assert!(
+                            want.is_empty() || ap >= 0.9,
+                            "{layout} {name} query {qi}: AP {ap}"
+                        );
+                    }
+                }
+                if l < N {
+                    assert!(doubled > 0, "{layout} {name}: the list never doubled");
+                }
+            }
+        }
+    }
+    // A radius nothing is within gives empty answers; bad radii are refused.
+    let out = f
+        .plain
+        .range_search(
+            queries,
+            nq,
+            0.0,
+            0.5,
+            None,
+            &SearchParams::new(10, 40, 4),
+            Some(1),
+        )
+        .unwrap();
+    assert!(out.lims.iter().all(|&x| x == 0));
+    let p = SearchParams::new(10, 40, 4);
+    for (r, want) in [
+        (f32::NAN, "finite"),
+        (-1.0, "at least 0"),
+        (f32::INFINITY, "finite"),
+    ] {
+        let e = f
+            .plain
+            .range_search(queries, nq, r, 0.5, None, &p, Some(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    for (ratio, max_l) in [(0.0f32, None), (1.5, None), (0.5, Some(10))] {
+        assert!(f
+            .plain
+            .range_search(queries, nq, 1.0, ratio, max_l, &p, Some(1))
+            .is_err());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// Block search over the fake engine: out-of-order, delayed and failing
+    /// reads, several queries per worker; with a full list the answers are
+    /// the in-order engine's, and nothing is lost or freed in flight.
+    #[test]
+    fn block_search_over_the_fake_engine(
+        seed in any::<u64>(),
+        delay in 0u32..5,
+        q in 1usize..6,
+        pipeline in any::<bool>(),
+        fail in prop_oneof![3 => Just(0.0f64), 1 => 0.002f64..0.05],
+        range in any::<bool>(),
+    ) {
+        let f = fixture();
+        let sf = shuffled_fixture();
+        let d = data(&sf.plain);
+        let nq = 6;
+        let queries = &f.queries[..nq * DIM];
+        let kind = if pipeline { ExecutorKind::Pipeline } else { ExecutorKind::Beam };
+        let mut p = SearchParams { queries_in_flight: q, ..params(kind, N, 8) };
+        if range {
+            let r = brute_force(f, &queries[..DIM], 30)[29].0;
+            p.range = Some(super::params::RangeParams { radius: r, ratio: 0.5, max_l: N });
+            p.l = 32;
+            p.k = 1;
+        }
+        let mut reference = Scratch::new(d).unwrap();
+        let (r0, want) = run_all(d, &mut reference, &SearchParams { queries_in_flight: 1, ..p }, queries);
+        r0.unwrap();
+        let fake = IoEngine::fake(sf.pages.clone(), FakeOptions {
+            seed,
+            max_delay_polls: delay,
+            fail_probability: fail,
+            ..Default::default()
+        });
+        let mut s = Scratch::with_engine(d, fake);
+        let (r, got) = run_all(d, &mut s, &p, queries);
+        prop_assert_eq!(s.in_flight(), 0);
+        let (alloc, free) = s.buffers();
+        prop_assert_eq!(alloc, free);
+        let IoEngine::Fake(fe) = s.engine() else { panic!("fake engine expected") };
+        prop_assert_eq!(fe.double_completions(), 0);
+        prop_assert_eq!(fe.completed(), fe.submitted());
+        match r {
+            Ok(()) => {
+                prop_assert_eq!(got.len(), nq);
+                let reads: u64 = got.values().map(|(_, st)| st.reads as u64).sum();
+                prop_assert_eq!(reads, fe.submitted());
+                if !range {
+                    for (qi, (res, _)) in &got {
+                        prop_assert_eq!(res, &want[qi].0, "query {}", qi);
+                    }
+                }
+            }
+            Err(e) => {
+                prop_assert!(fe.counters().errors > 0, "unexpected error {}", e);
+            }
+        }
+    }
 }
