@@ -780,3 +780,87 @@ def test_range_only_variant_keys(tmp_path):
     bench.check_variant_supported(bench.parse_variant("ok:ratio=0.3"), Api)
     with pytest.raises(ValueError, match="Index.range_search of this nearline build does not take 'max_L'"):
         bench.check_variant_supported(bench.parse_variant("no:max_L=100"), Api)
+
+
+# --------------------------------------------------------------------------- the engine's range search
+
+
+def test_native_range_search_against_exact_ground_truth(small_index, small_data):
+    base, queries = small_data
+    queries = queries[:100]
+    r = nearline.radius_for_mean_neighbors(base, queries, 20)
+    gl, gi, _ = nearline.compute_range_ground_truth(base, queries, r)
+    with nearline.open(small_index) as idx:
+        aps = []
+        for L in (10, 200):
+            lims, ids, d, st = idx.range_search(queries, r, L=L, threads=2, return_stats=True)
+            # Every result is a true one: within the radius and in the exact answer.
+            assert np.all(d <= r)
+            for got, exp in zip(rows(lims, ids), rows(gl, gi)):
+                assert set(got.tolist()) <= set(exp.tolist())
+            aps.append(nearline.average_precision(lims, ids, gl, gi))
+            assert st["reads"].shape == (100,)
+    assert 0.9 <= aps[0] <= aps[1] and aps[1] >= 0.99
+
+
+def test_worker_native_range_search_on_a_real_index(tmp_path, small_index, small_data):
+    base, queries = small_data
+    queries = queries[:80]
+    qp = datasets.write_bin(tmp_path / "q.fbin", queries)
+    r = nearline.radius_for_mean_neighbors(base, queries, 20)
+    gt = tmp_path / "range.bin"
+    nearline.write_range_ground_truth(gt, *nearline.compute_range_ground_truth(base, queries, r))
+    res = _bench_worker.run({"action": "range_search", "system": "nearline", "method": "native",
+                             "index_dir": str(small_index), "queries": str(qp), "range_gt": str(gt), "radius": r,
+                             "metric": "l2", "n": len(base), "Ls": [10, 100], "params": {"threads": 2, "W": 4},
+                             "warmup": 5})
+    lo, hi = res["points"]
+    assert 0.9 <= lo["ap"] <= hi["ap"] <= 1.0
+    assert lo["mean_reads"] > 0 and lo["mean_doublings"] >= hi["mean_doublings"] >= 0
+    assert lo["lat_mean_ms"] > 0 and "mean_rounds" not in lo
+    with nearline.open(small_index) as idx:
+        lims, ids, _ = idx.range_search(queries, r, L=100, W=4, threads=2)
+    gl, gi, _ = nearline.read_range_ground_truth(gt)
+    assert nearline.average_precision(lims, ids, gl, gi) == pytest.approx(hi["ap"])
+
+
+def test_cli_search_radius_reports_ap_with_range_gt(tmp_path, small_index, small_data, capsys):
+    base, queries = small_data
+    bp = datasets.write_bin(tmp_path / "b.fbin", base)
+    qp = datasets.write_bin(tmp_path / "q.fbin", queries[:50])
+    gt = tmp_path / "range.bin"
+    assert cli.main(["gt", str(bp), str(qp), str(gt), "--mean-neighbors", "10"]) == 0
+    text = capsys.readouterr().out
+    r = float(text.split("squared L2 distance): ")[1].split()[0])
+    assert cli.main(["search", str(small_index), str(qp), "--radius", repr(r), "--L", "100", "--gt", str(gt),
+                     "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    with nearline.open(small_index) as idx:
+        lims, ids, _ = idx.range_search(queries[:50], r, L=100)
+    gl, gi, _ = nearline.read_range_ground_truth(gt)
+    assert summary["AP"] == pytest.approx(nearline.average_precision(lims, ids, gl, gi))
+    assert 0.9 <= summary["AP"] <= 1.0 and summary["mean_results"] <= 10 * 1.01
+
+
+def test_bench_range_mode_native_against_doubling(tmp_path):
+    cfg = bench.BenchConfig(
+        data="synthetic:2000:16", systems=["nearline"], variants=["star:preset=starling,ratio=0.5"],
+        range_neighbors=15, Ls=[10, 40], R=16, build_L=32, threads=2, reps=3, workdir=tmp_path, warmup=10,
+        ceiling=False, target_aps=[0.95], out=tmp_path / "r.json",
+    )
+    res = bench.run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    names = ["nearline", "nearline+doubling", "star", "star+doubling"]
+    assert saved["params"]["systems"] == names and saved["params"]["baseline"] == "nearline+doubling"
+    assert saved["summary"]["star"]["variant"]["range"] == {"ratio": 0.5}
+    assert saved["summary"]["star"]["index"] != saved["summary"]["nearline"]["index"]
+    assert saved["builds"]["star"]["info"]["preset"] == "starling"
+    for name in names:
+        assert len(saved["runs"][name]) == 3
+        for p in saved["summary"][name]["points"]:
+            assert 0.8 <= p["ap"] <= 1 and p["qps"] > 0 and p["mean_reads"] > 0
+            assert (p["mean_rounds"] is None) == (not name.endswith("+doubling"))
+            assert (p["mean_doublings"] is None) == name.endswith("+doubling")
+    assert set(saved["comparisons"]) == {f"{n}/nearline+doubling" for n in names if n != "nearline+doubling"}
+    text = bench.format_report(res)
+    assert "star+doubling" in text and "AP" in text
