@@ -1333,11 +1333,12 @@ def format_range_report(result: dict[str, Any]) -> str:
                  f"max {rng.get('gt_max_results', '-')}, empty {rng.get('gt_empty_queries', '-')}")
     k0 = params.get("doubling_k0")
     lines.append(f"doubling baseline: k-NN from k = {'L' if k0 is None else k0} (list size max(L, k)), k doubled "
-                 "while every result is within the radius")
+                 "while every result is within the radius (rounds: searches per query); native: list doublings "
+                 "per query (doubl)")
     lines.append("")
     width = max([len("system")] + [len(s) for s in result["summary"]])
-    hdr = (f"{'system':<{width}} {'L':>4} {'AP':>7} {'QPS':>9} {'results':>8} {'rounds':>6} {'reads':>8} "
-           f"{'mean ms':>8} {'p99 ms':>8} {'disk':>5}")
+    hdr = (f"{'system':<{width}} {'L':>4} {'AP':>7} {'QPS':>9} {'results':>8} {'rounds':>6} {'doubl':>6} "
+           f"{'reads':>8} {'mean ms':>8} {'p99 ms':>8} {'disk':>5}")
     lines.append(hdr)
     lines.append("-" * len(hdr))
     for system, s in result["summary"].items():
@@ -1345,7 +1346,7 @@ def format_range_report(result: dict[str, Any]) -> str:
             lines.append(
                 f"{system:<{width}} {pt['L']:>4} {_fmt(pt.get('ap'), '.4f'):>7} {_fmt(pt.get('qps'), '.0f'):>9} "
                 f"{_fmt(pt.get('mean_results'), '.1f'):>8} {_fmt(pt.get('mean_rounds'), '.2f'):>6} "
-                f"{_fmt(pt.get('mean_reads'), '.1f'):>8} {_fmt(pt.get('lat_mean_ms'), '.3f'):>8} "
+                f"{_fmt(pt.get('mean_doublings'), '.2f'):>6} {_fmt(pt.get('mean_reads'), '.1f'):>8} {_fmt(pt.get('lat_mean_ms'), '.3f'):>8} "
                 f"{_fmt(pt.get('lat_p99_ms'), '.3f'):>8} {_pct(pt.get('disk_util')):>5}"
             )
     lines.append("")
