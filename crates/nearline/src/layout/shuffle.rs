@@ -84,9 +84,12 @@
 //! start of the chunk, then applied in stream order on one thread. The
 //! result depends on the seed only, not on the number of threads. Runs on
 //! the caller's rayon pool. `cancel` is checked between rounds and every
-//! 65,536 nodes. On 1M nodes of degree 64 with cap 5 and 2 threads, BNF
-//! takes about 4–5 s per round (plus ~4 s of set-up: reverse adjacency, BNP,
-//! OR of the ID layout), one BNS round about 40–60 s.
+//! 65,536 nodes. On 1M nodes of mean degree 57 with cap 5 and 2 threads
+//! (release build, `time_1m`, on a shared 2-core machine), set-up takes ~4 s
+//! (reverse adjacency 2.2 s, first pull 1.6 s, BNP and OR(G) of the ID and
+//! BNP layouts 0.4 s) and each BNF round ~5 s (3.5 s streaming, 1.3 s OR(G)
+//! and pull): the default parameters stopped after 3 rounds in 19 s; one
+//! BNS round adds ~35 s.
 //!
 //! **Memory** beyond the graph: a reverse adjacency for BNF and BNS
 //! (`4·edges` bytes plus offsets) and a few `u32` per node; see
