@@ -42,7 +42,8 @@ def test_starling_preset_builds_a_shuffled_layout(indexes):
     assert si["overlap_ratio"] >= sh["id_overlap_ratio"]
     assert abs(pi["overlap_ratio"] - sh["id_overlap_ratio"]) < 1e-9
     assert si["overlap_ratio"] > 5 * max(pi["overlap_ratio"], 0.01)
-    assert si["memory"]["layout_map"] == 8 * si["n"] + 0 or si["memory"]["layout_map"] >= 8 * si["n"]
+    # node -> position and position -> node (the slots of the last blocks included).
+    assert 8 * si["n"] <= si["memory"]["layout_map"] <= 8 * si["n"] + 4 * si["records_per_page"]
     assert si["entry"]["kind"] == "nav"
 
 
@@ -78,8 +79,7 @@ def test_range_search_matches_brute_force(indexes, data):
     radius = float(np.median(d[:, 50]))
     want = _brute_range(base, queries, radius)
     for idx in (star, plain):
-        lims, ids, dist = star.range_search(queries, radius, L=len(base)) if idx is star else \
-            plain.range_search(queries, radius, L=len(base))
+        lims, ids, dist = idx.range_search(queries, radius, L=len(base))
         assert lims.dtype == np.int64 and len(lims) == len(queries) + 1
         for i, w in enumerate(want):
             got = ids[lims[i]:lims[i + 1]]
@@ -92,7 +92,7 @@ def test_range_search_matches_brute_force(indexes, data):
         hit = sum(len(set(ids[lims[i]:lims[i + 1]].tolist()) & set(w.tolist())) for i, w in enumerate(want))
         assert hit / sum(len(w) for w in want) >= 0.9
         assert st["doublings"].sum() > 0
-    # A 1-D query works; nothing within a zero radius of a far point.
+    # A 1-D query is one query.
     lims, ids, _ = star.range_search(queries[0], radius)
     assert len(lims) == 2 and lims[1] == len(want[0])
 

@@ -636,7 +636,6 @@ pub fn run<T: Element>(
         PageSearch::Targets => false,
         PageSearch::Auto => matches!(data.layout, AnyLayout::Shuffled(_)),
     };
-    let sigma = BlockSearch { sigma: p.sigma };
     let r = match (&data.layout, &data.scorer) {
         (AnyLayout::Id(layout), AnyScorer::Pq(scorer)) => {
             let env = Env {
@@ -646,11 +645,7 @@ pub fn run<T: Element>(
                 p,
                 kind,
             };
-            if block {
-                worker_loop(&env, &sigma, s, queries, next, emit)
-            } else {
-                worker_loop(&env, &TargetRecords, s, queries, next, emit)
-            }
+            with_policy(&env, block, s, queries, next, emit)
         }
         (AnyLayout::Shuffled(layout), AnyScorer::Pq(scorer)) => {
             let env = Env {
@@ -660,17 +655,30 @@ pub fn run<T: Element>(
                 p,
                 kind,
             };
-            if block {
-                worker_loop(&env, &sigma, s, queries, next, emit)
-            } else {
-                worker_loop(&env, &TargetRecords, s, queries, next, emit)
-            }
+            with_policy(&env, block, s, queries, next, emit)
         }
     };
     // Abandoned reads (and, after an error, every read) are reaped before
     // the worker goes back to its pool.
     let drained = s.drain();
     r.and(drained)
+}
+
+/// Runs the worker loop with the page policy chosen for the batch.
+fn with_policy<T: Element, L: Layout, S: Scorer>(
+    env: &Env<'_, T, L, S>,
+    block: bool,
+    s: &mut Scratch<T>,
+    queries: &[f32],
+    next: &mut dyn FnMut() -> Option<usize>,
+    emit: &mut Emit<'_>,
+) -> Result<()> {
+    if block {
+        let policy = BlockSearch { sigma: env.p.sigma };
+        worker_loop(env, &policy, s, queries, next, emit)
+    } else {
+        worker_loop(env, &TargetRecords, s, queries, next, emit)
+    }
 }
 
 /// The loop of one worker over its query slots.
