@@ -232,6 +232,40 @@ fn build_index(
     serde_json::to_string(&manifest).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
+/// The row-major values of a C-contiguous query array.
+fn contiguous<'a>(queries: &'a PyReadonlyArray2<'_, f32>) -> PyResult<&'a [f32]> {
+    queries
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))
+}
+
+/// The search options `search` and `range_search` share (k = 1, no range:
+/// the caller sets what differs).
+#[allow(clippy::too_many_arguments)]
+fn search_params(
+    l: usize,
+    w: usize,
+    executor: &str,
+    adaptive_beam: bool,
+    early_dispatch: Option<f32>,
+    queries_in_flight: usize,
+    page_search: &str,
+    sigma: f32,
+) -> PyResult<SearchParams> {
+    Ok(SearchParams {
+        k: 1,
+        l,
+        w,
+        executor: ExecutorKind::parse(executor).map_err(to_py)?,
+        adaptive_beam,
+        early_dispatch,
+        queries_in_flight,
+        page_search: PageSearch::parse(page_search).map_err(to_py)?,
+        sigma,
+        range: None,
+    })
+}
+
 /// Per-query statistics as a dict of numpy arrays.
 fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
@@ -376,20 +410,19 @@ impl RawIndex {
     )> {
         let idx = self.get()?;
         let nq = queries.shape()[0];
-        let q = queries
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
+        let q = contiguous(&queries)?;
         let p = SearchParams {
             k,
-            l,
-            w,
-            executor: ExecutorKind::parse(executor).map_err(to_py)?,
-            adaptive_beam,
-            early_dispatch,
-            queries_in_flight,
-            page_search: PageSearch::parse(page_search).map_err(to_py)?,
-            sigma,
-            range: None,
+            ..search_params(
+                l,
+                w,
+                executor,
+                adaptive_beam,
+                early_dispatch,
+                queries_in_flight,
+                page_search,
+                sigma,
+            )?
         };
         let out = py
             .detach(|| idx.search(q, nq, &p, threads))
@@ -436,21 +469,17 @@ impl RawIndex {
     )> {
         let idx = self.get()?;
         let nq = queries.shape()[0];
-        let q = queries
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))?;
-        let p = SearchParams {
-            k: 1,
+        let q = contiguous(&queries)?;
+        let p = search_params(
             l,
             w,
-            executor: ExecutorKind::parse(executor).map_err(to_py)?,
+            executor,
             adaptive_beam,
             early_dispatch,
             queries_in_flight,
-            page_search: PageSearch::parse(page_search).map_err(to_py)?,
+            page_search,
             sigma,
-            range: None,
-        };
+        )?;
         let out = py
             .detach(|| idx.range_search(q, nq, radius, ratio, max_l, &p, threads))
             .map_err(to_py)?;
