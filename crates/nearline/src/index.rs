@@ -30,7 +30,7 @@ use crate::search::entry::{
 };
 use crate::search::pool::{BatchResult, WorkerPool};
 use crate::search::{AnyScorer, ExecutorKind, IndexData, PqScorer, QueryStats, SearchParams};
-use crate::util::Budget;
+use crate::util::{Budget, HugeBytes};
 use crate::{with_dtype, Error, Result};
 use rand::seq::index::sample;
 use rand::SeedableRng;
@@ -638,23 +638,66 @@ fn read_section(dir: &Path, m: &Manifest, name: &str) -> Result<Vec<u8>> {
     let s = m.section(&dir.join(crate::layout::format::MANIFEST_FILE), name)?;
     let path = dir.join(&s.file);
     let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    if bytes.len() as u64 != s.bytes {
-        return Err(Error::corrupt(
+    check_section(&path, name, s, &bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_section`] into a table the search reads at random rows (in huge
+/// pages when it is large; see [`HugeBytes`]).
+fn read_section_huge(dir: &Path, m: &Manifest, name: &str) -> Result<HugeBytes> {
+    let s = m.section(&dir.join(crate::layout::format::MANIFEST_FILE), name)?;
+    let path = dir.join(&s.file);
+    let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    if len != s.bytes {
+        return Err(section_size_error(&path, name, len, s.bytes));
+    }
+    let len = usize::try_from(len).map_err(|_| {
+        Error::corrupt(
             &path,
-            format!(
-                "section {name:?} has {} bytes, the manifest says {} (truncated or replaced)",
-                bytes.len(),
-                s.bytes
-            ),
-        ));
+            format!("section {name:?} is too large for this machine"),
+        )
+    })?;
+    let bytes = HugeBytes::read_from(std::io::BufReader::new(file), len).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corrupt(
+                &path,
+                format!("section {name:?} was truncated while it was read"),
+            )
+        } else {
+            Error::io(&path, e)
+        }
+    })?;
+    check_section(&path, name, s, &bytes)?;
+    Ok(bytes)
+}
+
+fn section_size_error(path: &Path, name: &str, got: u64, want: u64) -> Error {
+    Error::corrupt(
+        path,
+        format!(
+            "section {name:?} has {got} bytes, the manifest says {want} (truncated or replaced)"
+        ),
+    )
+}
+
+/// Length and checksum of a section read whole.
+fn check_section(
+    path: &Path,
+    name: &str,
+    s: &crate::layout::format::SectionInfo,
+    bytes: &[u8],
+) -> Result<()> {
+    if bytes.len() as u64 != s.bytes {
+        return Err(section_size_error(path, name, bytes.len() as u64, s.bytes));
     }
     if let Some(crc) = s.crc32c {
-        let got = crc32c::crc32c(&bytes);
+        let got = crc32c::crc32c(bytes);
         if got != crc {
-            return Err(Error::corrupt(&path, format!("section {name:?} fails its CRC32C check (expected {crc:#010x}, got {got:#010x})")));
+            return Err(Error::corrupt(path, format!("section {name:?} fails its CRC32C check (expected {crc:#010x}, got {got:#010x})")));
         }
     }
-    Ok(bytes)
+    Ok(())
 }
 
 /// Options for opening an index.
@@ -844,7 +887,7 @@ impl Index {
                 ),
             ));
         }
-        let codes = read_section(dir, &m, "pq_codes")?;
+        let codes = read_section_huge(dir, &m, "pq_codes")?;
         if codes.len() != m.n * codebook.m() {
             return Err(Error::corrupt(
                 dir.join("pq_codes.bin"),
@@ -894,7 +937,7 @@ impl Index {
             .map(|b| b.resolve(raw))
             .unwrap_or(m.spec.memory_budget);
         let mut mem = MemoryAccount {
-            pq_codes: codes.capacity() as u64,
+            pq_codes: codes.memory_bytes() as u64,
             pq_codebook: codebook_bytes(&codebook),
             ids: ids.as_ref().map(|v| v.capacity() as u64 * 8).unwrap_or(0),
             layout_map: layout.memory_bytes() as u64,

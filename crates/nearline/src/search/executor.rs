@@ -138,6 +138,8 @@ pub struct Query<T: Element> {
     visited: IdMap<()>,
     exact: Vec<(f32, u32)>,
     frontier: Vec<u32>,
+    /// Unvisited neighbours of the node being expanded (scratch).
+    fresh: Vec<u32>,
     reads: Vec<Read>,
     free_reads: Vec<u16>,
     /// Reads of this query in flight.
@@ -187,6 +189,7 @@ impl<T: Element> Query<T> {
             visited: IdMap::default(),
             exact: Vec::new(),
             frontier: Vec::new(),
+            fresh: Vec::new(),
             reads: Vec::new(),
             free_reads: Vec::new(),
             live: 0,
@@ -222,6 +225,7 @@ impl<T: Element> Query<T> {
             + self.visited.capacity() * 9
             + self.exact.capacity() * 8
             + self.frontier.capacity() * 4
+            + self.fresh.capacity() * 4
             + self.reads.capacity() * std::mem::size_of::<Read>()
             + self.targets.capacity() * std::mem::size_of::<Target>()
             + self.others.capacity() * 12
@@ -280,6 +284,11 @@ impl<T: Element> Query<T> {
         })?;
         let n = env.data.n;
         self.stats.hops += 1;
+        // Two passes: the first finds the unvisited neighbours and starts
+        // fetching their codes, so that the memory misses overlap; the
+        // second scores them (one miss after another took most of the
+        // expansion's time on a 1M-node index).
+        self.fresh.clear();
         for u in ids(nbrs) {
             if u as usize >= n {
                 return Err(Error::corrupt(
@@ -288,17 +297,22 @@ impl<T: Element> Query<T> {
                 ));
             }
             if self.visited.insert(u, ()).is_none() {
-                let du = env.scorer.score(&self.table, u);
-                self.stats.pq_distances += 1;
-                if env.p.range.is_some() {
-                    if let Some(k) = self.cand.insert_kick(du, u) {
-                        if !k.expanded {
-                            self.kicked.push(k);
-                        }
+                env.scorer.prefetch(u);
+                self.fresh.push(u);
+            }
+        }
+        for i in 0..self.fresh.len() {
+            let u = self.fresh[i];
+            let du = env.scorer.score(&self.table, u);
+            self.stats.pq_distances += 1;
+            if env.p.range.is_some() {
+                if let Some(k) = self.cand.insert_kick(du, u) {
+                    if !k.expanded {
+                        self.kicked.push(k);
                     }
-                } else {
-                    self.cand.insert(du, u);
                 }
+            } else {
+                self.cand.insert(du, u);
             }
         }
         Ok(())

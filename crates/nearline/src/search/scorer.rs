@@ -9,6 +9,7 @@
 
 use crate::distance::Metric;
 use crate::quant::pq::{adc, PqCodebook, PQ_CENTROIDS};
+use crate::util::HugeBytes;
 
 /// A distance estimate for graph neighbours, prepared once per query.
 ///
@@ -22,13 +23,20 @@ pub trait Scorer: Send + Sync {
 
     /// Estimated distance of node `u` to the prepared query.
     fn score(&self, state: &[f32], u: u32) -> f32;
+
+    /// Starts bringing what [`Scorer::score`] will read for `u` into the CPU
+    /// caches, so that the misses of a node's neighbours overlap. Only a
+    /// hint: scoring is correct without it.
+    #[inline]
+    fn prefetch(&self, _u: u32) {}
 }
 
 /// PQ codes in RAM: asymmetric distance through a per-query lookup table.
 pub struct PqScorer {
     pub codebook: PqCodebook,
-    /// Row-major `n × m` PQ codes.
-    pub codes: Vec<u8>,
+    /// Row-major `n × m` PQ codes (in huge pages when large: they are
+    /// read at random rows).
+    pub codes: HugeBytes,
     pub metric: Metric,
 }
 
@@ -51,6 +59,15 @@ impl Scorer for PqScorer {
         let m = self.codebook.m();
         let start = u as usize * m;
         adc(table, &self.codes[start..start + m])
+    }
+
+    #[inline]
+    fn prefetch(&self, u: u32) {
+        let m = self.codebook.m();
+        let start = u as usize * m;
+        if let Some(code) = self.codes.get(start..start + m) {
+            crate::util::prefetch(code);
+        }
     }
 }
 

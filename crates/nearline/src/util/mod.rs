@@ -1,8 +1,10 @@
 //! Small utilities shared across components.
 
 pub mod budget;
+pub mod huge;
 
 pub use budget::Budget;
+pub use huge::HugeBytes;
 
 /// Hands memory freed by the allocator back to the kernel. glibc keeps freed
 /// heap memory (and raises its mmap threshold after large frees), so scratch
@@ -14,5 +16,36 @@ pub fn return_freed_memory() {
     // pages and never touches live allocations.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// Asks the CPU to bring the cache lines holding `bytes` into its caches
+/// without waiting for them. A hint only: it never faults and never changes
+/// what a later read returns. The search uses it to overlap the memory
+/// misses of a node's neighbours' PQ codes (scattered over a table far
+/// larger than the CPU caches) instead of taking them one after another.
+#[inline(always)]
+pub fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        if let (Some(first), Some(last)) = (bytes.first(), bytes.last()) {
+            let (a, b) = (first as *const u8, last as *const u8);
+            // SAFETY: a prefetch is a hint that never faults and has no
+            // architectural effect; both pointers come from live references
+            // into `bytes`. SSE (which provides the instruction) is part of
+            // the x86_64 baseline.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(a.cast());
+                // A second line only when the bytes straddle one.
+                if (a as usize) / 64 != (b as usize) / 64 {
+                    _mm_prefetch::<_MM_HINT_T0>(b.cast());
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = bytes;
     }
 }
