@@ -533,6 +533,9 @@ def test_range_config_validation_and_entries(tmp_path):
         ({"radius": 1.0, "variants": ["nearline+doubling:W=2"]}, "used twice"),
         ({"radius": 1.0, "baseline": "diskannpy"}, "not one of the systems"),
         ({"radius": 1.0, "systems": [], "range_methods": ["native"]}, "nothing to benchmark"),
+        ({"radius": 1.0, "range_sweep": "k"}, "range-sweep"),
+        ({"radius": 1.0, "range_start_L": 0}, "range-start-L"),
+        ({"radius": 1.0, "range_sweep": "max_L", "variants": ["m:max_L=64"]}, "fix it"),
     ]:
         with pytest.raises(ValueError, match=match):
             cfg(**kw).validate()
@@ -864,3 +867,36 @@ def test_bench_range_mode_native_against_doubling(tmp_path):
     assert set(saved["comparisons"]) == {f"{n}/nearline+doubling" for n in names if n != "nearline+doubling"}
     text = bench.format_report(res)
     assert "star+doubling" in text and "AP" in text
+
+
+def test_bench_range_sweep_max_l_bounds_the_native_doubling(tmp_path):
+    # The sweep values bound the native search's list doubling (first list
+    # size min(range_start_L, value)); the doubling baseline still sweeps L.
+    cfg = bench.BenchConfig(
+        data="synthetic:2000:16", systems=["nearline"], range_neighbors=40, Ls=[8, 64, 512], R=16, build_L=32,
+        threads=2, reps=1, workdir=tmp_path, warmup=10, ceiling=False, target_aps=[0.9], out=tmp_path / "r.json",
+        range_sweep="max_L", range_start_L=8,
+    )
+    res = bench.run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["params"]["range_sweep"] == "max_L" and saved["params"]["range_start_L"] == 8
+    native = {p["L"]: p for p in saved["summary"]["nearline"]["points"]}
+    # max_L = the first list size: no doubling at all.
+    assert native[8]["mean_doublings"] == 0
+    # A larger bound lets the doubling go on, find more and get closer to the exact answers.
+    assert native[512]["mean_doublings"] > 0
+    assert native[512]["mean_results"] > native[8]["mean_results"]
+    assert native[512]["ap"] > native[8]["ap"]
+    assert native[512]["ap"] >= 0.9
+    assert "native rows: L is max_L" in bench.format_report(res)
+
+
+def test_cli_bench_range_sweep_flags(capsys):
+    assert cli.main(["bench", "--data", "synthetic:100:4", "--range-sweep", "max_L"]) == cli.EXIT_ERROR
+    assert "--range-sweep needs range mode" in capsys.readouterr().err
+    assert cli.main(["bench", "--data", "synthetic:100:4", "--range-start-L", "5"]) == cli.EXIT_ERROR
+    assert "--range-start-L needs range mode" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--data", "synthetic:100:4", "--radius", "1", "--range-sweep", "k"])
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--data", "synthetic:100:4", "--radius", "1", "--range-start-L", "0"])

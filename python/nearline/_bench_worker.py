@@ -227,6 +227,10 @@ def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
     higher = metric != "l2"
     n = int(spec["n"])
     k0 = spec.get("k0", 10)  # None: the first k is the sweep's L
+    sweep = spec.get("sweep", "L")
+    if sweep not in ("L", "max_L"):
+        raise ValueError(f"unknown range sweep {sweep!r}: expected 'L' or 'max_L'")
+    start_L = int(spec.get("start_L", 10))
     queries = datasets.read_vectors(spec["queries"])
     gt_lims, gt_ids, _ = nearline.read_range_ground_truth(spec["range_gt"])
     if gt_lims.size - 1 != queries.shape[0]:
@@ -247,7 +251,10 @@ def run_range_search(spec: dict[str, Any]) -> dict[str, Any]:
 
     def answer(qs: np.ndarray, L: int) -> dict[str, Any]:
         if method == "native":
-            lims, ids, d, stats = h.range_batch(qs, radius, L)
+            if sweep == "max_L":  # the sweep value bounds the doubling
+                lims, ids, d, stats = h.range_batch(qs, radius, min(start_L, L), max_L=L)
+            else:
+                lims, ids, d, stats = h.range_batch(qs, radius, L)
             return {"lims": lims, "ids": ids, "distances": d, "rounds": None, "stats": stats}
         return knn_doubling_range(h.batch_with_distances, qs, radius, L, L if k0 is None else int(k0), n, higher)
 

@@ -60,6 +60,8 @@ TARGET_RECALLS = (0.90, 0.95, 0.99)
 TARGET_APS = (0.80, 0.90, 0.95)
 #: Range-search methods: the engine's own, and repeated k-NN with doubling k.
 RANGE_METHODS = ("native", "doubling")
+#: What the sweep values set for native range search (see ``BenchConfig.range_sweep``).
+RANGE_SWEEPS = ("L", "max_L")
 #: Suffix of a system's name in the report when it runs the doubling baseline.
 DOUBLING_SUFFIX = "+doubling"
 #: Peers that can answer range queries (by doubling k).
@@ -267,6 +269,14 @@ class BenchConfig:
     range_methods: list[str] = dataclasses.field(default_factory=lambda: list(RANGE_METHODS))
     #: First k of the doubling baseline (each round searches with L = max(L, k)); None: k0 = the sweep's L.
     doubling_k0: Optional[int] = 10
+    #: What the sweep's values set for native range search: ``"L"`` (the list
+    #: size it starts with; the doubling may go to ``max_L``, default 1024 L) or
+    #: ``"max_L"`` (how far the doubling may go, starting from
+    #: ``min(range_start_L, value)``): the native search's cost knob. The
+    #: doubling baseline always sweeps its k-NN list size L.
+    range_sweep: str = "L"
+    #: The native search's first list size when ``range_sweep == "max_L"``.
+    range_start_L: int = 10
 
     @property
     def range_mode(self) -> bool:
@@ -382,6 +392,14 @@ class BenchConfig:
             raise ValueError(f"--range-methods {','.join(self.range_methods)}: a method is given twice")
         if self.doubling_k0 is not None and self.doubling_k0 < 1:
             raise ValueError(f"--doubling-k0 must be at least 1 (or L), got {self.doubling_k0}")
+        if self.range_sweep not in RANGE_SWEEPS:
+            raise ValueError(f"--range-sweep {self.range_sweep!r}: expected one of {', '.join(RANGE_SWEEPS)}")
+        if isinstance(self.range_start_L, bool) or not isinstance(self.range_start_L, int) or self.range_start_L < 1:
+            raise ValueError(f"--range-start-L must be a positive integer, got {self.range_start_L!r}")
+        if self.range_sweep == "max_L":
+            fixed = [v.name for v in self.nearline_variants() if "max_L" in v.range]
+            if fixed:
+                raise ValueError(f"--range-sweep max_L sweeps max_L, but variant(s) {', '.join(fixed)} fix it")
         for t in self.target_aps:
             if not 0.0 < float(t) <= 1.0:
                 raise ValueError(f"--target-ap {t}: expected an AP in (0, 1]")
@@ -796,6 +814,11 @@ def _worker_env() -> dict[str, str]:
     env = dict(os.environ)
     pkg_parent = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    # numpy's OpenBLAS threads spin after each BLAS call and took 2-3% of the
+    # samples of a search worker on this 2-core machine, whichever system it
+    # ran. The workers do no heavy linear algebra; the systems under test
+    # set their own thread counts.
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
     return env
 
 
@@ -1155,7 +1178,8 @@ def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_inf
                 "index_dir": str(index_dirs[built_as[name]]), "queries": str(ds.queries_path),
                 "range_gt": range_info["gt_path"], "radius": range_info["radius"], "metric": ds.metric, "n": ds.n,
                 "Ls": Ls, "k0": cfg.doubling_k0, "params": dataclasses.asdict(p),
-                "queries_repeat": cfg.queries_repeat, "warmup": cfg.warmup}
+                "queries_repeat": cfg.queries_repeat, "warmup": cfg.warmup,
+                "sweep": cfg.range_sweep, "start_L": cfg.range_start_L}
         if v is not None and (v.open or v.search or v.range):
             spec["variant"] = v.spec()
         return spec
@@ -1191,7 +1215,8 @@ def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_inf
     result = {
         "params": {**dataclasses.asdict(p), "mode": "range", "radius": range_info["radius"],
                    "range_neighbors": cfg.range_neighbors, "range_methods": list(cfg.range_methods),
-                   "doubling_k0": cfg.doubling_k0, "Ls": Ls, "reps": cfg.reps, "queries_repeat": cfg.queries_repeat,
+                   "doubling_k0": cfg.doubling_k0, "range_sweep": cfg.range_sweep,
+                   "range_start_L": cfg.range_start_L, "Ls": Ls, "reps": cfg.reps, "queries_repeat": cfg.queries_repeat,
                    "systems": list(entries), "baseline": baseline,
                    "variants": [v.spec() for v in cfg.nearline_variants() if v.name != "nearline"],
                    "target_aps": list(cfg.target_aps), "pq_bytes_matched": pq_bytes},
@@ -1335,6 +1360,9 @@ def format_range_report(result: dict[str, Any]) -> str:
     lines.append(f"doubling baseline: k-NN from k = {'L' if k0 is None else k0} (list size max(L, k)), k doubled "
                  "while every result is within the radius (rounds: searches per query); native: list doublings "
                  "per query (doubl)")
+    if params.get("range_sweep") == "max_L":
+        lines.append(f"native rows: L is max_L, the list size the doubling may reach (first list size "
+                     f"min({params.get('range_start_L')}, max_L)); doubling rows: L is the k-NN list size")
     lines.append("")
     width = max([len("system")] + [len(s) for s in result["summary"]])
     hdr = (f"{'system':<{width}} {'L':>4} {'AP':>7} {'QPS':>9} {'results':>8} {'rounds':>6} {'doubl':>6} "

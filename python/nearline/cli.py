@@ -582,7 +582,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     range_mode = args.radius is not None or args.range_neighbors is not None
     if not range_mode:
         for flag, given in (("--target-ap", args.target_ap), ("--range-methods", args.range_methods),
-                            ("--doubling-k0", args.doubling_k0)):
+                            ("--doubling-k0", args.doubling_k0), ("--range-sweep", args.range_sweep),
+                            ("--range-start-L", args.range_start_L)):
             if given is not None:
                 raise ValueError(f"{flag} needs range mode (--radius or --range-neighbors)")
     range_kw: dict[str, Any] = {"radius": args.radius, "range_neighbors": args.range_neighbors}
@@ -592,6 +593,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         range_kw["range_methods"] = args.range_methods
     if args.doubling_k0 is not None:
         range_kw["doubling_k0"] = None if args.doubling_k0 == "L" else args.doubling_k0
+    if args.range_sweep is not None:
+        range_kw["range_sweep"] = args.range_sweep
+    if args.range_start_L is not None:
+        range_kw["range_start_L"] = args.range_start_L
     cfg = bench.BenchConfig(
         **range_kw,
         data=args.data, systems=systems, variants=variants, baseline=args.baseline,
@@ -771,6 +776,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(k-NN with doubling k, reported as NAME+doubling; peers always use it); default both")
     p.add_argument("--doubling-k0", type=_k0, default=None, metavar="K|L",
                    help="range mode: first k of the doubling baseline (default 10; L = the sweep's L)")
+    p.add_argument("--range-sweep", choices=("L", "max_L"), default=None,
+                   help="range mode: what the --L values set for native range search: L (its first list size; "
+                   "default) or max_L (how far its list doubling may go, from --range-start-L); the doubling "
+                   "baseline always sweeps its k-NN list size")
+    p.add_argument("--range-start-L", type=_positive_int, default=None, metavar="L",
+                   help="range mode with --range-sweep max_L: the native search's first list size (default 10)")
     p.add_argument("--latency-queries", type=_nonneg_int, default=10000,
                    help="queries per L in the closed-loop latency run (perturbed copies of the query set; "
                    "0 = no latency run)")

@@ -200,9 +200,10 @@ class Handle:
         raise ValueError(f"{type(self).__name__} does not report distances: no range search by doubling k")
 
     def range_batch(
-        self, queries: np.ndarray, radius: float, L: int
+        self, queries: np.ndarray, radius: float, L: int, max_L: Optional[int] = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Optional[dict[str, np.ndarray]]]:
-        """Native range search: ``(lims, ids, values, stats or None)`` in CSR form."""
+        """Native range search: ``(lims, ids, values, stats or None)`` in CSR form; ``max_L``
+        (when given) bounds the list doubling, overriding a variant's."""
         raise ValueError(f"{type(self).__name__} has no native range search")
 
     def close(self) -> None:
@@ -250,13 +251,16 @@ class _NearlineHandle(Handle):
                                         **self.search_kw)
         return np.asarray(ids), np.asarray(d), {key: np.asarray(v) for key, v in stats.items()}
 
-    def range_batch(self, queries, radius, L):
+    def range_batch(self, queries, radius, L, max_L=None):
         fn = getattr(self.idx, "range_search", None)
         if fn is None:
             raise ValueError("this nearline build has no Index.range_search; run the k-NN doubling baseline only "
                              "(--range-methods doubling)")
+        range_kw = dict(self.range_kw)
+        if max_L is not None:
+            range_kw["max_L"] = max_L
         lims, ids, d, stats = fn(queries, radius, L=L, threads=self.p.threads, return_stats=True, **self.search_kw,
-                                 **self.range_kw)
+                                 **range_kw)
         return (np.asarray(lims, dtype=np.int64), np.asarray(ids, dtype=np.int64), np.asarray(d),
                 {key: np.asarray(v) for key, v in stats.items()})
 
