@@ -1051,6 +1051,21 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
                    "variants": [v.spec() for v in variants if v.name != "nearline"],
                    "target_recalls": list(cfg.target_recalls), "latency_queries": cfg.latency_queries,
                    "perturb": cfg.perturb, "pq_bytes_matched": pq_bytes},
+        **_result_body(cfg, ds, builds, runs, ceiling, summary, comparisons),
+    }
+    _save_result(cfg, result)
+    if cfg.plot:
+        from nearline import plots
+
+        plots.plot_qps_recall(summary, cfg.plot, k=cfg.k, title=f"{ds.name} (k={cfg.k}, W={cfg.W}, T={p.threads})")
+    return result
+
+
+def _result_body(cfg: BenchConfig, ds: Any, builds: dict[str, Any], runs: dict[str, Any],
+                 ceiling: Optional[dict[str, Any]], summary: dict[str, Any], comparisons: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """The part of a result (k-NN or range mode) after its parameters: dataset, environment, runs, ratios."""
+    return {
         "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
                     "nq": int(ds.queries.shape[0]), "metric": ds.metric},
         "environment": _environment(),
@@ -1060,14 +1075,13 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         "summary": summary,
         "comparisons": comparisons,
     }
+
+
+def _save_result(cfg: BenchConfig, result: dict[str, Any]) -> None:
+    """Writes the result JSON to ``cfg.out`` (if set)."""
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(peers.jsonable(result), indent=1))
-    if cfg.plot:
-        from nearline import plots
-
-        plots.plot_qps_recall(summary, cfg.plot, k=cfg.k, title=f"{ds.name} (k={cfg.k}, W={cfg.W}, T={p.threads})")
-    return result
 
 
 def _alternate(cfg: BenchConfig, names: Sequence[str], spec_of: Callable[[str], dict[str, Any]],
@@ -1221,18 +1235,9 @@ def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_inf
                    "variants": [v.spec() for v in cfg.nearline_variants() if v.name != "nearline"],
                    "target_aps": list(cfg.target_aps), "pq_bytes_matched": pq_bytes},
         "range": range_info,
-        "dataset": {"spec": cfg.data, "name": ds.name, "n": ds.n, "dim": ds.dim, "dtype": str(ds.base.dtype),
-                    "nq": int(ds.queries.shape[0]), "metric": ds.metric},
-        "environment": _environment(),
-        "builds": builds,
-        "runs": runs,
-        "disk_ceiling": ceiling,
-        "summary": summary,
-        "comparisons": comparisons,
+        **_result_body(cfg, ds, builds, runs, ceiling, summary, comparisons),
     }
-    if cfg.out:
-        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.out).write_text(json.dumps(peers.jsonable(result), indent=1))
+    _save_result(cfg, result)
     if cfg.plot:
         from nearline import plots
 

@@ -658,7 +658,7 @@ fn read_section_huge(dir: &Path, m: &Manifest, name: &str) -> Result<HugeBytes> 
             format!("section {name:?} is too large for this machine"),
         )
     })?;
-    let bytes = HugeBytes::read_from(std::io::BufReader::new(file), len).map_err(|e| {
+    let bytes = HugeBytes::read_from(file, len).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
             Error::corrupt(
                 &path,
