@@ -148,3 +148,62 @@ def test_cli_starling_build_and_range_search(tmp_path, data, capsys):
     assert summary["results"] <= int((d <= 40).sum())
     assert cli.main(["search", str(out), str(q), "--k", "5", "--page-search", "targets", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["page_search"] == "targets"
+
+
+def test_range_entry_cutoff_ends_only_far_queries_unread(indexes, data):
+    star, _ = indexes
+    base, queries = data
+    d = np.sort(((queries[:, None, :].astype(np.float64) - base[None, :, :]) ** 2).sum(-1), axis=1)
+    radius = float(np.median(d[:, 0]))  # about half the queries have an answer
+    want = _brute_range(base, queries, radius)
+    # A list as large as the set: every query that is not cut gets its exact answer.
+    kw = dict(L=len(base), W=4, executor="beam", return_stats=True)
+    cuts = {}
+    for c in (1.0, 2.0, 1e9):
+        lims, ids, dist, st = star.range_search(queries, radius, entry_cutoff=c, **kw)
+        cut = st["reads"] == 0
+        cuts[c] = int(cut.sum())
+        for i in range(len(queries)):
+            got = ids[lims[i]:lims[i + 1]]
+            if cut[i]:
+                assert got.size == 0, (c, i)
+            else:
+                # Queries that pass the cutoff search as without it.
+                assert sorted(got.tolist()) == sorted(want[i].tolist()), (c, i)
+                assert st["reads"][i] > 0
+    assert cuts[1.0] > 0 and cuts[1e9] == 0
+    assert cuts[1.0] >= cuts[2.0] >= cuts[1e9]
+
+
+def test_range_entry_cutoff_rejects_bad_values(indexes, data, tmp_path):
+    star, plain = indexes
+    base, queries = data
+    for bad in (0.5, 0.0, -2.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="entry_cutoff"):
+            star.range_search(queries, 1.0, entry_cutoff=bad)
+    for bad in (True, "2", [2.0]):
+        with pytest.raises(TypeError, match="entry_cutoff"):
+            star.range_search(queries, 1.0, entry_cutoff=bad)
+    # The DiskANN preset starts from the medoid, whose distance is unknown
+    # before a read: nothing to cut on.
+    with pytest.raises(ValueError, match="medoid"):
+        plain.range_search(queries, 1.0, entry_cutoff=2.0)
+    with nearline.build(base[:600], tmp_path / "ip", metric="ip", preset="starling", R=16, build_L=32, pq_bytes=8,
+                        threads=2) as ip:
+        with pytest.raises(ValueError, match="l2 or cosine"):
+            ip.range_search(queries, 0.5, entry_cutoff=2.0)
+        ip.range_search(queries, 0.5)  # without the cutoff ip range search works
+
+
+def test_cli_search_entry_cutoff(tmp_path, indexes, data, capsys):
+    star, _ = indexes
+    base, queries = data
+    q = datasets.write_bin(tmp_path / "q.fbin", queries[:20])
+    path = star.info()["path"]
+    assert cli.main(["search", path, str(q), "--radius", "40", "--L", "20", "--entry-cutoff", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["entry_cutoff"] == 1.0
+    assert cli.main(["search", path, str(q), "--radius", "40", "--entry-cutoff", "0.5"]) == cli.EXIT_ERROR
+    assert "entry_cutoff" in capsys.readouterr().err
+    assert cli.main(["search", path, str(q), "--k", "5", "--entry-cutoff", "2"]) == cli.EXIT_ERROR
+    assert "--radius" in capsys.readouterr().err

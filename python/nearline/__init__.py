@@ -473,6 +473,7 @@ class Index:
         queries_in_flight: int = 1,
         page_search: str = "auto",
         sigma: float = 0.3,
+        entry_cutoff: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """Range search: every vector within ``radius`` of each query (Starling §5.3).
 
@@ -492,6 +493,14 @@ class Index:
             max_L: the largest list the doubling may reach (default ``1024 * L``,
                 capped at 2**22); a query whose answer is larger than about
                 ``ratio * max_L`` is cut short there.
+            entry_cutoff: ``None`` (default) or a factor ``c >= 1``: a query whose
+                nearest entry point (found in memory, exact distance) lies beyond
+                ``c`` times the radius ends with no results and reads no page.
+                Queries far from all data are common in range workloads; this
+                trades a little AP for skipping them (see docs/range-search.md).
+                ``l2`` and ``cosine`` only (for cosine it scales the distance
+                ``1 - radius``), and the index must start from in-memory entry
+                points (a navigation graph, sampled or centroid entries).
 
         Returns:
             ``(lims, ids, distances)``: query ``i``'s results are
@@ -515,9 +524,18 @@ class Index:
             raise ValueError(f"ratio={ratio} must be a finite fraction in (0, 1]")
         if max_L is not None:
             max_L = _check_int("max_L", max_L, L, 1 << 22)
+        if entry_cutoff is not None:
+            if isinstance(entry_cutoff, bool) or not isinstance(entry_cutoff, (int, float, np.integer, np.floating)):
+                raise TypeError(f"entry_cutoff must be a number or None, not {type(entry_cutoff).__name__}")
+            entry_cutoff = float(entry_cutoff)
+            if not (np.isfinite(entry_cutoff) and entry_cutoff >= 1.0):
+                raise ValueError(f"entry_cutoff={entry_cutoff} must be a finite factor of at least 1")
+            if self.metric == "ip":
+                raise ValueError("entry_cutoff needs a metric whose distances are not negative (l2 or cosine); "
+                                 "inner-product scores have no scale to multiply")
         opts = self._options(W, threads, executor, adaptive_beam, early_dispatch, queries_in_flight, page_search, sigma)
         lims, ids, dists, stats = self._raw.range_search(
-            q, radius, L, opts[0], ratio, max_L, opts[1], bool(return_stats), *opts[2:]
+            q, radius, L, opts[0], ratio, max_L, opts[1], bool(return_stats), *opts[2:], entry_cutoff
         )
         if return_stats:
             return lims, ids, dists, stats

@@ -95,7 +95,7 @@ VARIANT_KEYS: dict[str, tuple[str, ...]] = {
               "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters"),
     "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma"),
-    "range": ("ratio", "max_L"),
+    "range": ("ratio", "max_L", "entry_cutoff"),
 }
 _KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")

@@ -362,6 +362,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     queries = nl.read_vectors(args.queries)
     if args.radius is not None:
         return _range_search(nl, args, queries)
+    if args.max_L is not None or args.entry_cutoff is not None:
+        raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
     with nl.open(
         args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
         entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
@@ -431,14 +433,15 @@ def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int
     ) as idx:
         t0 = time.perf_counter()
         lims, ids, dists, stats = idx.range_search(queries, args.radius, L=L, W=args.W, ratio=args.range_ratio,
-                                                   max_L=args.max_L, threads=args.threads, return_stats=True,
-                                                   **_search_options(args))
+                                                   max_L=args.max_L, entry_cutoff=args.entry_cutoff,
+                                                   threads=args.threads, return_stats=True, **_search_options(args))
         wall = time.perf_counter() - t0
     lims, ids, dists = np.asarray(lims), np.asarray(ids), np.asarray(dists)
     nq = len(lims) - 1
     counts = np.diff(lims)
     summary: dict[str, Any] = {"nq": nq, "radius": args.radius, "L": L, "ratio": args.range_ratio,
-                               "max_L": args.max_L, **_search_options(args), "seconds": wall,
+                               "max_L": args.max_L, "entry_cutoff": args.entry_cutoff, **_search_options(args),
+                               "seconds": wall,
                                "qps": nq / wall if wall > 0 else None,
                                "results": int(lims[-1]), "mean_results": float(counts.mean()) if nq else 0.0}
     if args.gt:
@@ -723,6 +726,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--range-ratio", type=_fraction, default=0.5, metavar="PHI",
                    help="range search doubles its list while results fill at least this share of it")
     p.add_argument("--max-L", type=_positive_int, default=None, help="largest list a range search doubles to")
+    p.add_argument("--entry-cutoff", type=_finite_float, default=None, metavar="C",
+                   help="range search: a query whose nearest in-memory entry point lies beyond C x radius "
+                        "(C >= 1) ends unread with no results (l2/cosine; needs nav, sampled or centroid entries)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 

@@ -4,7 +4,7 @@
 use nearline::data::files;
 use nearline::data::groundtruth::{compute_ground_truth, compute_range_ground_truth};
 use nearline::data::matrix::Matrix;
-use nearline::index::{BuildOptions, Index, OpenOptions};
+use nearline::index::{BuildOptions, Index, OpenOptions, RangeOptions};
 use nearline::io::{measure_read_ceiling, CeilingOptions, EngineKind};
 use nearline::layout::shuffle::{ShuffleAlgo, ShuffleParams};
 use nearline::layout::LayoutKind;
@@ -441,7 +441,7 @@ impl RawIndex {
     #[pyo3(signature = (
         queries, radius, l, w, ratio=0.5, max_l=None, threads=None, return_stats=false,
         executor="auto", adaptive_beam=false, early_dispatch=None, queries_in_flight=1,
-        page_search="auto", sigma=0.3
+        page_search="auto", sigma=0.3, entry_cutoff=None
     ))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn range_search<'py>(
@@ -461,6 +461,7 @@ impl RawIndex {
         queries_in_flight: usize,
         page_search: &str,
         sigma: f32,
+        entry_cutoff: Option<f32>,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyAny>,
@@ -481,7 +482,14 @@ impl RawIndex {
             sigma,
         )?;
         let out = py
-            .detach(|| idx.range_search(q, nq, radius, ratio, max_l, &p, threads))
+            .detach(|| {
+                let o = RangeOptions {
+                    ratio,
+                    max_l,
+                    entry_cutoff,
+                };
+                idx.range_search(q, nq, radius, &o, &p, threads)
+            })
             .map_err(to_py)?;
         let stats = if return_stats {
             Some(stats_dict(py, &out.stats)?)

@@ -827,6 +827,30 @@ pub struct SearchOutput {
     pub stats: Vec<QueryStats>,
 }
 
+/// Options of [`Index::range_search`] besides the radius.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RangeOptions {
+    /// φ: the list doubles while the results within the radius fill at
+    /// least this fraction of it.
+    pub ratio: f32,
+    /// Largest list size the doubling may reach (`None`:
+    /// [`default_range_max_l`]).
+    pub max_l: Option<usize>,
+    /// `Some(c)`: end a query unread when its nearest entry point lies
+    /// beyond `c · radius` (c ≥ 1).
+    pub entry_cutoff: Option<f32>,
+}
+
+impl Default for RangeOptions {
+    fn default() -> Self {
+        RangeOptions {
+            ratio: crate::search::DEFAULT_RANGE_RATIO,
+            max_l: None,
+            entry_cutoff: None,
+        }
+    }
+}
+
 /// Largest list a range search doubles to by default: 1024 × L (capped).
 pub fn default_range_max_l(l: usize) -> usize {
     l.saturating_mul(1024)
@@ -1123,19 +1147,20 @@ impl Index {
     /// Range search (Starling §5.3): every point within `radius` of each of
     /// `nq` row-major float queries — squared L2 distance ≤ radius, or
     /// inner-product / cosine score ≥ radius. The list starts at `p.l` and
-    /// doubles while the results within the radius fill at least `ratio` of
-    /// it (up to `max_l`, default [`default_range_max_l`]); kicked-out
-    /// candidates come back when it grows. Works with every layout,
+    /// doubles while the results within the radius fill at least
+    /// `o.ratio` of it (up to `o.max_l`, default [`default_range_max_l`]);
+    /// kicked-out candidates come back when it grows. With
+    /// `o.entry_cutoff = Some(c)`, a query whose nearest entry point lies
+    /// beyond `c · radius` ends with no results and no reads (L2 and cosine;
+    /// entry points with in-memory vectors). Works with every layout,
     /// executor and page policy; `p.k` is ignored. Results are sorted,
     /// closest first, in CSR form (`lims`).
-    #[allow(clippy::too_many_arguments)]
     pub fn range_search(
         &self,
         queries: &[f32],
         nq: usize,
         radius: f32,
-        ratio: f32,
-        max_l: Option<usize>,
+        o: &RangeOptions,
         p: &SearchParams,
         threads: Option<usize>,
     ) -> Result<SearchOutput> {
@@ -1148,6 +1173,21 @@ impl Index {
                 "radius={radius} must be at least 0 (a squared L2 distance)"
             )));
         }
+        if o.entry_cutoff.is_some() {
+            if metric == Metric::InnerProduct {
+                return Err(Error::arg(
+                    "entry_cutoff needs a metric whose distances are not negative (l2 or \
+                     cosine); inner-product scores have no scale to multiply",
+                ));
+            }
+            if self.entry == EntryKind::Medoid {
+                return Err(Error::arg(
+                    "entry_cutoff needs entry points held in memory (entry \"nav\", \
+                     \"sampled\" or \"centroids\"); this index starts every query from \
+                     the medoid, whose distance is not known before a read",
+                ));
+            }
+        }
         let internal = match metric {
             Metric::L2 => radius,
             Metric::InnerProduct => -radius,
@@ -1157,8 +1197,9 @@ impl Index {
             k: 1,
             range: Some(crate::search::RangeParams {
                 radius: internal,
-                ratio,
-                max_l: max_l.unwrap_or_else(|| default_range_max_l(p.l)),
+                ratio: o.ratio,
+                max_l: o.max_l.unwrap_or_else(|| default_range_max_l(p.l)),
+                entry_cutoff: o.entry_cutoff,
             }),
             ..*p
         };

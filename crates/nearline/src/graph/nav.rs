@@ -185,7 +185,8 @@ impl<T: Element> NavGraph<T> {
 
     /// Best-first search for `q` (in the index's element type) with list
     /// size `l`: appends the base ids of the `k` nearest sample nodes to
-    /// `out`, nearest first. Returns the exact distances computed.
+    /// `out`, nearest first. Returns the number of exact distances computed
+    /// and the exact distance of the nearest node found (`None` when none).
     pub fn search(
         &self,
         scratch: &mut SearchScratch,
@@ -194,7 +195,7 @@ impl<T: Element> NavGraph<T> {
         l: usize,
         k: usize,
         out: &mut Vec<u32>,
-    ) -> u32 {
+    ) -> (u32, Option<f32>) {
         let computed = Cell::new(0u32);
         let dim = self.dim;
         let best = search_graph_with(scratch, &self.graph, self.start, l, k, |v| {
@@ -203,7 +204,7 @@ impl<T: Element> NavGraph<T> {
             metric.distance(q, &self.vecs[i..i + dim])
         });
         out.extend(best.iter().map(|&(_, v)| self.ids[v as usize]));
-        computed.get()
+        (computed.get(), best.first().map(|b| b.0))
     }
 
     /// The section bytes (see the module documentation).
@@ -335,7 +336,7 @@ mod tests {
         let mut s = SearchScratch::new();
         for q in queries.chunks_exact(16) {
             let mut out = Vec::new();
-            let computed = g.search(&mut s, Metric::L2, q, 64, 8, &mut out);
+            let (computed, nearest) = g.search(&mut s, Metric::L2, q, 64, 8, &mut out);
             assert_eq!(out.len(), 8);
             assert!(computed >= 8);
             assert!(out.iter().all(|v| g.ids().binary_search(v).is_ok()));
@@ -344,6 +345,8 @@ mod tests {
                 .map(|&v| Metric::L2.distance(q, &data[v as usize * 16..(v as usize + 1) * 16]))
                 .collect();
             assert!(d.windows(2).all(|w| w[0] <= w[1]), "{d:?}");
+            // The reported distance is the first seed's exact distance.
+            assert_eq!(nearest, Some(d[0]));
             // With L covering the whole sample, the seeds are the exact
             // nearest sample nodes.
             let mut all = Vec::new();
@@ -421,7 +424,8 @@ mod tests {
 
     #[test]
     fn rate_zero_builds_nothing_and_bad_rates_fail() {
-        let m = Matrix::from_vec(clustered(100, 4, 2, 1), 100, 4).unwrap();
+        let data = clustered(100, 4, 2, 1);
+        let m = Matrix::from_vec(data.clone(), 100, 4).unwrap();
         let never = AtomicBool::new(false);
         assert!(NavGraph::build(&m, Metric::L2, 0.0, 0, &never)
             .unwrap()
@@ -434,7 +438,7 @@ mod tests {
             .unwrap();
         assert_eq!(one.len(), 1);
         let mut out = Vec::new();
-        one.search(
+        let (_, nearest) = one.search(
             &mut SearchScratch::new(),
             Metric::L2,
             &[0.0; 4],
@@ -443,5 +447,10 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, one.ids().to_vec());
+        let v = one.ids()[0] as usize;
+        assert_eq!(
+            nearest,
+            Some(Metric::L2.distance(&[0.0f32; 4], &data[v * 4..(v + 1) * 4]))
+        );
     }
 }

@@ -189,8 +189,9 @@ impl<T: Element> EntrySet<T> {
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
     }
-    /// The node nearest to `q` (ties: the earlier one), or `None` when empty.
-    pub fn nearest(&self, metric: Metric, q: &[T]) -> Option<u32> {
+    /// The node nearest to `q` (ties: the earlier one) with its exact
+    /// internal distance, or `None` when empty.
+    pub fn nearest(&self, metric: Metric, q: &[T]) -> Option<(f32, u32)> {
         let mut best: Option<(f32, u32)> = None;
         for (i, v) in self.vecs.chunks_exact(self.dim).enumerate() {
             let d = metric.distance(q, v);
@@ -198,7 +199,7 @@ impl<T: Element> EntrySet<T> {
                 best = Some((d, self.ids[i]));
             }
         }
-        best.map(|b| b.1)
+        best
     }
     /// Bytes held in memory.
     pub fn memory_bytes(&self) -> usize {
@@ -364,13 +365,33 @@ pub enum EntryPoints<T: Element> {
 
 impl<T: Element> EntryPoints<T> {
     /// Appends the nodes the search of `q` (already converted to the
-    /// index's element type) starts from to `out`, best first.
-    pub fn seeds(&self, metric: Metric, q: &[T], out: &mut Vec<u32>, st: &mut QueryStats) {
+    /// index's element type) starts from to `out`, best first. Returns the
+    /// exact internal distance of the nearest entry point when one was
+    /// computed (every kind but the medoid computes them in memory).
+    pub fn seeds(
+        &self,
+        metric: Metric,
+        q: &[T],
+        out: &mut Vec<u32>,
+        st: &mut QueryStats,
+    ) -> Option<f32> {
         match self {
-            EntryPoints::Medoid(m) => out.push(*m),
+            EntryPoints::Medoid(m) => {
+                out.push(*m);
+                None
+            }
             EntryPoints::Sampled { medoid, set } => {
-                out.push(set.nearest(metric, q).unwrap_or(*medoid));
                 st.exact_distances += set.len() as u32;
+                match set.nearest(metric, q) {
+                    Some((d, v)) => {
+                        out.push(v);
+                        Some(d)
+                    }
+                    None => {
+                        out.push(*medoid);
+                        None
+                    }
+                }
             }
             EntryPoints::Nav {
                 medoid,
@@ -379,7 +400,7 @@ impl<T: Element> EntryPoints<T> {
                 seeds,
             } => {
                 let before = out.len();
-                let computed = NAV_SCRATCH.with(|s| match s.try_borrow_mut() {
+                let (computed, nearest) = NAV_SCRATCH.with(|s| match s.try_borrow_mut() {
                     Ok(mut s) => nav.search(&mut s, metric, q, *l, *seeds, out),
                     Err(_) => nav.search(&mut SearchScratch::new(), metric, q, *l, *seeds, out),
                 });
@@ -387,16 +408,18 @@ impl<T: Element> EntryPoints<T> {
                 if out.len() == before {
                     out.push(*medoid);
                 }
+                nearest
             }
             EntryPoints::Centroids { medoid, set } => {
                 let best = set.nearest(metric, q);
                 st.exact_distances += set.len() as u32;
-                if let Some(b) = best {
+                if let Some((_, b)) = best {
                     out.push(b);
                 }
-                if best != Some(*medoid) {
+                if best.map(|b| b.1) != Some(*medoid) {
                     out.push(*medoid);
                 }
+                best.map(|b| b.0)
             }
         }
     }
@@ -511,9 +534,24 @@ mod tests {
             medoid,
             set: set.clone(),
         };
-        c.seeds(Metric::L2, q, &mut out, &mut st);
-        let nearest = set.nearest(Metric::L2, q).unwrap();
+        let d0 = c.seeds(Metric::L2, q, &mut out, &mut st);
+        let (dn, nearest) = set.nearest(Metric::L2, q).unwrap();
         assert_eq!(out, vec![nearest, medoid]);
+        assert_eq!(d0, Some(dn));
+        assert_eq!(
+            dn,
+            Metric::L2.distance(
+                q,
+                &data[nearest as usize * dim..(nearest as usize + 1) * dim]
+            )
+        );
+        let mut medoid_out = Vec::new();
+        assert_eq!(
+            EntryPoints::<f32>::Medoid(medoid).seeds(Metric::L2, q, &mut medoid_out, &mut st),
+            None,
+            "the medoid's distance is not computed in memory"
+        );
+        assert_eq!(medoid_out, vec![medoid]);
         assert_eq!(st.exact_distances, 12);
         assert_eq!(c.kind(), EntryKind::Centroids);
         let never = std::sync::atomic::AtomicBool::new(false);
@@ -528,9 +566,13 @@ mod tests {
         };
         let mut out = Vec::new();
         let mut st = QueryStats::default();
-        e.seeds(Metric::L2, q, &mut out, &mut st);
+        let d0 = e.seeds(Metric::L2, q, &mut out, &mut st);
         assert_eq!(out.len(), 4);
         assert!(out.iter().all(|v| nav.ids().contains(v)));
+        assert_eq!(
+            d0,
+            Some(Metric::L2.distance(q, &data[out[0] as usize * dim..(out[0] as usize + 1) * dim]))
+        );
         assert!(st.exact_distances >= 4);
         assert_eq!(e.memory_bytes(), nav.memory_bytes());
     }

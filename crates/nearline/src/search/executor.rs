@@ -262,7 +262,11 @@ impl<T: Element> Query<T> {
         })?;
         let d = env.data.metric.distance(&self.qt, x);
         self.stats.exact_distances += 1;
-        self.exact.push((d, v));
+        // A range search reports only what lies within the radius; keeping
+        // nothing else spares sorting the rest at every doubling.
+        if env.p.range.is_none_or(|r| d <= r.radius) {
+            self.exact.push((d, v));
+        }
         Ok(d)
     }
 
@@ -829,10 +833,19 @@ fn start<T: Element, L: Layout, S: Scorer>(
         q.phase = Phase::Done;
         return Ok(());
     }
-    env.scorer.prepare(&q.qf, &mut q.table);
     q.frontier.clear();
-    data.entries
+    let nearest_entry = data
+        .entries
         .seeds(data.metric, &q.qt, &mut q.frontier, &mut q.stats);
+    if let (Some(r), Some(d)) = (env.p.range, nearest_entry) {
+        if r.entry_cutoff.is_some_and(|c| d > c * r.radius) {
+            // The nearest entry point is far outside the radius: judged to
+            // have no answers, without reading a page.
+            q.phase = Phase::Done;
+            return Ok(());
+        }
+    }
+    env.scorer.prepare(&q.qf, &mut q.table);
     for i in 0..q.frontier.len() {
         let v = q.frontier[i];
         if v as usize >= data.n {

@@ -103,6 +103,11 @@ pub struct RangeParams {
     pub ratio: f32,
     /// Largest list size the doubling may reach (≥ L).
     pub max_l: usize,
+    /// `Some(c)` (c ≥ 1): a query whose nearest entry point (exact distance,
+    /// computed in memory) lies beyond `c · radius` ends with no results and
+    /// no reads. Only for metrics whose internal distances are not negative
+    /// (squared L2, cosine) and entry points with in-memory vectors.
+    pub entry_cutoff: Option<f32>,
 }
 
 /// Search parameters of one batch.
@@ -215,6 +220,14 @@ impl SearchParams {
                     r.ratio
                 )));
             }
+            if let Some(c) = r.entry_cutoff {
+                if !c.is_finite() || c < 1.0 {
+                    return Err(Error::arg(format!(
+                        "entry_cutoff={c} must be a finite factor of at least 1 (a query ends \
+                         unread when its nearest entry point lies beyond entry_cutoff x radius)"
+                    )));
+                }
+            }
             if r.max_l < self.l || r.max_l > MAX_LIST_SIZE {
                 return Err(Error::arg(format!(
                     "max_L={} must be in L={}..={MAX_LIST_SIZE}",
@@ -310,9 +323,19 @@ mod tests {
             radius: 1.0,
             ratio: DEFAULT_RANGE_RATIO,
             max_l: 1000,
+            entry_cutoff: None,
         };
         SearchParams {
             range: Some(range),
+            ..base
+        }
+        .check()
+        .unwrap();
+        SearchParams {
+            range: Some(RangeParams {
+                entry_cutoff: Some(1.0),
+                ..range
+            }),
             ..base
         }
         .check()
@@ -331,6 +354,18 @@ mod tests {
                 ..range
             },
             RangeParams { max_l: 50, ..range },
+            RangeParams {
+                entry_cutoff: Some(0.5),
+                ..range
+            },
+            RangeParams {
+                entry_cutoff: Some(f32::NAN),
+                ..range
+            },
+            RangeParams {
+                entry_cutoff: Some(f32::INFINITY),
+                ..range
+            },
         ] {
             assert!(SearchParams {
                 range: Some(bad),

@@ -9,7 +9,7 @@ use super::scorer::{AnyScorer, Scorer};
 use super::stats::QueryStats;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
-use crate::index::{build, BuildOptions, Index, OpenOptions};
+use crate::index::{build, BuildOptions, Index, OpenOptions, RangeOptions};
 use crate::io::{EngineKind, FakeOptions, IoEngine};
 use crate::layout::page::{ids, RecordReader};
 use proptest::prelude::*;
@@ -797,7 +797,17 @@ fn range_search_matches_brute_force() {
                     ..p
                 };
                 let out = idx
-                    .range_search(queries, nq, radius, 0.5, Some(N), &p, Some(2))
+                    .range_search(
+                        queries,
+                        nq,
+                        radius,
+                        &RangeOptions {
+                            max_l: Some(N),
+                            ..Default::default()
+                        },
+                        &p,
+                        Some(2),
+                    )
                     .unwrap();
                 assert_eq!(out.lims.len(), nq + 1);
                 let mut doubled = 0;
@@ -837,8 +847,7 @@ fn range_search_matches_brute_force() {
             queries,
             nq,
             0.0,
-            0.5,
-            None,
+            &RangeOptions::default(),
             &SearchParams::new(10, 40, 4),
             Some(1),
         )
@@ -852,16 +861,123 @@ fn range_search_matches_brute_force() {
     ] {
         let e = f
             .plain
-            .range_search(queries, nq, r, 0.5, None, &p, Some(1))
+            .range_search(queries, nq, r, &RangeOptions::default(), &p, Some(1))
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{e}");
     }
     for (ratio, max_l) in [(0.0f32, None), (1.5, None), (0.5, Some(10))] {
+        let o = RangeOptions {
+            ratio,
+            max_l,
+            entry_cutoff: None,
+        };
         assert!(f
             .plain
-            .range_search(queries, nq, 1.0, ratio, max_l, &p, Some(1))
+            .range_search(queries, nq, 1.0, &o, &p, Some(1))
             .is_err());
+    }
+    // The entry cutoff needs the nearest entry point's distance, which a
+    // medoid start does not know before its first read.
+    let o = RangeOptions {
+        entry_cutoff: Some(2.0),
+        ..Default::default()
+    };
+    let e = f
+        .plain
+        .range_search(queries, nq, 1.0, &o, &p, Some(1))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("entry_cutoff") && e.contains("medoid"), "{e}");
+}
+
+/// The entry cutoff ends exactly the queries whose nearest navigation node
+/// lies beyond `c · radius`, unread and empty, and leaves the others'
+/// answers as they were.
+#[test]
+fn range_entry_cutoff_skips_only_far_queries() {
+    let f = fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nav");
+    let m = Matrix::from_vec(f.base.clone(), N, DIM).unwrap();
+    let opts = BuildOptions {
+        r: 16,
+        build_l: 40,
+        pq_bytes: Some(8),
+        threads: Some(2),
+        ids: Some(f.ids.clone()),
+        nav_sample: 0.1,
+        ..Default::default()
+    };
+    build(m, &path, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+    let idx = open(&path, 0, EngineKind::Auto);
+    assert_eq!(idx.entry_kind(), super::entry::EntryKind::Nav);
+    let nq = 40;
+    let queries = &f.queries[..nq * DIM];
+    // A radius at the median nearest-neighbour distance: about half the
+    // queries have an answer.
+    let mut d1: Vec<f32> = queries
+        .chunks_exact(DIM)
+        .map(|q| brute_force(f, q, 1)[0].0)
+        .collect();
+    d1.sort_by(f32::total_cmp);
+    let radius = d1[nq / 2];
+    // A list as large as the set: every query that is not cut gets its
+    // exact answer whatever order its reads complete in.
+    let p = SearchParams::new(10, N, 4);
+    let d = data(&idx);
+    let nearest_entry: Vec<f32> = queries
+        .chunks_exact(DIM)
+        .map(|q| {
+            let mut seeds = Vec::new();
+            let mut st = QueryStats::default();
+            d.entries
+                .seeds(d.metric, q, &mut seeds, &mut st)
+                .expect("navigation entry points have exact distances")
+        })
+        .collect();
+    let answer = |out: &crate::index::SearchOutput, qi: usize| -> Vec<(f32, i64)> {
+        (out.lims[qi] as usize..out.lims[qi + 1] as usize)
+            .map(|j| (out.distances[j], out.ids[j]))
+            .collect()
+    };
+    let mut cut_total = 0;
+    for c in [1.0f32, 1.5, 3.0, 1e30] {
+        let o = RangeOptions {
+            entry_cutoff: Some(c),
+            ..Default::default()
+        };
+        let out = idx
+            .range_search(queries, nq, radius, &o, &p, Some(1))
+            .unwrap();
+        for qi in 0..nq {
+            if nearest_entry[qi] > c * radius {
+                cut_total += 1;
+                assert!(c < 1e30, "query {qi} cut at an unreachable factor");
+                assert!(answer(&out, qi).is_empty(), "c={c} query {qi}");
+                assert_eq!(out.stats[qi].reads, 0, "c={c} query {qi}");
+            } else {
+                let q = &queries[qi * DIM..(qi + 1) * DIM];
+                assert_eq!(
+                    answer(&out, qi),
+                    brute_range(f, q, radius),
+                    "c={c} query {qi}"
+                );
+                assert!(out.stats[qi].reads > 0, "c={c} query {qi}");
+            }
+        }
+    }
+    assert!(cut_total > 0, "no query was cut at any factor");
+    for bad in [0.5f32, f32::NAN, f32::INFINITY, -1.0] {
+        let o = RangeOptions {
+            entry_cutoff: Some(bad),
+            ..Default::default()
+        };
+        let e = idx
+            .range_search(queries, nq, radius, &o, &p, Some(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("entry_cutoff"), "{e}");
     }
 }
 
@@ -889,7 +1005,7 @@ proptest! {
         let mut p = SearchParams { queries_in_flight: q, ..params(kind, N, 8) };
         if range {
             let r = brute_force(f, &queries[..DIM], 30)[29].0;
-            p.range = Some(super::params::RangeParams { radius: r, ratio: 0.5, max_l: N });
+            p.range = Some(super::params::RangeParams { radius: r, ratio: 0.5, max_l: N, entry_cutoff: None });
             p.l = 32;
             p.k = 1;
         }
