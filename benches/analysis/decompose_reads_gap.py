@@ -53,12 +53,20 @@ def load_graph(path, hdr, rpb, rec, deg_off, R):
             degs[ids[c0:c0+100000]] = d
     return out, degs
 
-g_nl, d_nl = load_graph(NL + "/pages.bin", lambda b: b * 4096 + 16, 5, 772, 512, 64)
+man = json.load(open(NL + "/manifest.json")); medoid_nl = man["medoid"]
+lay = man["layout"]
+if lay["kind"] != "id" or lay["page_size"] != 4096:
+    sys.exit("needs a nearline index with the ID layout and 4 KiB pages")
+R_nl = lay["max_degree"]
+g_nl, d_nl = load_graph(NL + "/pages.bin", lambda b: b * 4096 + 16, lay["records_per_block"], lay["record_size"],
+                        4 * dim, R_nl)
 meta = np.fromfile(DK + "/ann_disk.index", dtype=np.uint64, count=12, offset=8)
 print("diskann meta", meta[:6])
 medoid_dk = int(meta[2]); node_len = int(meta[3]); nps = int(meta[4])
-g_dk, d_dk = load_graph(DK + "/ann_disk.index", lambda b: (b + 1) * 4096, nps, node_len, 512, 64)
-man = json.load(open(NL + "/manifest.json")); medoid_nl = man["medoid"]
+if nps < 1:
+    sys.exit("diskann nodes span several sectors: not supported")
+R_dk = (node_len - 4 * dim - 4) // 4
+g_dk, d_dk = load_graph(DK + "/ann_disk.index", lambda b: (b + 1) * 4096, nps, node_len, 4 * dim, R_dk)
 print("mean degree nl %.1f dk %.1f" % (d_nl.mean(), d_dk.mean()), "medoids", medoid_nl, medoid_dk)
 
 def pq_nl():
