@@ -43,17 +43,25 @@ fn random_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn build_index(dir: &Path, base: &[f32], n: usize, dim: usize, ids: Option<Vec<u64>>) {
-    let m = Matrix::from_vec(base.to_vec(), n, dim).unwrap();
-    let opts = BuildOptions {
+/// The build options every test index shares (R 16, build L 40, 8 PQ bytes).
+fn test_build_options(ids: Option<Vec<u64>>) -> BuildOptions {
+    BuildOptions {
         r: 16,
         build_l: 40,
         pq_bytes: Some(8),
         threads: Some(2),
         ids,
         ..Default::default()
-    };
-    build(m, dir, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+    }
+}
+
+fn build_with(dir: &Path, base: &[f32], n: usize, dim: usize, opts: &BuildOptions) {
+    let m = Matrix::from_vec(base.to_vec(), n, dim).unwrap();
+    build(m, dir, opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+}
+
+fn build_index(dir: &Path, base: &[f32], n: usize, dim: usize, ids: Option<Vec<u64>>) {
+    build_with(dir, base, n, dim, &test_build_options(ids));
 }
 
 fn open(dir: &Path, cache_nodes: usize, io: EngineKind) -> Index {
@@ -640,18 +648,12 @@ fn shuffled_fixture() -> &'static ShuffledFixture {
         let f = fixture();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
-        let m = Matrix::from_vec(f.base.clone(), N, DIM).unwrap();
         let opts = BuildOptions {
-            r: 16,
-            build_l: 40,
-            pq_bytes: Some(8),
-            threads: Some(2),
-            ids: Some(f.ids.clone()),
             page_size: 4096,
             layout: Some(crate::layout::LayoutKind::Shuffled),
-            ..Default::default()
+            ..test_build_options(Some(f.ids.clone()))
         };
-        build(m, &path, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+        build_with(&path, &f.base, N, DIM, &opts);
         let pages = Arc::new(std::fs::read(path.join("pages.bin")).unwrap());
         ShuffledFixture {
             plain: open(&path, 0, EngineKind::Auto),
@@ -899,17 +901,11 @@ fn range_entry_cutoff_skips_only_far_queries() {
     let f = fixture();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nav");
-    let m = Matrix::from_vec(f.base.clone(), N, DIM).unwrap();
     let opts = BuildOptions {
-        r: 16,
-        build_l: 40,
-        pq_bytes: Some(8),
-        threads: Some(2),
-        ids: Some(f.ids.clone()),
         nav_sample: 0.1,
-        ..Default::default()
+        ..test_build_options(Some(f.ids.clone()))
     };
-    build(m, &path, &opts, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
+    build_with(&path, &f.base, N, DIM, &opts);
     let idx = open(&path, 0, EngineKind::Auto);
     assert_eq!(idx.entry_kind(), super::entry::EntryKind::Nav);
     let nq = 40;
