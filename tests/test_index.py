@@ -316,7 +316,7 @@ def test_sharded_build_within_budget(tmp_path):
     base, queries = clustered(12_000, 32, clusters=48, seed=13, queries=200)
     f = tmp_path / "base.fbin"
     nearline.write_vectors(f, base)
-    budget = 3_000_000  # a one-shot build would need more (vectors, graph with slack, scratch)
+    budget = 5_500_000  # a one-shot build would need ~6 MB (vectors, graph with slack, per-thread scratch)
     idx = nearline.build(f, tmp_path / "sh.index", R=32, build_L=64, pq_bytes=16, build_memory_budget=budget, threads=2)
     info = idx.info()
     assert info["build"]["build_memory_budget"] == budget
@@ -325,13 +325,9 @@ def test_sharded_build_within_budget(tmp_path):
     assert nearline.recall(ids, exact_knn(base, queries, 10), 10) >= 0.9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the sharded build peaks ~8% above a 48 MB build budget (measured growth "
-    "~52 MB, anonymous memory in the shard phase that the plan does not model)",
-)
 def test_build_peak_rss_within_budget(tmp_path):
-    """A budgeted build from a file keeps its peak resident memory within the build budget."""
+    """A budgeted build from a file keeps its peak resident memory within the build
+    budget, and hands its buffers back once it returns."""
     rng = np.random.default_rng(17)
     n, dim = 120_000, 64
     f = tmp_path / "big.fbin"
@@ -344,20 +340,31 @@ def test_build_peak_rss_within_budget(tmp_path):
     budget = 48_000_000  # raw vectors alone are 30.7 MB; a one-shot build needs more
     code = f"""
 import nearline, json
+import numpy as np
 def status(key):
     for line in open('/proc/self/status'):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
-nearline.open  # extension loaded
+# Warm up: a first small build pulls the extension's code pages into RSS; those
+# belong to the library, not to the build (the same rule as the open test).
+warm = np.random.default_rng(0).normal(size=(2000, {dim})).astype(np.float32)
+nearline.build(warm, {str(tmp_path / 'warm.index')!r}, R=16, build_L=32, pq_bytes=16,
+               threads=2).close()
 base = status('VmRSS:')
 idx = nearline.build({str(f)!r}, {str(tmp_path / 'b.index')!r}, R=32, build_L=48, pq_bytes=16,
                      build_memory_budget={budget}, threads=2)
-print(json.dumps({{"base": base, "hwm": status('VmHWM:'), "shards": idx.info()["build_stats"]["shards"]}}))
+after = status('VmRSS:')
+print(json.dumps({{"base": base, "hwm": status('VmHWM:'), "after": after,
+                  "index": idx.info()["memory"]["total"], "shards": idx.info()["build_stats"]["shards"]}}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     res = json.loads(out.stdout)
     assert res["shards"] >= 2, res
     assert res["hwm"] - res["base"] <= budget, res
+    # The build's shard buffers, graphs and samples go back to the kernel when it
+    # returns (glibc's arenas used to keep ~80% of the peak resident): what stays
+    # is the open index and small change, well under half the peak growth.
+    assert res["after"] - res["base"] <= (res["hwm"] - res["base"]) / 2, res
 
 
 def test_oversized_list_is_an_error(small_index, small_data):

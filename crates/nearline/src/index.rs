@@ -30,7 +30,7 @@ use crate::search::entry::{
 };
 use crate::search::pool::{BatchResult, WorkerPool};
 use crate::search::{AnyScorer, ExecutorKind, IndexData, PqScorer, QueryStats, SearchParams};
-use crate::util::{Budget, HugeBytes};
+use crate::util::{BigBuf, Budget, HugeBytes};
 use crate::{with_dtype, Error, Result};
 use rand::seq::index::sample;
 use rand::SeedableRng;
@@ -301,7 +301,8 @@ pub fn build<T: Element>(
         progress("pq", 0, n as u64);
         let sample_rows = pq_sample_rows(n, dim, build_budget);
         let codebook = train_pq(&data, pq_bytes, opts.metric, opts.seed, sample_rows)?;
-        let mut codes = vec![0u8; n * pq_bytes];
+        crate::util::return_freed_memory();
+        let mut codes: BigBuf<u8> = BigBuf::zeroed(n * pq_bytes);
         let chunk = 65_536;
         for start in (0..n).step_by(chunk) {
             if cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -520,6 +521,9 @@ pub fn build<T: Element>(
         manifest.write(&tmp.path)?;
         Ok(manifest)
     })?;
+    // What the phases freed in the allocator's arenas goes back now, not
+    // when the process ends.
+    crate::util::return_freed_memory();
 
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -601,10 +605,12 @@ fn train_pq<T: Element>(
         sample(&mut rng, n, take).into_vec()
     };
     rows.sort_unstable();
-    let mut sample_f = Vec::with_capacity(rows.len() * dim);
+    let mut sample_f: BigBuf<f32> = BigBuf::zeroed(rows.len() * dim);
     let mut released = 0;
-    for &r in &rows {
-        sample_f.extend(data.row(r).iter().map(|x| x.to_f32()));
+    for (j, &r) in rows.iter().enumerate() {
+        for (o, x) in sample_f[j * dim..(j + 1) * dim].iter_mut().zip(data.row(r)) {
+            *o = x.to_f32();
+        }
         // Rows are visited in order: drop mapped pages behind us as we go.
         if r >= released + 8192 {
             data.release_rows(released, r);

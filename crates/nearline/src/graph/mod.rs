@@ -6,6 +6,7 @@ pub mod sharded;
 pub mod space;
 pub mod vamana;
 
+use crate::util::BigBuf;
 pub use nav::NavGraph;
 pub use sharded::{build_with_budget, estimate_build_bytes};
 pub use space::{MatrixSpace, PointDistance};
@@ -13,12 +14,14 @@ pub use vamana::{
     build_vamana, medoid, search_graph, search_graph_with, SearchScratch, VamanaParams,
 };
 
-/// A directed graph with out-degree at most `r`, stored flat.
+/// A directed graph with out-degree at most `r`, stored flat (a large graph
+/// in its own mapping, returned to the kernel when it drops: see
+/// [`BigBuf`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Graph {
     r: usize,
-    counts: Vec<u32>,
-    adj: Vec<u32>,
+    counts: BigBuf<u32>,
+    adj: BigBuf<u32>,
 }
 
 impl Graph {
@@ -26,8 +29,8 @@ impl Graph {
     pub fn new(n: usize, r: usize) -> Self {
         Graph {
             r,
-            counts: vec![0; n],
-            adj: vec![0; n * r],
+            counts: BigBuf::zeroed(n),
+            adj: BigBuf::zeroed(n * r),
         }
     }
     /// Number of nodes.
@@ -75,8 +78,8 @@ impl Graph {
     pub fn max_degree(&self) -> usize {
         self.counts.iter().copied().max().unwrap_or(0) as usize
     }
-    /// Lowers the degree bound to `r` in place (no second allocation beyond
-    /// the shrink of the buffer). Lists longer than `r` are truncated, so
+    /// Lowers the degree bound to `r` in place (no second allocation; the
+    /// freed tail of a mapped adjacency goes back to the kernel). Lists longer than `r` are truncated, so
     /// callers prune them first.
     pub fn shrink_degree(&mut self, r: usize) {
         if r >= self.r {
@@ -89,8 +92,8 @@ impl Graph {
             self.adj.copy_within(v * old..v * old + c, v * r);
             self.counts[v] = c as u32;
         }
-        self.adj.truncate(self.counts.len() * r);
-        self.adj.shrink_to_fit();
+        let len = self.counts.len() * r;
+        self.adj.truncate(len);
         self.r = r;
     }
     /// Number of edges.

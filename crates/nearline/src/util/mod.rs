@@ -1,8 +1,10 @@
 //! Small utilities shared across components.
 
+pub mod bigbuf;
 pub mod budget;
 pub mod huge;
 
+pub use bigbuf::BigBuf;
 pub use budget::Budget;
 pub use huge::HugeBytes;
 
