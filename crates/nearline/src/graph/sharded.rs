@@ -56,7 +56,7 @@ const THREAD_FIXED_BYTES: u64 = 1 << 20;
 /// Formula (`t` = `rayon::current_num_threads()`, `R⁺ = ⌈1.3·r⌉`):
 /// `n·dim·elem_size` (vectors) `+ n·(R⁺ + 1)·4` (adjacency with DiskANN's
 /// slack, plus degrees) `+ n·4` (MIPS coordinate / insertion order)
-/// `+ t·(n·4 + 1.5 MiB)` (per-thread visited stamps, lists and allocator arena)
+/// `+ t·(n·4 + 1 MiB)` (per-thread visited stamps, lists and allocator arena)
 /// `+ B·r·16` (one batch's out-lists and back-edge pairs, `B` the batch cap).
 pub fn estimate_build_bytes(n: usize, dim: usize, elem_size: usize, r: usize) -> u64 {
     let n64 = n as u64;
@@ -356,8 +356,6 @@ pub fn build_sharded<T: Element>(
             }
             data.release_rows(a, b);
         }
-        // The previous shard's scratch (and the assignment's) goes back first.
-        crate::util::return_freed_memory();
         let view = MatrixView::new(&buf, ids.len(), dim)?;
         let local_extra = extra
             .as_ref()
