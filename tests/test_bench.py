@@ -622,6 +622,12 @@ def test_measure_read_ceiling_on_a_file_and_an_index(tmp_path, small_index):
     r = nearline.measure_read_ceiling(f, seconds=0.1, depth=4)
     assert r["reads"] > 0 and r["reads_per_s"] > 0 and r["bytes"] == r["reads"] * 4096
     assert r["file_blocks"] == 64 and r["depth"] == 4 and r["engine"] in ("io_uring", "pread")
+    # Latency percentiles (nearest rank) are ordered and within the run; stalls
+    # are counted spans no longer than the run in all.
+    assert 0 < r["latency_p50_us"] <= r["latency_p99_us"] <= r["latency_p999_us"] <= r["latency_max_us"]
+    assert r["latency_max_us"] <= r["elapsed_s"] * 1e6 + 1
+    assert isinstance(r["stalls"], int) and 0 <= r["stall_s"] <= r["elapsed_s"]
+    assert (r["stalls"] == 0) == (r["stall_s"] == 0)
     if os.environ.get("NEARLINE_IO") == "pread":  # the engine's own fallback rules apply
         assert r["engine"] == "pread"
     assert nearline.measure_read_ceiling(f, 8192, 2, 0.05, io="pread")["engine"] == "pread"
@@ -691,6 +697,9 @@ def test_bench_end_to_end_two_variants(tmp_path):
     ceiling = saved["disk_ceiling"]
     assert len(ceiling["runs"]) == 3 and ceiling["median_reads_per_s"] > 0 and ceiling["depth"] == 8
     assert ceiling["path"].endswith("pages.bin") and ceiling["block_size"] >= 4096
+    assert 0 < ceiling["median_latency_p99_us"] <= ceiling["median_latency_p999_us"]
+    assert ceiling["median_stalls_per_s"] >= 0
+    assert "disk read latency at that depth" in bench.format_report(res)
     for system in ("w2", "r12"):
         assert len(saved["runs"][system]) == 3
         pts = saved["summary"][system]["points"]

@@ -362,10 +362,13 @@ def test_disk_ceiling_command(tmp_path, capsys):
     assert cli.main(["disk-ceiling", str(f), "--depth", "4", "--seconds", "0.05"]) == 0
     out = capsys.readouterr().out
     assert "reads/s" in out and "queue depth" in out and "engine" in out
+    assert "read latency p50/p99/p99.9/max" in out and "stalls (≥ 10 ms" in out
     assert cli.main(["disk-ceiling", str(tmp_path / "pages.bin"), "--depth", "2", "--seconds", "0.05",
                      "--block-size", "8192", "--io", "pread", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["reads_per_s"] > 0 and r["block_size"] == 8192 and r["engine"] == "pread" and r["file_blocks"] == 8
+    assert 0 < r["latency_p50_us"] <= r["latency_p99_us"] <= r["latency_p999_us"] <= r["latency_max_us"]
+    assert r["stalls"] >= 0 and 0 <= r["stall_s"] <= r["elapsed_s"]
 
 
 @pytest.mark.parametrize("argv, match", [

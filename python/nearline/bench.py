@@ -1252,9 +1252,17 @@ def _ceiling_summary(runs: list[dict[str, Any]], cfg: BenchConfig) -> Optional[d
         return None
     rates = [r["reads_per_s"] for r in runs if r.get("reads_per_s") is not None]
     first = runs[0]
+    stall_rates = [r["stalls"] / r["elapsed_s"] for r in runs
+                   if r.get("stalls") is not None and r.get("elapsed_s")]
     return {
         "median_reads_per_s": _median(rates),
         "reads_per_s": rates,
+        # The device's own tail (its CPUs idle while it waits), next to which
+        # the searches' percentiles read: a stall is >= 10 ms with reads in
+        # flight and none completing.
+        "median_latency_p99_us": _median([r.get("latency_p99_us") for r in runs]),
+        "median_latency_p999_us": _median([r.get("latency_p999_us") for r in runs]),
+        "median_stalls_per_s": _median(stall_rates),
         "runs": runs,
         "depth": cfg.ceiling_depth,
         "seconds": cfg.ceiling_seconds,
@@ -1263,6 +1271,10 @@ def _ceiling_summary(runs: list[dict[str, Any]], cfg: BenchConfig) -> Optional[d
         "direct_io": first.get("direct_io"),
         "path": first.get("path"),
     }
+
+
+def _ms(us: Optional[float]) -> Optional[float]:
+    return None if us is None else us / 1e3
 
 
 def _median(vals: Sequence[Optional[float]]) -> Optional[float]:
@@ -1346,7 +1358,12 @@ def _ceiling_lines(result: dict[str, Any]) -> list[str]:
         f"reads/s (median of {rates}; {ceiling.get('engine')}, depth {ceiling.get('depth')}, "
         f"{'O_DIRECT' if ceiling.get('direct_io') else 'page cache: O_DIRECT refused'}); "
         "disk = QPS x mean reads / ceiling"
-    ]
+    ] + ([
+        f"disk read latency at that depth: p99 {_fmt(_ms(ceiling.get('median_latency_p99_us')), '.2f')} ms, "
+        f"p99.9 {_fmt(_ms(ceiling.get('median_latency_p999_us')), '.2f')} ms; "
+        f"stalls (>= 10 ms, no read completing): {_fmt(ceiling.get('median_stalls_per_s'), '.1f')}/s "
+        "(the disk's own tail, with the CPUs idle; see docs/benchmarks.md for pauses under CPU load)"
+    ] if ceiling.get("median_latency_p999_us") is not None else [])
 
 
 def format_range_report(result: dict[str, Any]) -> str:

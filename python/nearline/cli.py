@@ -638,6 +638,11 @@ def cmd_disk_ceiling(args: argparse.Namespace) -> int:
         ("reads/s", f"{r['reads_per_s']:.0f}"),
         ("MB/s", f"{r['bytes_per_s'] / 1e6:.1f}"),
         ("mean read latency", f"{r['mean_read_latency_us']:.0f} µs (submission to completion reaped)"),
+        ("read latency p50/p99/p99.9/max",
+         f"{r['latency_p50_us']:.0f} / {r['latency_p99_us']:.0f} / {r['latency_p999_us']:.0f} / "
+         f"{r['latency_max_us']:.0f} µs"),
+        ("stalls (≥ 10 ms, reads in flight, none completing)",
+         f"{r['stalls']} ({r['stall_s'] * 1e3:.0f} ms in all, {r['stalls'] / max(r['elapsed_s'], 1e-9):.1f}/s)"),
         ("reads", str(r["reads"])),
         ("seconds", f"{r['elapsed_s']:.2f}"),
         ("block size", f"{r['block_size']} B"),

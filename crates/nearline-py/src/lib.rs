@@ -835,6 +835,12 @@ fn read_ceiling<'py>(
     d.set_item("reads_per_s", r.reads_per_s)?;
     d.set_item("bytes_per_s", r.bytes_per_s)?;
     d.set_item("mean_read_latency_us", r.mean_read_latency_us)?;
+    d.set_item("latency_p50_us", r.latency_p50_us)?;
+    d.set_item("latency_p99_us", r.latency_p99_us)?;
+    d.set_item("latency_p999_us", r.latency_p999_us)?;
+    d.set_item("latency_max_us", r.latency_max_us)?;
+    d.set_item("stalls", r.stalls)?;
+    d.set_item("stall_s", r.stall_s)?;
     d.set_item("engine", r.engine)?;
     d.set_item("direct_io", r.direct_io)?;
     d.set_item("depth", r.depth)?;

@@ -13,6 +13,13 @@
 //! then the reads in flight are drained and counted. The rate is reads
 //! completed divided by the time from the first submission to the last
 //! completion.
+//!
+//! Besides the rate it reports the read latency distribution (p50, p99, p99.9,
+//! max) and the device's *stalls*: spans of at least [`STALL_THRESHOLD`] during
+//! which reads were in flight and none completed. On a virtual disk a stall
+//! delays every read in flight at once, so it sets the tail latency of any
+//! search running at the same time; the benchmark prints both next to the
+//! searches' own percentiles.
 
 use super::buffer::{AlignedBuf, ALIGN};
 use super::engine::{open_direct, Completion, EngineKind, IoEngine};
@@ -30,6 +37,10 @@ pub const MAX_DEPTH: u32 = 256;
 pub const MAX_SECONDS: f64 = 3600.0;
 /// Largest block size [`measure_read_ceiling`] accepts (1 MiB).
 pub const MAX_BLOCK_SIZE: usize = 1 << 20;
+/// A span with reads in flight and no completion at least this long is a
+/// stall: 20× the p99 of a 4 KiB read at queue depth 32 on the reference
+/// machine, far beyond queueing delay.
+pub const STALL_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// What to measure.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +114,16 @@ pub struct CeilingReport {
     pub bytes_per_s: f64,
     /// Mean time from a read's submission to the reaping of its completion, µs.
     pub mean_read_latency_us: f64,
+    /// Read latency percentiles (same measure), µs: p50, p99, p99.9, max.
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub latency_p999_us: f64,
+    pub latency_max_us: f64,
+    /// Spans of at least [`STALL_THRESHOLD`] with reads in flight and no
+    /// completion.
+    pub stalls: u64,
+    /// Their total length, seconds.
+    pub stall_s: f64,
     /// `"io_uring"` or `"pread"` (pread performs one read at a time, so the
     /// depth is not reached; the report says which engine ran).
     pub engine: &'static str,
@@ -162,11 +183,17 @@ pub fn measure_read_ceiling(
     let mut done: Vec<Completion> = Vec::with_capacity(depth);
     let mut reads = 0u64;
     let mut latency_sum = Duration::ZERO;
+    // Microseconds per read (u32: 71 minutes at most, saturating).
+    let mut latencies: Vec<u32> = Vec::new();
+    let mut stalls = StallMeter::new(start);
     let mut cancelled = false;
     let mut failure: Option<Error> = None;
     while engine.in_flight() > 0 {
         engine.wait(1, &mut done)?;
         let now = Instant::now();
+        // Reads were in flight since the previous reap (the loop runs only
+        // while some are), so a long gap is the device's, not ours.
+        stalls.reaped(now);
         cancelled = cancelled || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         let refill = now < deadline && !cancelled && failure.is_none();
         for Completion { token, buf, result } in done.drain(..) {
@@ -176,7 +203,9 @@ pub fn measure_read_ceiling(
             match result {
                 Ok(n) if n == opts.block_size => {
                     reads += 1;
-                    latency_sum += now.saturating_duration_since(at);
+                    let lat = now.saturating_duration_since(at);
+                    latency_sum += lat;
+                    latencies.push(u32::try_from(lat.as_micros()).unwrap_or(u32::MAX));
                 }
                 Ok(n) => {
                     failure.get_or_insert_with(|| {
@@ -222,6 +251,7 @@ pub fn measure_read_ceiling(
             0.0
         }
     };
+    let pct = Percentiles::of(&mut latencies);
     Ok(CeilingReport {
         path: path.to_path_buf(),
         reads,
@@ -234,12 +264,77 @@ pub fn measure_read_ceiling(
         } else {
             0.0
         },
+        latency_p50_us: pct.p50,
+        latency_p99_us: pct.p99,
+        latency_p999_us: pct.p999,
+        latency_max_us: pct.max,
+        stalls: stalls.count,
+        stall_s: stalls.total.as_secs_f64(),
         engine: engine.name(),
         direct_io,
         depth: opts.depth,
         block_size: opts.block_size,
         file_blocks,
     })
+}
+
+/// Counts the device's stalls from the times completions were reaped while
+/// reads were in flight: a gap of at least [`STALL_THRESHOLD`] between two
+/// reaps (or between the first submission and the first reap) is one stall.
+#[derive(Debug, Clone)]
+struct StallMeter {
+    last: Instant,
+    count: u64,
+    total: Duration,
+}
+
+impl StallMeter {
+    fn new(start: Instant) -> Self {
+        StallMeter {
+            last: start,
+            count: 0,
+            total: Duration::ZERO,
+        }
+    }
+
+    /// A completion was reaped at `now`; reads were in flight since the last one.
+    fn reaped(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.last);
+        if gap >= STALL_THRESHOLD {
+            self.count += 1;
+            self.total += gap;
+        }
+        self.last = now;
+    }
+}
+
+/// Nearest-rank percentiles of microsecond samples (all zero when empty).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Percentiles {
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    max: f64,
+}
+
+impl Percentiles {
+    fn of(samples: &mut [u32]) -> Self {
+        samples.sort_unstable();
+        let at = |q: f64| -> f64 {
+            if samples.is_empty() {
+                return 0.0;
+            }
+            // Nearest rank: the smallest sample with at least q of them at or below it.
+            let rank = (q * samples.len() as f64).ceil() as usize;
+            f64::from(samples[rank.clamp(1, samples.len()) - 1])
+        };
+        Percentiles {
+            p50: at(0.50),
+            p99: at(0.99),
+            p999: at(0.999),
+            max: samples.last().map_or(0.0, |&v| f64::from(v)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -274,10 +369,45 @@ mod tests {
             assert_eq!(r.file_blocks, 64);
             assert!(r.elapsed_s >= 0.05, "{r:?}");
             assert!(r.mean_read_latency_us > 0.0, "{r:?}");
+            assert!(r.latency_p50_us <= r.latency_p99_us, "{r:?}");
+            assert!(r.latency_p99_us <= r.latency_p999_us, "{r:?}");
+            assert!(r.latency_p999_us <= r.latency_max_us, "{r:?}");
+            assert!(r.latency_max_us <= r.elapsed_s * 1e6 + 1.0, "{r:?}");
+            assert!(r.stall_s <= r.elapsed_s, "{r:?}");
+            assert!((r.stalls == 0) == (r.stall_s == 0.0), "{r:?}");
             assert!(["io_uring", "pread"].contains(&r.engine));
         }
         let r = measure_read_ceiling(f.path(), &quick(EngineKind::Pread), None).unwrap();
         assert_eq!(r.engine, "pread");
+    }
+
+    #[test]
+    fn stall_meter_counts_gaps_at_or_over_the_threshold() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut m = StallMeter::new(t0);
+        // Reaps at 1, 2, 12 (gap 10: a stall), 13, 40 (gap 27: a stall), 49.
+        for at in [1, 2, 12, 13, 40, 49] {
+            m.reaped(t0 + ms(at));
+        }
+        assert_eq!(m.count, 2);
+        assert_eq!(m.total, ms(37));
+        // A first reap long after the start is a stall too.
+        let mut m = StallMeter::new(t0);
+        m.reaped(t0 + ms(25));
+        assert_eq!((m.count, m.total), (1, ms(25)));
+    }
+
+    #[test]
+    fn percentiles_use_the_nearest_rank() {
+        let mut v: Vec<u32> = (1..=1000).rev().collect();
+        let p = Percentiles::of(&mut v);
+        assert_eq!((p.p50, p.p99, p.p999, p.max), (500.0, 990.0, 999.0, 1000.0));
+        let mut one = vec![7u32];
+        let p = Percentiles::of(&mut one);
+        assert_eq!((p.p50, p.p99, p.p999, p.max), (7.0, 7.0, 7.0, 7.0));
+        let p = Percentiles::of(&mut []);
+        assert_eq!((p.p50, p.max), (0.0, 0.0));
     }
 
     #[test]
