@@ -898,9 +898,9 @@ def measure_read_ceiling(
         ``elapsed_s``, ``mean_read_latency_us`` (submission to reaping),
         ``latency_p50_us``, ``latency_p99_us``, ``latency_p999_us``,
         ``latency_max_us`` (same measure, nearest rank), ``stalls`` (spans of
-        at least 10 ms with reads in flight and none completing: on a virtual
-        disk these delay every read in flight at once and set the tail latency
-        of concurrent searches) and ``stall_s`` (their total length),
+        at least 10 ms with reads in flight and none completing: a stall
+        delays every read in flight at once) and ``stall_s`` (their total
+        length),
         ``engine`` (``"io_uring"``/``"pread"``), ``direct_io`` (False where the file
         system refuses O_DIRECT: reads may then come from the page cache),
         ``depth``, ``block_size``, ``file_blocks``, ``path``.

@@ -16,10 +16,12 @@
 //!
 //! Besides the rate it reports the read latency distribution (p50, p99, p99.9,
 //! max) and the device's *stalls*: spans of at least [`STALL_THRESHOLD`] during
-//! which reads were in flight and none completed. On a virtual disk a stall
-//! delays every read in flight at once, so it sets the tail latency of any
-//! search running at the same time; the benchmark prints both next to the
-//! searches' own percentiles.
+//! which reads were in flight and none completed. A stall of the disk delays
+//! every read in flight at once, so a search running at the same time would
+//! wait for it too; the benchmark prints both next to the searches' own
+//! percentiles. The measurement's CPUs mostly idle, so it does not see pauses
+//! that a host imposes on a VM under CPU load (docs/benchmarks.md, "Where the
+//! two-thread latency tail comes from").
 
 use super::buffer::{AlignedBuf, ALIGN};
 use super::engine::{open_direct, Completion, EngineKind, IoEngine};
@@ -38,8 +40,8 @@ pub const MAX_SECONDS: f64 = 3600.0;
 /// Largest block size [`measure_read_ceiling`] accepts (1 MiB).
 pub const MAX_BLOCK_SIZE: usize = 1 << 20;
 /// A span with reads in flight and no completion at least this long is a
-/// stall: 20× the p99 of a 4 KiB read at queue depth 32 on the reference
-/// machine, far beyond queueing delay.
+/// stall: above the p99 of a 4 KiB read at queue depth 32 on the reference
+/// machine (0.5–3.1 ms), beyond what queueing explains.
 pub const STALL_THRESHOLD: Duration = Duration::from_millis(10);
 
 /// What to measure.
