@@ -173,7 +173,9 @@ def build(
         ids: optional external ids (one per row, unique, non-negative int64); search
             returns them instead of row numbers.
         R: maximum graph degree. build_L: build candidate list size.
-        alpha: pruning parameter (≥ 1). passes: Vamana passes (DiskANN: 2).
+        alpha: pruning parameter (≥ 1), applied in rounds as DiskANN does: α = 1
+            first, then ×1.2 up to ``alpha``, so the strict rule's picks keep their
+            slots. passes: Vamana passes (DiskANN: 2).
         saturate: after α-pruning, fill adjacency lists up to R with the nearest
             remaining candidates, as DiskANN's disk builds do (denser graph; off by
             default: on a 1M × 128 set it did not raise recall at a given L).
