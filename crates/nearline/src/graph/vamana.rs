@@ -303,10 +303,11 @@ pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
     pool.dedup_by_key(|x| x.1);
     pool.retain(|x| x.1 != p);
     pool.truncate(max_c);
-    OCCLUSION.with(|cell| {
-        let mut occ = cell.borrow_mut();
-        occlusion_rounds(space, pool, alpha, r, &mut occ);
-        let mut kept = occ.iter().filter(|&&f| f == PICKED).count();
+    PRUNE.with(|cell| {
+        let mut st = cell.borrow_mut();
+        occlusion_rounds(space, pool, alpha, r, &mut st);
+        let mut kept = st.picks.len();
+        let occ = &mut st.occ;
         // Saturation (DiskANN's disk builds): fill the slots the α rule left
         // empty with the nearest remaining candidates, so every pruned list has
         // R entries. Denser lists cost PQ work per hop but raise recall at a
@@ -340,50 +341,80 @@ const EXCLUDED: f32 = f32::MAX;
 /// Growth of α between pruning rounds (DiskANN's).
 const ALPHA_STEP: f32 = 1.2;
 
+/// Per-thread state of [`robust_prune`] (no allocation per call).
+#[derive(Debug, Default)]
+struct PruneState {
+    /// Per candidate: [`PICKED`], or the largest `d(p, x) / d(y, x)` over the
+    /// kept `y` ahead of it checked so far.
+    occ: Vec<f32>,
+    /// Per candidate: how many entries of `picks` it has been checked against.
+    checked: Vec<u32>,
+    /// Positions of the kept candidates, in the order they were kept.
+    picks: Vec<u32>,
+}
+
 thread_local! {
-    /// Per-thread occlusion factors of [`robust_prune`] (no allocation per call).
-    static OCCLUSION: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static PRUNE: std::cell::RefCell<PruneState> = std::cell::RefCell::new(PruneState::default());
 }
 
 /// The rounds of [`robust_prune`] over a sorted, deduplicated `pool` without
-/// `p`: on return `occ[i] == PICKED` for the kept candidates (at most `r`).
-/// `occ[i]` otherwise holds the largest `d(p, x_i) / d(y, x_i)` over the kept
-/// `y` ahead of `x_i` (updates stop once it exceeds `alpha`: such a candidate
-/// can never be kept).
+/// `p`: on return `st.occ[i] == PICKED` exactly for the kept candidates (at
+/// most `r`), whose positions `st.picks` lists.
+///
+/// A round walks the candidates nearest first and keeps `x` unless some kept
+/// `y` ahead of it has `d(p, x) / d(y, x) >` the round's α (or `d(y, x) = 0`).
+/// The ratios are evaluated lazily: a candidate is checked against the picks
+/// made since its last check only when a round reaches it, and the check
+/// stops at the first `y` that occludes it at this round's α (a later round
+/// resumes from there). The kept set is the one of DiskANN's eager rule, which
+/// scores every candidate after each pick (see the test twin), at a fraction of
+/// the distance computations.
 fn occlusion_rounds<D: PointDistance + ?Sized>(
     space: &D,
     pool: &[(f32, u32)],
     alpha: f32,
     r: usize,
-    occ: &mut Vec<f32>,
+    st: &mut PruneState,
 ) {
-    occ.clear();
-    occ.resize(pool.len(), 0.0);
-    let mut kept = 0usize;
+    let n = pool.len();
+    st.occ.clear();
+    st.occ.resize(n, 0.0);
+    st.checked.clear();
+    st.checked.resize(n, 0);
+    st.picks.clear();
     let mut round_alpha = alpha.min(1.0);
     loop {
-        for i in 0..pool.len() {
-            if kept >= r {
+        for i in 0..n {
+            if st.picks.len() >= r {
                 return;
             }
-            if occ[i] > round_alpha {
+            let mut f = st.occ[i];
+            if f > round_alpha {
                 continue;
             }
-            occ[i] = PICKED;
-            kept += 1;
-            let y = pool[i].1;
-            for j in i + 1..pool.len() {
-                if occ[j] > alpha {
+            let (dx, x) = pool[i];
+            let mut c = st.checked[i] as usize;
+            while c < st.picks.len() && f <= round_alpha {
+                let at = st.picks[c] as usize;
+                c += 1;
+                if at >= i {
                     continue;
                 }
-                let d = space.dist(y, pool[j].1);
-                let ratio = pool[j].0 / d;
-                occ[j] = if d == 0.0 || !ratio.is_finite() {
+                let d = space.dist(pool[at].1, x);
+                let ratio = dx / d;
+                f = if d == 0.0 || !ratio.is_finite() {
                     EXCLUDED
                 } else {
-                    occ[j].max(ratio)
+                    f.max(ratio)
                 };
             }
+            st.checked[i] = c as u32;
+            if f > round_alpha {
+                st.occ[i] = f;
+                continue;
+            }
+            st.occ[i] = PICKED;
+            st.picks.push(i as u32);
         }
         if round_alpha >= alpha {
             return;
@@ -1265,6 +1296,80 @@ pub(crate) mod tests {
             connect_unreachable(&space, &mut g, start, r, 8, &mut SearchScratch::new());
             check_invariants(&g, r);
             proptest::prop_assert_eq!(reachable(&g, start), n, "was {}", before);
+        }
+    }
+
+    /// DiskANN's eager rule: after each pick, every later candidate's factor
+    /// is updated. Returns the kept positions in pool order.
+    fn eager_rounds<D: PointDistance + ?Sized>(
+        space: &D,
+        pool: &[(f32, u32)],
+        alpha: f32,
+        r: usize,
+    ) -> Vec<usize> {
+        let mut occ = vec![0.0f32; pool.len()];
+        let mut kept = 0usize;
+        let mut round_alpha = alpha.min(1.0);
+        'rounds: loop {
+            for i in 0..pool.len() {
+                if kept >= r {
+                    break 'rounds;
+                }
+                if occ[i] > round_alpha {
+                    continue;
+                }
+                occ[i] = PICKED;
+                kept += 1;
+                for j in i + 1..pool.len() {
+                    if occ[j] > alpha {
+                        continue;
+                    }
+                    let d = space.dist(pool[i].1, pool[j].1);
+                    let ratio = pool[j].0 / d;
+                    occ[j] = if d == 0.0 || !ratio.is_finite() {
+                        EXCLUDED
+                    } else {
+                        occ[j].max(ratio)
+                    };
+                }
+            }
+            if round_alpha >= alpha {
+                break;
+            }
+            round_alpha = (round_alpha * ALPHA_STEP).min(alpha);
+        }
+        (0..pool.len()).filter(|&i| occ[i] == PICKED).collect()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+        /// The lazy rounds keep exactly what the eager rule keeps, duplicates
+        /// and coarse (tie-prone) coordinates included.
+        #[test]
+        fn lazy_rounds_match_the_eager_rule(
+            n in 2usize..70,
+            dim in 1usize..6,
+            r in 1usize..20,
+            alpha in 1.0f32..2.0,
+            grid in proptest::bool::ANY,
+            seed in 0u64..10_000,
+        ) {
+            let mut data = uniform(n, dim, seed);
+            if grid {
+                data.iter_mut().for_each(|x| *x = (*x * 2.0).round());
+            }
+            let m = Matrix::from_vec(data, n, dim).unwrap();
+            let space = MatrixSpace::new(m.view(), Metric::L2);
+            let mut pool: Vec<(f32, u32)> = (1..n as u32).map(|x| (space.dist(0, x), x)).collect();
+            pool.sort_unstable_by(|a, b| cmp_pair(a.0, a.1, b.0, b.1));
+            let want = eager_rounds(&space, &pool, alpha, r);
+            let mut st = PruneState::default();
+            occlusion_rounds(&space, &pool, alpha, r, &mut st);
+            let mut got: Vec<usize> = st.picks.iter().map(|&i| i as usize).collect();
+            got.sort_unstable();
+            proptest::prop_assert_eq!(&got, &want);
+            let marked: Vec<usize> = (0..pool.len()).filter(|&i| st.occ[i] == PICKED).collect();
+            proptest::prop_assert_eq!(marked, want);
         }
     }
 
