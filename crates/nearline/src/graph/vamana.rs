@@ -286,7 +286,8 @@ pub fn search_graph_with(
 /// include the long edges that make the graph navigable, come first. A
 /// single pass at the final α would instead keep the `r` nearest passers and
 /// drop those long edges (on wordnet-minilm 115k × 384 at R 64 that cost
-/// ~1% recall at a given list size).
+/// ~0.6% recall@10 at a given list size, and 1.09× instead of 1.02×
+/// diskannpy's reads at recall 0.95).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn robust_prune<D: PointDistance + ?Sized>(
     space: &D,
