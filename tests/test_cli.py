@@ -27,7 +27,7 @@ class FakeIndex:
         self.closed = False
 
     def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False, executor="auto",
-               adaptive_beam=False, early_dispatch=None, queries_in_flight=1, page_search="auto", sigma=0.3):
+               adaptive_beam=False, early_dispatch=None, queries_in_flight="auto", page_search="auto", sigma=0.3):
         self.last_search = {"executor": executor, "adaptive_beam": adaptive_beam,
                             "early_dispatch": early_dispatch, "queries_in_flight": queries_in_flight,
                             "page_search": page_search, "sigma": sigma}
@@ -102,6 +102,7 @@ def _files(tmp_path, engine):
     ["search", "i", "q", "--executor", "warp"], ["search", "i", "q", "--early-dispatch", "0"],
     ["search", "i", "q", "--early-dispatch", "1.5"], ["search", "i", "q", "--early-dispatch", "nan"],
     ["search", "i", "q", "--queries-in-flight", "0"], ["search", "i", "q", "--queries-in-flight", "65"],
+    ["search", "i", "q", "--queries-in-flight", "many"],
     ["search", "i", "q", "--radius", "nan"], ["search", "i", "q", "--sigma", "0"], ["search", "i", "q", "--sigma", "2"],
     ["search", "i", "q", "--page-search", "pages"], ["build", "d", "o", "--layout", "random"],
     ["build", "d", "o", "--shuffle", "metis"], ["search", "i", "q", "--range-ratio", "0"],
@@ -209,7 +210,7 @@ def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monke
     monkeypatch.setattr(nearline, "open", open_, raising=False)
     assert cli.main(["search", "idx", q, "--k", "5", "--json"]) == 0
     assert opened[-1].last_search == {"executor": "auto", "adaptive_beam": False, "early_dispatch": None,
-                                      "queries_in_flight": 1, "page_search": "auto", "sigma": 0.3}
+                                      "queries_in_flight": "auto", "page_search": "auto", "sigma": 0.3}
     capsys.readouterr()
     assert cli.main(["search", "idx", q, "--k", "5", "--gt", g, "--json", "--executor", "beam", "--adaptive-beam",
                      "--early-dispatch", "0.5", "--queries-in-flight", "8", "--page-search", "block",
@@ -220,6 +221,8 @@ def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monke
     assert summary["executor"] == "beam" and summary["queries_in_flight"] == 8 and summary["recall@5"] == 1.0
     assert cli.main(["search", "idx", q, "--executor", "pipeline", "--json"]) == 0
     assert opened[-1].last_search["executor"] == "pipeline"
+    assert cli.main(["search", "idx", q, "--queries-in-flight", "AUTO", "--json"]) == 0
+    assert opened[-1].last_search["queries_in_flight"] == "auto"
 
 
 def test_gt_command(engine, tmp_path, capsys):

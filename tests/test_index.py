@@ -414,6 +414,7 @@ def random_index(tmp_path_factory):
     {"executor": "pipeline"},
     {"executor": "pipeline", "queries_in_flight": 4},
     {"executor": "auto", "adaptive_beam": True, "early_dispatch": 0.25, "queries_in_flight": 3},
+    {"executor": "pipeline", "queries_in_flight": "auto"},
 ])
 def test_every_executor_is_exact_with_a_full_list(random_index, opts):
     """With L >= n every executor is an exhaustive best-first search: brute force's top-k."""
@@ -445,6 +446,11 @@ def test_executors_at_a_normal_list_size(small_index, small_data):
         assert r0 >= 0.9
         many, _, s1 = idx.search(queries, k=10, L=60, executor="beam", queries_in_flight=8, return_stats=True)
         assert (many == beam).all() and (s1["reads"] == s0["reads"]).all() and (s1["hops"] == s0["hops"]).all()
+        # The default interleaves a batch ("auto"); each query's beam is the same.
+        one, _, s2 = idx.search(queries, k=10, L=60, executor="beam", queries_in_flight=1, return_stats=True)
+        assert (one == beam).all() and (s2["reads"] == s0["reads"]).all()
+        single = np.stack([idx.search(q, k=10, L=60, executor="beam")[0] for q in queries[:5]])
+        assert (single == beam[:5]).all()
         for opts in ({"executor": "pipeline", "W": 8}, {"executor": "beam", "adaptive_beam": True},
                      {"executor": "beam", "early_dispatch": 0.5, "queries_in_flight": 4}):
             ids = idx.search(queries, k=10, L=60, **opts)[0]
@@ -471,6 +477,10 @@ def test_bad_executor_arguments(small_index, small_data):
             idx.search(q, k=3, queries_in_flight=bad)
     with pytest.raises(TypeError, match="queries_in_flight"):
         idx.search(q, k=3, queries_in_flight=2.5)
+    with pytest.raises(ValueError, match="'auto' or an integer"):
+        idx.search(q, k=3, queries_in_flight="many")
+    with pytest.raises(ValueError, match="'auto' or an integer"):
+        idx.range_search(q, 1.0, queries_in_flight="")
     # Beam-only options with the pipeline are refused by the engine.
     with pytest.raises(ValueError, match="adaptive_beam"):
         idx.search(q, k=3, executor="pipeline", adaptive_beam=True)

@@ -110,6 +110,15 @@ def _check_int(name: str, value: Any, lo: int, hi: Optional[int] = None) -> int:
     return v
 
 
+def _check_queries_in_flight(value: Any) -> int:
+    """``"auto"`` (0 for the engine: the planner's choice) or an integer in 1..64."""
+    if isinstance(value, str):
+        if value.strip().lower() == "auto":
+            return 0
+        raise ValueError(f"queries_in_flight={value!r} must be 'auto' or an integer in 1..64")
+    return _check_int("queries_in_flight", value, 1, 64)
+
+
 def _as_matrix(data: Any, name: str) -> np.ndarray:
     arr = np.asarray(data)
     if arr.ndim != 2:
@@ -397,7 +406,7 @@ class Index:
         executor: str = "auto",
         adaptive_beam: bool = False,
         early_dispatch: Optional[float] = None,
-        queries_in_flight: int = 1,
+        queries_in_flight: Union[int, str] = "auto",
         page_search: str = "auto",
         sigma: float = 0.3,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
@@ -430,7 +439,12 @@ class Index:
                 once this share of the current hop's pages is processed, late pages
                 fold in when they arrive (AlayaLaser). ``None`` waits for the whole hop.
             queries_in_flight: queries each search thread interleaves on its I/O
-                queue (1..64); more keep the device busier at some latency cost.
+                queue (1..64), or ``"auto"`` (default): 4 per thread when the
+                batch has that many, else as many as it has, so a single query
+                never shares its thread. Interleaving keeps the device busier and
+                raises a batch's throughput; each query inside the batch then
+                takes longer (its ``total_us`` includes time spent on the
+                others). ``1`` gives every query its thread to itself.
             page_search: what to do with a page when it arrives: ``"targets"``
                 (DiskANN: use the records it was read for), ``"block"`` (Starling's
                 block search: exact distances for every record of the page, expand
@@ -472,7 +486,7 @@ class Index:
         executor: str = "auto",
         adaptive_beam: bool = False,
         early_dispatch: Optional[float] = None,
-        queries_in_flight: int = 1,
+        queries_in_flight: Union[int, str] = "auto",
         page_search: str = "auto",
         sigma: float = 0.3,
         entry_cutoff: Optional[float] = None,
@@ -557,7 +571,7 @@ class Index:
         return np.ascontiguousarray(q, dtype=np.float32), single
 
     def _options(self, W: Optional[int], threads: Optional[int], executor: str, adaptive_beam: bool,
-                 early_dispatch: Optional[float], queries_in_flight: int, page_search: str,
+                 early_dispatch: Optional[float], queries_in_flight: Union[int, str], page_search: str,
                  sigma: float) -> Tuple[Any, ...]:
         """Checks the search options shared by :meth:`search` and :meth:`range_search`."""
         W = self._raw_default_width() if W is None else _check_int("W", W, 1, 64)
@@ -576,7 +590,7 @@ class Index:
             early_dispatch = float(early_dispatch)
             if not (0.0 < early_dispatch <= 1.0):
                 raise ValueError(f"early_dispatch={early_dispatch} must be a finite fraction in (0, 1]")
-        qif = _check_int("queries_in_flight", queries_in_flight, 1, 64)
+        qif = _check_queries_in_flight(queries_in_flight)
         if not isinstance(page_search, str) or page_search.strip().lower() not in PAGE_SEARCHES:
             raise ValueError(f"unknown page_search {page_search!r}: expected one of {', '.join(PAGE_SEARCHES)}")
         if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):

@@ -106,12 +106,13 @@ def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threa
                                                 lat_queries, k, L, threads)
         source = f"timed single-query calls in {threads} processes (its search holds the GIL)"
     elif h.has_stats:
-        _ids, stats = h.batch(lat_queries, k, L)
+        _ids, stats = h.closed_loop_batch(lat_queries, k, L)
         wall = time.perf_counter() - t
         if stats is None or "total_us" not in stats:
             raise ValueError("nearline returned no per-query total_us")
         lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
-        source = f"engine total_us, batch search on {threads} threads"
+        qif = h.search_kw.get("queries_in_flight", 1)
+        source = f"engine total_us, batch search on {threads} threads, {qif} queries in flight per thread"
     else:
         lat, wall = closed_loop_latency(lambda q: h.single(q, k, L), lat_queries, threads)
         source = f"timed single-query calls on {threads} Python threads"
@@ -184,7 +185,8 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
             # No separate latency run: the recall batch's own per-query times.
             lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
             point.update(latency_summary(lat), lat_queries=int(lat.size),
-                         latency_source=f"engine total_us of the recall batch on {p.threads} threads",
+                         latency_source=(f"engine total_us of the recall batch on {p.threads} threads, "
+                                         f"queries_in_flight={h.queries_in_flight()}"),
                          lat_concurrency=float(lat.sum() / 1000.0 / wall) if wall > 0 else None)
         else:
             point.update(latency_summary(None))

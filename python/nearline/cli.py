@@ -102,11 +102,13 @@ def _fraction(text: str) -> float:
     return v
 
 
-def _queries_in_flight(text: str) -> int:
-    """argparse type: an integer in 1..64."""
+def _queries_in_flight(text: str) -> Any:
+    """argparse type: ``auto`` or an integer in 1..64."""
+    if text.strip().lower() == "auto":
+        return "auto"
     v = _positive_int(text)
     if v > 64:
-        raise argparse.ArgumentTypeError(f"expected at most 64, got {v}")
+        raise argparse.ArgumentTypeError(f"expected 'auto' or at most 64, got {v}")
     return v
 
 
@@ -715,8 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")
     p.add_argument("--early-dispatch", type=_fraction, default=None, metavar="F",
                    help="issue the next hop once this fraction of the current hop's pages is processed")
-    p.add_argument("--queries-in-flight", type=_queries_in_flight, default=1, metavar="Q",
-                   help="queries each search thread interleaves on its I/O queue (1..64)")
+    p.add_argument("--queries-in-flight", type=_queries_in_flight, default="auto", metavar="Q",
+                   help="queries each search thread interleaves on its I/O queue: 1..64, or auto (default: "
+                        "4 per thread when the batch has that many; 1 gives each query its thread alone)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
     _add_entry_options(p)

@@ -192,6 +192,10 @@ class Handle:
         """Searches one query (for latency timing); returns its ids."""
         return self.batch(query[None, :], k, L)[0][0]
 
+    def closed_loop_batch(self, queries: np.ndarray, k: int, L: int) -> tuple[np.ndarray, Optional[dict[str, np.ndarray]]]:
+        """A batch searched as ``threads`` closed-loop clients of one query each (the latency run)."""
+        return self.batch(queries, k, L)
+
     def batch_with_distances(
         self, queries: np.ndarray, k: int, L: int
     ) -> tuple[np.ndarray, np.ndarray, Optional[dict[str, np.ndarray]]]:
@@ -241,6 +245,17 @@ class _NearlineHandle(Handle):
         ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
                                          **self.search_kw)
         return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
+
+    def closed_loop_batch(self, queries, k, L):
+        """:meth:`batch` as ``threads`` closed-loop clients with one query each: a query
+        has its worker to itself (``queries_in_flight=1``) unless the variant sets it."""
+        kw = {"queries_in_flight": 1, **self.search_kw}
+        ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True, **kw)
+        return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
+
+    def queries_in_flight(self) -> Any:
+        """The ``queries_in_flight`` the recall batch runs with (``"auto"`` unless the variant sets it)."""
+        return self.search_kw.get("queries_in_flight", "auto")
 
     def single(self, query, k, L):
         ids, _d = self.idx.search(query[None, :], k, L=L, threads=1, **self.search_kw)

@@ -384,7 +384,7 @@ impl RawIndex {
 
     #[pyo3(signature = (
         queries, k, l, w, threads=None, return_stats=false, executor="auto",
-        adaptive_beam=false, early_dispatch=None, queries_in_flight=1,
+        adaptive_beam=false, early_dispatch=None, queries_in_flight=0,
         page_search="auto", sigma=0.3
     ))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -440,7 +440,7 @@ impl RawIndex {
     /// Range search: `(lims, ids, distances, stats)` in CSR form.
     #[pyo3(signature = (
         queries, radius, l, w, ratio=0.5, max_l=None, threads=None, return_stats=false,
-        executor="auto", adaptive_beam=false, early_dispatch=None, queries_in_flight=1,
+        executor="auto", adaptive_beam=false, early_dispatch=None, queries_in_flight=0,
         page_search="auto", sigma=0.3, entry_cutoff=None
     ))]
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]

@@ -643,6 +643,11 @@ pub fn run<T: Element>(
     emit: &mut Emit<'_>,
 ) -> Result<()> {
     p.check()?;
+    // A worker run on its own has no batch to size: `auto` is one query.
+    let p = &SearchParams {
+        queries_in_flight: p.queries_in_flight.max(1),
+        ..*p
+    };
     let kind = crate::planner::choose_executor(
         p.executor,
         data.layout.records_per_block(),

@@ -14,7 +14,7 @@ pub mod stats;
 pub use executor::{search_one, IndexData, Scratch};
 pub use params::{
     ExecutorKind, PageSearch, RangeParams, SearchParams, DEFAULT_RANGE_RATIO, DEFAULT_SIGMA,
-    MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT,
+    MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT, QUERIES_IN_FLIGHT_AUTO,
 };
 pub use pool::WorkerPool;
 pub use scorer::{AnyScorer, PqScorer, Scorer};

@@ -11,6 +11,11 @@ pub const MAX_LIST_SIZE: usize = 1 << 22;
 /// Largest number of queries one worker interleaves.
 pub const MAX_QUERIES_IN_FLIGHT: usize = 64;
 
+/// `SearchParams::queries_in_flight` value that leaves the choice to the
+/// planner (`planner::choose_queries_in_flight`): a batch search interleaves
+/// several queries per worker when it has enough of them.
+pub const QUERIES_IN_FLIGHT_AUTO: usize = 0;
+
 /// Which executor drives a search. Every kind is the same loop
 /// (`search::executor`) under a different policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -128,7 +133,8 @@ pub struct SearchParams {
     /// current hop's pages has been processed; late pages fold in when they
     /// arrive (AlayaLaser's early dispatch). `None`: wait for the whole hop.
     pub early_dispatch: Option<f32>,
-    /// Queries each worker interleaves on its I/O engine (1..=64).
+    /// Queries each worker interleaves on its I/O engine (1..=64), or
+    /// [`QUERIES_IN_FLIGHT_AUTO`] for the planner's choice.
     pub queries_in_flight: usize,
     /// What to do with an arrived page.
     pub page_search: PageSearch,
@@ -198,9 +204,9 @@ impl SearchParams {
                 )));
             }
         }
-        if self.queries_in_flight == 0 || self.queries_in_flight > MAX_QUERIES_IN_FLIGHT {
+        if self.queries_in_flight > MAX_QUERIES_IN_FLIGHT {
             return Err(Error::arg(format!(
-                "queries_in_flight={} must be in 1..={MAX_QUERIES_IN_FLIGHT}",
+                "queries_in_flight={} must be in 1..={MAX_QUERIES_IN_FLIGHT} (or auto)",
                 self.queries_in_flight
             )));
         }
@@ -293,13 +299,19 @@ mod tests {
             });
             assert!(e.contains("early_dispatch") && e.contains("(0, 1]"), "{e}");
         }
-        for q in [0usize, MAX_QUERIES_IN_FLIGHT + 1] {
+        for q in [MAX_QUERIES_IN_FLIGHT + 1, usize::MAX] {
             let e = err(SearchParams {
                 queries_in_flight: q,
                 ..base
             });
             assert!(e.contains(&format!("queries_in_flight={q}")), "{e}");
         }
+        SearchParams {
+            queries_in_flight: QUERIES_IN_FLIGHT_AUTO,
+            ..base
+        }
+        .check()
+        .unwrap();
         let pipe = SearchParams {
             executor: ExecutorKind::Pipeline,
             ..base

@@ -108,6 +108,14 @@ impl<T: Element> WorkerPool<T> {
             return Ok(out);
         }
         let threads = threads.clamp(1, nq);
+        let p = &SearchParams {
+            queries_in_flight: crate::planner::choose_queries_in_flight(
+                p.queries_in_flight,
+                nq,
+                threads,
+            ),
+            ..*p
+        };
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
         // Each worker keeps its finished queries (index, statistics, where
