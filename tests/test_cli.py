@@ -102,7 +102,7 @@ def _files(tmp_path, engine):
     ["search", "i", "q", "--executor", "warp"], ["search", "i", "q", "--early-dispatch", "0"],
     ["search", "i", "q", "--early-dispatch", "1.5"], ["search", "i", "q", "--early-dispatch", "nan"],
     ["search", "i", "q", "--queries-in-flight", "0"], ["search", "i", "q", "--queries-in-flight", "65"],
-    ["search", "i", "q", "--queries-in-flight", "many"],
+    ["search", "i", "q", "--queries-in-flight", "many"], ["search", "i", "q", "--io", "mmap"],
     ["search", "i", "q", "--radius", "nan"], ["search", "i", "q", "--sigma", "0"], ["search", "i", "q", "--sigma", "2"],
     ["search", "i", "q", "--page-search", "pages"], ["build", "d", "o", "--layout", "random"],
     ["build", "d", "o", "--shuffle", "metis"], ["search", "i", "q", "--range-ratio", "0"],
@@ -199,12 +199,13 @@ def test_search_reports_recall_and_writes(engine, tmp_path, capsys):
 
 def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monkeypatch):
     _, q, g = _files(tmp_path, engine)
-    opened = []
+    opened, opened_kw = [], []
     real_open = nearline.open
 
     def open_(path, **kw):
         idx = real_open(path, **kw)
         opened.append(idx)
+        opened_kw.append(kw)
         return idx
 
     monkeypatch.setattr(nearline, "open", open_, raising=False)
@@ -223,6 +224,8 @@ def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monke
     assert opened[-1].last_search["executor"] == "pipeline"
     assert cli.main(["search", "idx", q, "--queries-in-flight", "AUTO", "--json"]) == 0
     assert opened[-1].last_search["queries_in_flight"] == "auto"
+    assert cli.main(["search", "idx", q, "--io", "uring-poll", "--json"]) == 0
+    assert opened_kw[-1]["io"] == "uring-poll"
 
 
 def test_gt_command(engine, tmp_path, capsys):

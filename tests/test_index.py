@@ -436,6 +436,37 @@ def test_every_executor_is_exact_with_a_full_list(random_index, opts):
             assert (stats["total_us"] >= stats["cpu_us"]).all()
 
 
+@pytest.mark.io_engine
+def test_polling_engine_reads_the_same(random_index, small_index, small_data):
+    """io="uring-poll" (kernel submission thread, spinning waits) changes how reads are
+    waited for, never what is read: the beam's results and reads are the default engine's,
+    and the pipeline stays exact with a full list."""
+    base_s, queries_s = small_data
+    with nearline.open(small_index) as ref:
+        want, _, st = ref.search(queries_s, k=10, L=60, executor="beam", return_stats=True)
+    try:
+        poll = nearline.open(small_index, io="uring-poll")
+        engine = poll.info()["io_engine"]
+    except (ValueError, RuntimeError, OSError) as e:
+        if "io_uring is unavailable" in str(e):
+            pytest.skip(f"no io_uring here: {e}")
+        raise
+    with poll:
+        assert engine == "io_uring-poll"
+        for qif in (1, "auto"):
+            got, _, st2 = poll.search(queries_s, k=10, L=60, executor="beam", queries_in_flight=qif,
+                                      return_stats=True)
+            assert (got == want).all() and (st2["reads"] == st["reads"]).all()
+    path, base, queries, ids = random_index
+    gt = ids[exact_knn(base, queries, 10)].astype(np.int64)
+    with nearline.open(path, io="uring-poll") as idx:
+        for threads in (1, 2):
+            got, _ = idx.search(queries, k=10, L=len(base), W=8, executor="pipeline", threads=threads)
+            assert (got == gt).all()
+    with pytest.raises(ValueError, match="uring-poll"):
+        nearline.open(small_index, io="poll-uring")
+
+
 def test_executors_at_a_normal_list_size(small_index, small_data):
     """Every executor reaches the beam's recall at L=60; interleaving queries changes no beam result."""
     base, queries = small_data

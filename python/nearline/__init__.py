@@ -64,6 +64,8 @@ SHUFFLES = ("bnp", "bnf", "bns")
 PAGE_SEARCHES = ("auto", "targets", "block")
 #: Search executors accepted by :meth:`Index.search` (``executor=``).
 EXECUTORS = ("auto", "beam", "pipeline")
+#: I/O engines ``open`` and ``measure_read_ceiling`` accept (``io_uring`` is ``uring``).
+IO_ENGINES = ("auto", "uring", "io_uring", "uring-poll", "pread")
 METRICS = ("l2", "ip", "cosine")
 #: Entry-point kinds ``open(entry=...)`` accepts.
 ENTRY_KINDS = ("auto", "medoid", "sampled", "nav", "centroids")
@@ -311,8 +313,12 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             node cache. Default: the budget the index was built with.
         cache_nodes: cache exactly this many nodes (overrides the budget's share).
         threads: default search threads (default: all cores).
-        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"`` or ``"pread"``;
-            the environment variable ``NEARLINE_IO`` overrides ``auto``.
+        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"``, ``"uring-poll"``
+            or ``"pread"``; the environment variable ``NEARLINE_IO`` overrides ``auto``.
+            ``"uring-poll"`` hands reads to a kernel submission thread and spins on
+            the completion queue (up to 1 ms) instead of sleeping: the lowest
+            per-query latency, for a busy core per search thread plus one kernel
+            thread per search thread while reads flow. Never chosen by ``"auto"``.
         entry_points: hold the vectors of this many sampled nodes in memory
             (counted in the budget) and start each query from the one nearest to
             it (``entry="sampled"``, or ``"auto"`` on an index without a
@@ -348,8 +354,8 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
         nav_L = _check_int("nav_L", nav_L, 1, 4096)
     if nav_seeds is not None:
         nav_seeds = _check_int("nav_seeds", nav_seeds, 1, 256)
-    if io not in ("auto", "uring", "io_uring", "pread"):
-        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring' or 'pread'")
+    if io not in IO_ENGINES:
+        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring', 'uring-poll' or 'pread'")
     p = os.fspath(path)
     if not Path(p).exists():
         raise FileNotFoundError(f"index directory {p} does not exist")
@@ -905,7 +911,7 @@ def measure_read_ceiling(
             one), else 4096.
         depth: reads in flight, 1..256.
         seconds: how long to keep submitting (> 0, at most 3600).
-        io: ``"auto"``, ``"uring"`` or ``"pread"`` (pread performs one read at a
+        io: ``"auto"``, ``"uring"``, ``"uring-poll"`` or ``"pread"`` (pread performs one read at a
             time, so ``depth`` is not reached; the result names the engine).
         seed: seed of the random block sequence.
 
@@ -917,7 +923,7 @@ def measure_read_ceiling(
         at least 10 ms with reads in flight and none completing: a stall
         delays every read in flight at once) and ``stall_s`` (their total
         length),
-        ``engine`` (``"io_uring"``/``"pread"``), ``direct_io`` (False where the file
+        ``engine`` (``"io_uring"``, ``"io_uring-poll"`` or ``"pread"``), ``direct_io`` (False where the file
         system refuses O_DIRECT: reads may then come from the page cache),
         ``depth``, ``block_size``, ``file_blocks``, ``path``.
 
@@ -948,8 +954,8 @@ def measure_read_ceiling(
     seconds = float(seconds)
     if not np.isfinite(seconds) or not 0.0 < seconds <= 3600.0:
         raise ValueError(f"seconds={seconds} must be in (0, 3600]")
-    if io not in ("auto", "uring", "io_uring", "pread"):
-        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring' or 'pread'")
+    if io not in IO_ENGINES:
+        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring', 'uring-poll' or 'pread'")
     seed = _check_int("seed", seed, 0, 2**64 - 1)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")

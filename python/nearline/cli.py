@@ -124,6 +124,7 @@ def _finite_float(text: str) -> float:
 
 
 ENTRY_CHOICES = ["auto", "medoid", "sampled", "nav", "centroids"]
+IO_ENGINES = ["auto", "uring", "uring-poll", "pread"]
 
 
 def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
@@ -368,7 +369,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
     with nl.open(
         args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
-        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
+        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds, io=args.io,
     ) as idx:
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True,
@@ -431,7 +432,7 @@ def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int
     L = args.L if args.L is not None else 100
     with nl.open(
         args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
-        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds,
+        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds, io=args.io,
     ) as idx:
         t0 = time.perf_counter()
         lims, ids, dists, stats = idx.range_search(queries, args.radius, L=L, W=args.W, ratio=args.range_ratio,
@@ -722,6 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "4 per thread when the batch has that many; 1 gives each query its thread alone)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
+    p.add_argument("--io", default="auto", choices=IO_ENGINES,
+                   help="I/O engine: auto (io_uring, else pread), uring, uring-poll (a kernel submission thread "
+                        "and spinning waits: lowest latency, a busy core per search thread) or pread")
     _add_entry_options(p)
     p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
@@ -837,7 +841,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=_block_size, default=None,
                    help="bytes per read, a multiple of 4096 (default: an index's read size, else 4096)")
     p.add_argument("--seconds", type=_positive_float, default=3.0)
-    p.add_argument("--io", default="auto", choices=["auto", "uring", "pread"])
+    p.add_argument("--io", default="auto", choices=IO_ENGINES)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_disk_ceiling)
     return parser

@@ -47,9 +47,11 @@ fn fixture(pages: u64, tail: usize) -> Fixture {
 /// Every engine this machine can run, reading the fixture's file.
 fn engines(fx: &Fixture, depth: u32) -> Vec<IoEngine> {
     let mut v = Vec::new();
-    match IoEngine::open_resolved(EngineKind::Uring, Arc::clone(&fx.file), depth) {
-        Ok(e) => v.push(e),
-        Err(e) => eprintln!("skipping io_uring: {e}"),
+    for kind in [EngineKind::Uring, EngineKind::UringPoll] {
+        match IoEngine::open_resolved(kind, Arc::clone(&fx.file), depth) {
+            Ok(e) => v.push(e),
+            Err(e) => eprintln!("skipping {kind:?}: {e}"),
+        }
     }
     v.push(IoEngine::open_resolved(EngineKind::Pread, Arc::clone(&fx.file), depth).unwrap());
     v.push(IoEngine::fake(

@@ -377,7 +377,7 @@ mod tests {
             assert!(r.latency_max_us <= r.elapsed_s * 1e6 + 1.0, "{r:?}");
             assert!(r.stall_s <= r.elapsed_s, "{r:?}");
             assert!((r.stalls == 0) == (r.stall_s == 0.0), "{r:?}");
-            assert!(["io_uring", "pread"].contains(&r.engine));
+            assert!(["io_uring", "io_uring-poll", "pread"].contains(&r.engine));
         }
         let r = measure_read_ceiling(f.path(), &quick(EngineKind::Pread), None).unwrap();
         assert_eq!(r.engine, "pread");

@@ -69,18 +69,22 @@ pub enum EngineKind {
     /// (or `uring`) in the environment overrides.
     Auto,
     Uring,
+    /// io_uring in polling mode: a kernel submission thread and spinning
+    /// waits (lowest latency, a busy core per worker; never picked by `Auto`).
+    UringPoll,
     Pread,
 }
 
 impl EngineKind {
-    /// Parses `auto`, `uring`/`io_uring`, `pread`.
+    /// Parses `auto`, `uring`/`io_uring`, `uring-poll`, `pread`.
     pub fn parse(s: &str) -> Result<Self> {
         match s.trim().to_ascii_lowercase().as_str() {
             "auto" | "" => Ok(EngineKind::Auto),
             "uring" | "io_uring" | "io-uring" => Ok(EngineKind::Uring),
+            "uring-poll" | "io_uring-poll" | "uring_poll" => Ok(EngineKind::UringPoll),
             "pread" | "sync" => Ok(EngineKind::Pread),
             other => Err(Error::arg(format!(
-                "unknown I/O engine {other:?}: expected auto, uring or pread"
+                "unknown I/O engine {other:?}: expected auto, uring, uring-poll or pread"
             ))),
         }
     }
@@ -95,7 +99,7 @@ impl EngineKind {
             (EngineKind::Auto, Some(v)) => EngineKind::parse(v).map_err(|_| {
                 Error::arg(format!(
                     "environment variable {ENGINE_ENV}={v:?} is not a valid I/O engine: \
-                     expected auto, uring or pread"
+                     expected auto, uring, uring-poll or pread"
                 ))
             }),
             (kind, _) => Ok(kind),
@@ -113,7 +117,7 @@ impl EngineKind {
             Err(std::env::VarError::NotPresent) => Ok(self),
             Err(std::env::VarError::NotUnicode(v)) => Err(Error::arg(format!(
                 "environment variable {ENGINE_ENV}={v:?} is not valid UTF-8: \
-                 expected auto, uring or pread"
+                 expected auto, uring, uring-poll or pread"
             ))),
         }
     }
@@ -145,8 +149,9 @@ impl IoEngine {
         }
         match kind {
             EngineKind::Pread => Ok(IoEngine::Pread(PreadEngine::new(file, depth))),
-            EngineKind::Uring => Self::open_uring(file, depth),
-            EngineKind::Auto => match Self::open_uring(Arc::clone(&file), depth) {
+            EngineKind::Uring => Self::open_uring(file, depth, false),
+            EngineKind::UringPoll => Self::open_uring(file, depth, true),
+            EngineKind::Auto => match Self::open_uring(Arc::clone(&file), depth, false) {
                 Ok(e) => Ok(e),
                 Err(_) => Ok(IoEngine::Pread(PreadEngine::new(file, depth))),
             },
@@ -154,14 +159,18 @@ impl IoEngine {
     }
 
     #[cfg(target_os = "linux")]
-    fn open_uring(file: Arc<File>, depth: u32) -> Result<Self> {
-        UringEngine::new(file, depth)
-            .map(IoEngine::Uring)
+    fn open_uring(file: Arc<File>, depth: u32, polling: bool) -> Result<Self> {
+        let e = if polling {
+            UringEngine::polling(file, depth)
+        } else {
+            UringEngine::new(file, depth)
+        };
+        e.map(IoEngine::Uring)
             .map_err(|e| Error::Engine(format!("io_uring is unavailable: {e}")))
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn open_uring(_file: Arc<File>, _depth: u32) -> Result<Self> {
+    fn open_uring(_file: Arc<File>, _depth: u32, _polling: bool) -> Result<Self> {
         Err(Error::Engine(
             "io_uring is unavailable: not supported on this operating system".into(),
         ))
@@ -240,9 +249,11 @@ impl IoEngine {
         }
     }
 
-    /// `"io_uring"`, `"pread"` or `"fake"`.
+    /// `"io_uring"`, `"io_uring-poll"`, `"pread"` or `"fake"`.
     pub fn name(&self) -> &'static str {
         match self {
+            #[cfg(target_os = "linux")]
+            IoEngine::Uring(e) if e.is_polling() => "io_uring-poll",
             #[cfg(target_os = "linux")]
             IoEngine::Uring(_) => "io_uring",
             IoEngine::Pread(_) => "pread",
