@@ -218,7 +218,9 @@ fn reference_beam(
     let mut visited = HashSet::new();
     let mut exact = Vec::new();
     let mut seeds = Vec::new();
-    d.entries.seeds(d.metric, q, &mut seeds, &mut st);
+    // Entry nodes found in memory are results, as in the executor.
+    d.entries
+        .seeds(d.metric, q, &mut seeds, &mut exact, &mut st);
     for v in seeds {
         if visited.insert(v) {
             st.pq_distances += 1;
@@ -452,10 +454,10 @@ fn bad_parameters_are_refused_by_the_index() {
         ),
         (
             SearchParams {
-                queries_in_flight: 0,
+                queries_in_flight: 1000,
                 ..SearchParams::default()
             },
-            "queries_in_flight=0",
+            "queries_in_flight=1000",
         ),
         (
             SearchParams {
@@ -926,9 +928,10 @@ fn range_entry_cutoff_skips_only_far_queries() {
         .chunks_exact(DIM)
         .map(|q| {
             let mut seeds = Vec::new();
+            let mut found = Vec::new();
             let mut st = QueryStats::default();
             d.entries
-                .seeds(d.metric, q, &mut seeds, &mut st)
+                .seeds(d.metric, q, &mut seeds, &mut found, &mut st)
                 .expect("navigation entry points have exact distances")
         })
         .collect();
