@@ -185,8 +185,11 @@ impl<T: Element> NavGraph<T> {
 
     /// Best-first search for `q` (in the index's element type) with list
     /// size `l`: appends the base ids of the `k` nearest sample nodes to
-    /// `out`, nearest first. Returns the number of exact distances computed
-    /// and the exact distance of the nearest node found (`None` when none).
+    /// `out`, nearest first, and (exact internal distance, base id) of every
+    /// node left in the final list (up to `max(l, k)`, nearest first) to
+    /// `found`. Returns the number of exact distances computed and the exact
+    /// distance of the nearest node found (`None` when none).
+    #[allow(clippy::too_many_arguments)]
     pub fn search(
         &self,
         scratch: &mut SearchScratch,
@@ -195,15 +198,17 @@ impl<T: Element> NavGraph<T> {
         l: usize,
         k: usize,
         out: &mut Vec<u32>,
+        found: &mut Vec<(f32, u32)>,
     ) -> (u32, Option<f32>) {
         let computed = Cell::new(0u32);
         let dim = self.dim;
-        let best = search_graph_with(scratch, &self.graph, self.start, l, k, |v| {
+        let best = search_graph_with(scratch, &self.graph, self.start, l, l.max(k), |v| {
             computed.set(computed.get() + 1);
             let i = v as usize * dim;
             metric.distance(q, &self.vecs[i..i + dim])
         });
-        out.extend(best.iter().map(|&(_, v)| self.ids[v as usize]));
+        out.extend(best.iter().take(k).map(|&(_, v)| self.ids[v as usize]));
+        found.extend(best.iter().map(|&(d, v)| (d, self.ids[v as usize])));
         (computed.get(), best.first().map(|b| b.0))
     }
 
@@ -336,8 +341,18 @@ mod tests {
         let mut s = SearchScratch::new();
         for q in queries.chunks_exact(16) {
             let mut out = Vec::new();
-            let (computed, nearest) = g.search(&mut s, Metric::L2, q, 64, 8, &mut out);
+            let mut found = Vec::new();
+            let (computed, nearest) = g.search(&mut s, Metric::L2, q, 64, 8, &mut out, &mut found);
             assert_eq!(out.len(), 8);
+            // The whole final list comes back with exact distances, nearest
+            // first, and begins with the seeds.
+            assert_eq!(found.len(), 64.min(computed as usize));
+            assert!(found.windows(2).all(|w| w[0].0 <= w[1].0));
+            assert!(found.iter().zip(&out).all(|(f, &o)| f.1 == o));
+            for &(fd, v) in &found {
+                let i = v as usize * 16;
+                assert_eq!(fd, Metric::L2.distance(q, &data[i..i + 16]));
+            }
             assert!(computed >= 8);
             assert!(out.iter().all(|v| g.ids().binary_search(v).is_ok()));
             let d: Vec<f32> = out
@@ -350,7 +365,7 @@ mod tests {
             // With L covering the whole sample, the seeds are the exact
             // nearest sample nodes.
             let mut all = Vec::new();
-            g.search(&mut s, Metric::L2, q, g.len(), 8, &mut all);
+            g.search(&mut s, Metric::L2, q, g.len(), 8, &mut all, &mut found);
             let exact: Vec<u32> = brute_topk(g.len(), 8, |i| {
                 let v = g.ids()[i as usize] as usize;
                 Metric::L2.distance(q, &data[v * 16..(v + 1) * 16])
@@ -438,6 +453,7 @@ mod tests {
             .unwrap();
         assert_eq!(one.len(), 1);
         let mut out = Vec::new();
+        let mut found = Vec::new();
         let (_, nearest) = one.search(
             &mut SearchScratch::new(),
             Metric::L2,
@@ -445,8 +461,10 @@ mod tests {
             8,
             4,
             &mut out,
+            &mut found,
         );
         assert_eq!(out, one.ids().to_vec());
+        assert_eq!(found.len(), 1);
         let v = one.ids()[0] as usize;
         assert_eq!(
             nearest,

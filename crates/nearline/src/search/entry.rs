@@ -365,14 +365,20 @@ pub enum EntryPoints<T: Element> {
 
 impl<T: Element> EntryPoints<T> {
     /// Appends the nodes the search of `q` (already converted to the
-    /// index's element type) starts from to `out`, best first. Returns the
-    /// exact internal distance of the nearest entry point when one was
-    /// computed (every kind but the medoid computes them in memory).
+    /// index's element type) starts from to `out`, best first, and the
+    /// nodes whose exact distance the choice computed in memory and found
+    /// nearest to `found` as (exact internal distance, node): the entry
+    /// point for sampled and centroid entries, the navigation search's final
+    /// list for the navigation graph. Those are results the disk search
+    /// need not read (Starling starts its result set with its entry points).
+    /// Returns the exact internal distance of the nearest entry point when
+    /// one was computed (every kind but the medoid computes them in memory).
     pub fn seeds(
         &self,
         metric: Metric,
         q: &[T],
         out: &mut Vec<u32>,
+        found: &mut Vec<(f32, u32)>,
         st: &mut QueryStats,
     ) -> Option<f32> {
         match self {
@@ -385,6 +391,7 @@ impl<T: Element> EntryPoints<T> {
                 match set.nearest(metric, q) {
                     Some((d, v)) => {
                         out.push(v);
+                        found.push((d, v));
                         Some(d)
                     }
                     None => {
@@ -401,8 +408,10 @@ impl<T: Element> EntryPoints<T> {
             } => {
                 let before = out.len();
                 let (computed, nearest) = NAV_SCRATCH.with(|s| match s.try_borrow_mut() {
-                    Ok(mut s) => nav.search(&mut s, metric, q, *l, *seeds, out),
-                    Err(_) => nav.search(&mut SearchScratch::new(), metric, q, *l, *seeds, out),
+                    Ok(mut s) => nav.search(&mut s, metric, q, *l, *seeds, out, found),
+                    Err(_) => {
+                        nav.search(&mut SearchScratch::new(), metric, q, *l, *seeds, out, found)
+                    }
                 });
                 st.exact_distances += computed;
                 if out.len() == before {
@@ -413,8 +422,9 @@ impl<T: Element> EntryPoints<T> {
             EntryPoints::Centroids { medoid, set } => {
                 let best = set.nearest(metric, q);
                 st.exact_distances += set.len() as u32;
-                if let Some((_, b)) = best {
+                if let Some((d, b)) = best {
                     out.push(b);
+                    found.push((d, b));
                 }
                 if best.map(|b| b.1) != Some(*medoid) {
                     out.push(*medoid);
@@ -534,10 +544,12 @@ mod tests {
             medoid,
             set: set.clone(),
         };
-        let d0 = c.seeds(Metric::L2, q, &mut out, &mut st);
+        let mut found = Vec::new();
+        let d0 = c.seeds(Metric::L2, q, &mut out, &mut found, &mut st);
         let (dn, nearest) = set.nearest(Metric::L2, q).unwrap();
         assert_eq!(out, vec![nearest, medoid]);
         assert_eq!(d0, Some(dn));
+        assert_eq!(found, vec![(dn, nearest)]);
         assert_eq!(
             dn,
             Metric::L2.distance(
@@ -546,12 +558,20 @@ mod tests {
             )
         );
         let mut medoid_out = Vec::new();
+        let mut medoid_found = Vec::new();
         assert_eq!(
-            EntryPoints::<f32>::Medoid(medoid).seeds(Metric::L2, q, &mut medoid_out, &mut st),
+            EntryPoints::<f32>::Medoid(medoid).seeds(
+                Metric::L2,
+                q,
+                &mut medoid_out,
+                &mut medoid_found,
+                &mut st
+            ),
             None,
             "the medoid's distance is not computed in memory"
         );
         assert_eq!(medoid_out, vec![medoid]);
+        assert!(medoid_found.is_empty());
         assert_eq!(st.exact_distances, 12);
         assert_eq!(c.kind(), EntryKind::Centroids);
         let never = std::sync::atomic::AtomicBool::new(false);
@@ -565,9 +585,17 @@ mod tests {
             seeds: 4,
         };
         let mut out = Vec::new();
+        let mut found = Vec::new();
         let mut st = QueryStats::default();
-        let d0 = e.seeds(Metric::L2, q, &mut out, &mut st);
+        let d0 = e.seeds(Metric::L2, q, &mut out, &mut found, &mut st);
         assert_eq!(out.len(), 4);
+        // The navigation search's final list (l = 32), exact and nearest first.
+        assert_eq!(found.len(), 32);
+        assert!(found.iter().zip(&out).all(|(f, &o)| f.1 == o));
+        for &(fd, v) in &found {
+            let i = v as usize * dim;
+            assert_eq!(fd, Metric::L2.distance(q, &data[i..i + dim]));
+        }
         assert!(out.iter().all(|v| nav.ids().contains(v)));
         assert_eq!(
             d0,

@@ -839,9 +839,18 @@ fn start<T: Element, L: Layout, S: Scorer>(
         return Ok(());
     }
     q.frontier.clear();
-    let nearest_entry = data
-        .entries
-        .seeds(data.metric, &q.qt, &mut q.frontier, &mut q.stats);
+    // Entry nodes whose exact distance was computed in memory join the
+    // results at once (for a range search, those within the radius).
+    let nearest_entry = data.entries.seeds(
+        data.metric,
+        &q.qt,
+        &mut q.frontier,
+        &mut q.exact,
+        &mut q.stats,
+    );
+    if let Some(r) = env.p.range {
+        q.exact.retain(|e| e.0 <= r.radius);
+    }
     if let (Some(r), Some(d)) = (env.p.range, nearest_entry) {
         if r.entry_cutoff.is_some_and(|c| d > c * r.radius) {
             // The nearest entry point is far outside the radius: judged to
