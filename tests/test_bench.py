@@ -144,8 +144,10 @@ def test_budget_parsing():
 class _FakeIndex:
     def __init__(self, base):
         self.base = base
+        self.calls = []
 
-    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False):
+    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False, queries_in_flight="auto"):
+        self.calls.append((len(queries), queries_in_flight))
         ids, d = datasets.brute_force_ground_truth(self.base, queries, k)
         ids[:, -1] = -1  # one miss per query
         nq = len(queries)
@@ -574,13 +576,18 @@ def test_process_closed_loop_latency_with_real_index(small_index, small_data):
 
 def test_worker_latency_run_sizes_and_sources(tmp_path, monkeypatch):
     ds = datasets.materialize(datasets.load_dataset("synthetic:500:8", tmp_path, queries=20), tmp_path, 10)
-    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
+    fake = _FakeIndex(ds.base)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: fake, raising=False)
     res = _bench_worker.run({"action": "search", "system": "nearline", "index_dir": str(tmp_path / "idx"),
                              "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
                              "params": {"threads": 2}, "warmup": 0, "latency_queries": 130})
     pt = res["points"][0]
     assert res["nq"] == 20 and pt["recall"] == pytest.approx(0.9)  # recall on the original queries only
     assert pt["lat_queries"] == 130 and "engine total_us" in pt["latency_source"]
+    # The recall batch runs with the engine's default (several queries per worker); the
+    # closed-loop latency run gives each worker one query at a time.
+    assert fake.calls == [(20, "auto"), (130, 1)]
+    assert "1 queries in flight per thread" in pt["latency_source"]
     assert pt["lat_mean_ms"] == pytest.approx(np.mean(np.arange(130) * 10.0) / 1000)  # the latency batch's times
     assert pt["lat_p999_ms"] == pytest.approx(np.percentile(np.arange(130) * 10.0, 99.9) / 1000)
 
