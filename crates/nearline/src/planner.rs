@@ -113,10 +113,11 @@ pub const AUTO_QUERIES_IN_FLIGHT: usize = 4;
 /// computes, and a beam of W = 4 keeps only 4 reads in flight; four queries
 /// per worker keep 16 (32 on two workers, the depth at which this
 /// machine's disk reaches its ceiling) and let one query compute while the
-/// others wait. Measured on the 384-d wordnet set with two threads (see
-/// docs/benchmarks.md): 4 per worker raised the pipeann preset's QPS from
-/// 1.23× to 1.55× diskannpy's and the diskann preset's to 1.70×. A lone
-/// query (or one per worker) gets 1: no interleaving, lowest latency.
+/// others wait. Measured with two threads at recall@10 = 0.95 (see
+/// docs/benchmarks.md, 2026-11-24): 4 per worker against 1 took the pipeann
+/// preset from 1.14× to 1.69× diskannpy's QPS on wordnet (1.00× to 1.56× on
+/// 1M × 128) and the diskann preset from 1.07× to 1.78× (0.96× to 1.56×).
+/// A lone query (or one per worker) gets 1: no interleaving, lowest latency.
 pub fn choose_queries_in_flight(requested: usize, nq: usize, threads: usize) -> usize {
     if requested != crate::search::QUERIES_IN_FLIGHT_AUTO {
         return requested;
