@@ -796,7 +796,7 @@ fn py_parse_budget(value: &str, raw_bytes: u64) -> PyResult<u64> {
 
 #[pyfunction]
 fn simd_level() -> &'static str {
-    nearline::distance::kernels::simd_level()
+    nearline::kernels::simd_level()
 }
 
 #[pyfunction]

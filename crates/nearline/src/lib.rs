@@ -14,19 +14,23 @@
 //! * [`index`]: building and opening an index: the composition of the above.
 //! * [`planner`]: presets and the automatic choice.
 
+pub mod build;
 pub mod cache;
 pub mod data;
 pub mod distance;
+pub mod elem;
 pub mod error;
+pub mod format;
 pub mod graph;
 pub mod index;
 pub mod io;
+pub mod kernels;
 pub mod layout;
 pub mod planner;
 pub mod quant;
 pub mod search;
 pub mod util;
 
-pub use data::dtype::{DType, Element};
 pub use distance::Metric;
+pub use elem::{DType, Element};
 pub use error::{Error, Result};

@@ -1,48 +1,91 @@
-//! Caches: what the search memory budget holds.
+//! Caches: what the memory budget's cache share holds, behind one
+//! [`Cache`] trait the executor is generic over (chosen once per batch
+//! through [`AnyCache`]).
 //!
 //! [`NodeCache`] is DiskANN's static cache: whole records (vector and
 //! adjacency list) of the nodes nearest the entry point in BFS order, loaded
-//! at open time and served without I/O.
+//! at open time and served without I/O. Gorgeous' adjacency-only cache and
+//! AlayaLaser's in-degree cache are further implementations.
 
-use crate::layout::page::{PageGeometry, RecordReader};
-use crate::layout::AnyLayout;
-use crate::{Error, Result};
-use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use crate::format::page::{PageGeometry, RecordView};
+use crate::layout::{AnyLayout, RecordReader};
+use crate::util::IdMap;
+use crate::Result;
+use std::collections::VecDeque;
 use std::path::Path;
 
-/// A multiplicative hasher for u32 node ids (SipHash is needlessly slow here).
-#[derive(Default)]
-pub struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        // hashbrown takes its 7-bit tags from the top bits and the bucket from
-        // the low bits: both halves must be mixed.
-        let x = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 32);
-    }
+/// What a cache holds of one node: its adjacency list and, when the cache
+/// keeps it, its vector (an adjacency-only cache leaves the exact distance
+/// to a later stage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachedNode<'a> {
+    /// The stored vector's bytes, when cached.
+    pub vector: Option<&'a [u8]>,
+    /// The node's neighbours.
+    pub neighbours: &'a [u32],
 }
 
-/// A hash map keyed by node id.
-pub type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+/// A memory cache of nodes, consulted before a node is read from disk.
+pub trait Cache: Send + Sync {
+    /// What the cache holds of node `v`, if anything.
+    fn get(&self, v: u32) -> Option<CachedNode<'_>>;
+    /// Whether the cache holds node `v` (cheaper than [`Cache::get`]).
+    fn contains(&self, v: u32) -> bool;
+    /// Nodes held.
+    fn len(&self) -> usize;
+    /// Whether nothing is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Resident bytes held.
+    fn memory_bytes(&self) -> usize;
+}
+
+/// The caches an index can have; matched once per batch.
+pub enum AnyCache {
+    /// DiskANN's static BFS cache of whole records (possibly empty).
+    Bfs(NodeCache),
+}
+
+impl AnyCache {
+    /// What the cache holds of node `v` (tools and tests; the executor
+    /// goes through the concrete cache).
+    pub fn get(&self, v: u32) -> Option<CachedNode<'_>> {
+        match self {
+            AnyCache::Bfs(c) => c.get(v),
+        }
+    }
+
+    /// Nodes held.
+    pub fn len(&self) -> usize {
+        match self {
+            AnyCache::Bfs(c) => c.len(),
+        }
+    }
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Resident bytes held.
+    pub fn memory_bytes(&self) -> usize {
+        match self {
+            AnyCache::Bfs(c) => Cache::memory_bytes(c),
+        }
+    }
+    /// The policy's name (`info()`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            AnyCache::Bfs(_) => "bfs",
+        }
+    }
+}
 
 /// Estimated bytes of one cached node besides its record (hash slot).
 pub const CACHE_ENTRY_OVERHEAD: usize = 16;
 
 /// Whole records of selected nodes, held in memory.
 pub struct NodeCache {
+    geo: Option<PageGeometry>,
     slots: IdMap<u32>,
     /// Records stored as u32 words so every record is 4-byte aligned.
     words: Vec<u32>,
@@ -53,6 +96,7 @@ impl NodeCache {
     /// An empty cache.
     pub fn empty() -> Self {
         NodeCache {
+            geo: None,
             slots: IdMap::default(),
             words: Vec::new(),
             record_words: 0,
@@ -72,7 +116,7 @@ impl NodeCache {
     }
 
     /// Bytes [`NodeCache::memory_bytes`] reports for `nodes` cached nodes.
-    fn bytes_for(geo: &PageGeometry, nodes: usize) -> u64 {
+    pub fn bytes_for(geo: &PageGeometry, nodes: usize) -> u64 {
         if nodes == 0 {
             return 0;
         }
@@ -109,6 +153,7 @@ impl NodeCache {
             return Ok(cache);
         }
         cache.record_words = geo.record_size / 4;
+        cache.geo = Some(*geo);
         cache.words.reserve_exact(max_nodes * cache.record_words);
         cache.slots.reserve(max_nodes);
         let mut reader = RecordReader::open(path, layout)?;
@@ -119,28 +164,28 @@ impl NodeCache {
             if cache.slots.len() >= max_nodes {
                 break;
             }
-            let rec = reader.record(v)?;
-            let (_, nbrs) = geo.split_record(rec).ok_or_else(|| {
-                Error::corrupt(path, format!("record of node {v} has a degree above R"))
-            })?;
-            let idx = cache.slots.len() as u32;
-            cache.slots.insert(v, idx);
-            cache.words.extend(
-                rec.chunks_exact(4)
-                    .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]])),
-            );
-            for u in crate::layout::page::ids(nbrs) {
+            let rec: RecordView<'_> = reader.record(v)?;
+            for &u in rec.neighbours {
                 if (u as usize) < n && seen.insert(u, ()).is_none() {
                     queue.push_back(u);
                 }
             }
+            let idx = cache.slots.len() as u32;
+            cache.slots.insert(v, idx);
+            // The record as stored: vector, degree, neighbours (words keep
+            // it 4-byte aligned).
+            let base = cache.words.len();
+            cache.words.resize(base + cache.record_words, 0);
+            let words = &mut cache.words[base..];
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(words);
+            geo.write_record(bytes, rec.vector, rec.neighbours);
         }
         Ok(cache)
     }
 
     /// The cached record of `v`, if held.
     #[inline]
-    pub fn get(&self, v: u32) -> Option<&[u8]> {
+    pub fn record(&self, v: u32) -> Option<&[u8]> {
         if self.slots.is_empty() {
             return None;
         }
@@ -149,46 +194,32 @@ impl NodeCache {
             bytemuck::cast_slice(&self.words[i * self.record_words..(i + 1) * self.record_words])
         })
     }
+}
 
-    /// Cached nodes.
-    pub fn len(&self) -> usize {
+impl Cache for NodeCache {
+    #[inline]
+    fn get(&self, v: u32) -> Option<CachedNode<'_>> {
+        let rec = self.record(v)?;
+        let view = self.geo.as_ref()?.decode_record(rec).ok()?;
+        Some(CachedNode {
+            vector: Some(view.vector),
+            neighbours: view.neighbours,
+        })
+    }
+
+    #[inline]
+    fn contains(&self, v: u32) -> bool {
+        !self.slots.is_empty() && self.slots.contains_key(&v)
+    }
+
+    fn len(&self) -> usize {
         self.slots.len()
     }
 
-    /// Whether nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
-    }
-
     /// Resident bytes held (records plus the id map).
-    pub fn memory_bytes(&self) -> usize {
+    fn memory_bytes(&self) -> usize {
         self.words.capacity() * 4
             + self.slots.capacity() * (4 + 4 + 1)
             + if self.slots.is_empty() { 0 } else { 64 }
-    }
-}
-
-#[cfg(test)]
-mod hasher_tests {
-    use super::*;
-    use std::hash::BuildHasher;
-
-    #[test]
-    fn id_hash_mixes_top_and_low_bits() {
-        let b = BuildHasherDefault::<IdHasher>::default();
-        let tags: std::collections::HashSet<u64> =
-            (0u32..4096).map(|i| b.hash_one(i) >> 57).collect();
-        assert!(
-            tags.len() > 100,
-            "top 7 bits must vary: {} distinct",
-            tags.len()
-        );
-        let lows: std::collections::HashSet<u64> =
-            (0u32..4096).map(|i| b.hash_one(i * 1024) & 1023).collect();
-        assert!(
-            lows.len() > 500,
-            "low bits must vary for strided ids: {}",
-            lows.len()
-        );
     }
 }

@@ -8,8 +8,8 @@
 //! All integers and values are little-endian, as written by DiskANN, the
 //! big-ann-benchmarks tools and NumPy on every common platform.
 
-use crate::data::dtype::{DType, Element};
 use crate::data::matrix::{Matrix, MatrixView};
+use crate::elem::{DType, Element};
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::fs::File;

@@ -11,10 +11,10 @@
 //! sink ([`InRange`]): every pair within the radius is kept, then each query's
 //! hits are sorted by the same packed keys.
 
-use crate::data::dtype::Element;
 use crate::data::files::{GroundTruth, RangeGroundTruth};
 use crate::data::matrix::MatrixView;
 use crate::distance::Metric;
+use crate::elem::Element;
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::collections::BinaryHeap;
@@ -464,7 +464,7 @@ impl<T: Element> Ctx<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::data::dtype::DType;
+    use crate::elem::DType;
     use half::f16;
     use proptest::prelude::*;
     use rand::{Rng, SeedableRng};

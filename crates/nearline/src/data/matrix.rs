@@ -3,7 +3,7 @@
 //! A memory-mapped matrix lets the build stream data larger than its memory
 //! budget: pages are faulted in as rows are touched and can be evicted again.
 
-use crate::data::dtype::Element;
+use crate::elem::Element;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 

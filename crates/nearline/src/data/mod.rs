@@ -1,7 +1,6 @@
 //! Vector data: element types, vector files (fbin/u8bin/i8bin, fvecs/bvecs/ivecs,
 //! npy), memory-mapped matrices and exact ground truth.
 
-pub mod dtype;
 pub mod files;
 pub mod groundtruth;
 pub mod matrix;

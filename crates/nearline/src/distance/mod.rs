@@ -1,4 +1,5 @@
-//! Metrics and distance kernels.
+//! Metrics: what "distance" means for each similarity (the SIMD kernels
+//! they run on live in [`crate::kernels`]).
 //!
 //! Internally every metric is a *distance* (smaller is closer):
 //! * `L2`: squared Euclidean distance;
@@ -9,9 +10,8 @@
 //! Users see squared L2 distances, inner products and cosine similarities:
 //! [`Metric::to_user`] converts.
 
-pub mod kernels;
-
-use crate::data::dtype::Element;
+use crate::elem::Element;
+use crate::kernels;
 use serde::{Deserialize, Serialize};
 
 /// A similarity metric.

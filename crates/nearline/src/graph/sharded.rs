@@ -31,9 +31,9 @@ use super::vamana::{
     slack_degree, sum_f64, SearchScratch,
 };
 use super::{Graph, MatrixSpace, PointDistance, VamanaParams};
-use crate::data::dtype::Element;
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
+use crate::elem::Element;
 use crate::quant::kmeans::{kmeans, nearest_centroids, KMeansParams};
 use crate::util::BigBuf;
 use crate::{Error, Result};

@@ -1,8 +1,8 @@
 //! Point spaces: what a graph build needs to know about the points.
 
-use crate::data::dtype::Element;
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
+use crate::elem::Element;
 use rayon::prelude::*;
 
 /// Distances between the points of a build, by internal id.

@@ -24,8 +24,8 @@
 //! every list longer than `R`. The first pass uses α = 1, the last `params.alpha`.
 
 use super::{Graph, PointDistance};
-use crate::data::dtype::Element;
 use crate::data::matrix::MatrixView;
+use crate::elem::Element;
 use crate::{Error, Result};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

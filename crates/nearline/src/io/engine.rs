@@ -249,6 +249,29 @@ impl IoEngine {
         }
     }
 
+    /// Bytes this engine holds (rings and per-read bookkeeping; pread and
+    /// the fake engine hold nothing worth counting).
+    pub fn memory_bytes(&self) -> u64 {
+        match self {
+            #[cfg(target_os = "linux")]
+            IoEngine::Uring(e) => e.memory_bytes(),
+            IoEngine::Pread(_) | IoEngine::Fake(_) => 0,
+        }
+    }
+
+    /// Bytes an engine opened for `depth` reads in flight may hold.
+    pub fn bytes_for_depth(depth: usize) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            super::uring::ring_bytes(depth)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = depth;
+            0
+        }
+    }
+
     /// `"io_uring"`, `"io_uring-poll"`, `"pread"` or `"fake"`.
     pub fn name(&self) -> &'static str {
         match self {

@@ -15,17 +15,23 @@
 //! `NEARLINE_IO=pread`), and a fake engine for tests that completes out of
 //! order, with delays, and can fail reads.
 //!
+//! [`blocks`] reads single blocks for open-time loads, [`files`] reads and
+//! writes an index directory's manifest and sections (checked, durable).
 //! [`ceiling`] measures the disk's random-read rate through the same engine
 //! (the benchmark's same-run reference).
 
+pub mod blocks;
 pub mod buffer;
 pub mod ceiling;
 pub mod engine;
 pub mod fake;
+pub mod files;
 pub mod pread;
+pub mod staging;
 #[cfg(target_os = "linux")]
 pub mod uring;
 
+pub use blocks::BlockReader;
 pub use buffer::{AlignedBuf, BufferPool, ALIGN};
 pub use ceiling::{measure_read_ceiling, CeilingOptions, CeilingReport};
 pub use engine::{open_direct, Completion, EngineKind, IoEngine};

@@ -63,7 +63,19 @@ pub struct UringEngine {
     polling: bool,
 }
 
+/// Bytes of a ring for `depth` reads in flight: the submission queue
+/// entries and index array, the completion queue (twice the depth), the
+/// per-read slots, and the rings' page-rounded headers.
+pub fn ring_bytes(depth: usize) -> u64 {
+    depth as u64 * (64 + 4 + 2 * 16 + 48) + 8192
+}
+
 impl UringEngine {
+    /// Bytes this engine holds (see [`ring_bytes`]).
+    pub fn memory_bytes(&self) -> u64 {
+        ring_bytes(self.slots.len())
+    }
+
     /// A ring of `max(8, depth.next_power_of_two())` entries allowing up to
     /// `depth` reads in flight.
     pub fn new(file: Arc<File>, depth: u32) -> Result<Self> {

@@ -1,20 +1,16 @@
-//! The index format: a directory with a manifest and typed sections; the
-//! page file's page header, record placement and writer.
+//! Record placement: the `Layout` trait (node → block and slot, block →
+//! nodes, record decoding), the ID layout (DiskANN), the shuffled layout and
+//! its block-shuffling algorithms (Starling), the page-file writer and the
+//! blocking record reader for open-time loads.
 //!
-//! A *layout* answers "where is node v and what does its page hold". The ID
-//! layout (DiskANN) places node v in block `v / records_per_block`, so its
-//! id→location section is the identity and is not stored; a shuffled layout
-//! (Starling's block shuffling, `shuffle`) stores a position per node.
+//! The ID layout places node v in block `v / records_per_block`, so its
+//! id→location section is the identity and is not stored; a shuffled
+//! layout stores a position per node. Record bytes are decoded only here
+//! (through [`crate::format::page`]'s codec).
 
-pub mod format;
-pub mod page;
 pub mod placement;
-pub mod section;
 pub mod shuffle;
 pub mod writer;
 
-pub use format::{
-    BuildSpec, LayoutInfo, Manifest, SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR,
-};
-pub use page::{PageGeometry, PAGE_HEADER_BYTES};
-pub use placement::{AnyLayout, IdLayout, Layout, LayoutKind, ShuffledLayout};
+pub use crate::format::LayoutKind;
+pub use placement::{AnyLayout, IdLayout, Layout, RecordReader, ShuffledLayout};

@@ -6,51 +6,20 @@
 //! through a node→block map behind the same trait. The search loop is
 //! generic over the layout, so each layout gets its own monomorphic loop.
 
-use super::page::{PageGeometry, LAYOUT_SHUFFLED};
-use super::section::{SectionReader, SectionWriter};
+use crate::format::page::{block_records, verify_block, PageGeometry, RecordView, LAYOUT_SHUFFLED};
+use crate::format::LayoutKind;
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Magic of the id→location section of a shuffled layout.
-pub const LOCATION_MAGIC: &[u8; 4] = b"NLLO";
-/// Version of the id→location section this build writes and reads.
-pub const LOCATION_VERSION: u32 = 1;
 /// Marks an empty slot in a shuffled layout's position → node map.
 const EMPTY: u32 = u32::MAX;
 
-/// Which record placement an index is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LayoutKind {
-    /// DiskANN's: node v in block v / records_per_block.
-    Id,
-    /// Starling's block shuffling: a node shares its block with graph
-    /// neighbours (see `layout::shuffle`).
-    Shuffled,
-}
-
-impl LayoutKind {
-    /// Parses `id` or `shuffled`.
-    pub fn parse(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "id" => Ok(LayoutKind::Id),
-            "shuffled" => Ok(LayoutKind::Shuffled),
-            other => Err(Error::arg(format!(
-                "unknown layout {other:?}: expected id or shuffled"
-            ))),
-        }
-    }
-
-    /// `"id"` or `"shuffled"` (the manifest's layout kind).
-    pub fn name(self) -> &'static str {
-        match self {
-            LayoutKind::Id => "id",
-            LayoutKind::Shuffled => "shuffled",
-        }
-    }
-}
-
-/// Where records live in the page file.
+/// Where records live in the page file, and how a record of a verified
+/// block decodes: every reader of records (executor steps, page policies,
+/// caches, entry loads) goes through this trait, so a layout that stores
+/// more than a vector and an adjacency list (Gorgeous' replicated lists,
+/// AlayaLaser's neighbour codes) only adds an implementation.
 pub trait Layout: Send + Sync {
     /// Geometry of the page file (block size, record size, records per block).
     fn geometry(&self) -> &PageGeometry;
@@ -60,6 +29,29 @@ pub trait Layout: Send + Sync {
 
     /// Appends the ids of the nodes block `b` holds to `out`, in slot order.
     fn block_nodes(&self, b: u64, out: &mut Vec<u32>);
+
+    /// Checks a block read from disk (header, block number, CRC32C); the
+    /// error says which check failed.
+    #[inline]
+    fn verify(&self, block: &[u8], b: u64) -> std::result::Result<(), String> {
+        verify_block(block, b, self.geometry())
+    }
+
+    /// Records a verified block holds.
+    #[inline]
+    fn block_records(&self, block: &[u8]) -> usize {
+        block_records(block)
+    }
+
+    /// The record at `slot` of a verified block (in a 4-byte aligned buffer).
+    #[inline]
+    fn record<'a>(
+        &self,
+        block: &'a [u8],
+        slot: usize,
+    ) -> std::result::Result<RecordView<'a>, String> {
+        self.geometry().decode(block, slot)
+    }
 }
 
 /// DiskANN's ID layout: node v at block `v / records_per_block`, slot
@@ -168,43 +160,11 @@ impl ShuffledLayout {
         (self.loc.len() + self.members.len()) * 4
     }
 
-    /// The id→location section: magic `NLLO`, version, records per block,
-    /// node count, block count (u32 each), then one u32 position per node.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = SectionWriter::new(LOCATION_MAGIC, LOCATION_VERSION);
-        w.u32(self.geo.records_per_block as u32);
-        w.u32(self.loc.len() as u32);
-        w.u32(self.geo.n_blocks as u32);
-        w.u32(0);
-        w.u32s(&self.loc);
-        w.bytes
-    }
-
-    /// Reads the section written by [`ShuffledLayout::to_bytes`] for an index
-    /// of `n` nodes on `geo`; every field and position is checked.
-    pub fn from_bytes(path: &Path, bytes: &[u8], geo: PageGeometry, n: usize) -> Result<Self> {
-        let (mut r, _) = SectionReader::open(
-            path,
-            "id-to-location",
-            bytes,
-            LOCATION_MAGIC,
-            LOCATION_VERSION,
-        )?;
-        let rpb = r.u32("records per block")? as usize;
-        let count = r.u32("count")? as usize;
-        let blocks = r.u32("blocks")? as u64;
-        let _reserved = r.u32("reserved")?;
-        if rpb != geo.records_per_block || count != n || blocks != geo.n_blocks {
-            return Err(Error::corrupt(
-                path,
-                format!(
-                    "id-to-location section is for {count} nodes in {blocks} blocks of {rpb}; the index has {n} nodes in {} blocks of {}",
-                    geo.n_blocks, geo.records_per_block
-                ),
-            ));
-        }
-        r.expect_len(count.checked_mul(4).and_then(|b| b.checked_add(24)))?;
-        let loc = r.u32s(count, "positions")?;
+    /// Reads the `id_to_location` section of an index of `n` nodes on
+    /// `geo` ([`crate::format::location`]); every field and position is
+    /// checked.
+    pub fn from_section(path: &Path, bytes: &[u8], geo: PageGeometry, n: usize) -> Result<Self> {
+        let loc = crate::format::location::decode(path, bytes, &geo, n)?;
         ShuffledLayout::new(geo, loc)
             .map_err(|m| Error::corrupt(path, format!("id-to-location section: {m}")))
     }
@@ -272,11 +232,11 @@ impl AnyLayout {
         }
     }
 
-    /// `"id"` or `"shuffled"` (the manifest's layout kind).
-    pub fn kind(&self) -> &'static str {
+    /// The manifest's layout kind.
+    pub fn kind(&self) -> LayoutKind {
         match self {
-            AnyLayout::Id(_) => "id",
-            AnyLayout::Shuffled(_) => "shuffled",
+            AnyLayout::Id(_) => LayoutKind::Id,
+            AnyLayout::Shuffled(_) => LayoutKind::Shuffled,
         }
     }
 
@@ -291,6 +251,34 @@ impl AnyLayout {
     /// Records per block: the planner's input for choosing an executor.
     pub fn records_per_block(&self) -> usize {
         self.geometry().records_per_block
+    }
+}
+
+/// Blocking reads of single records, verified and decoded, for open-time
+/// loads (caches, entry points); searches go through the I/O engine.
+pub struct RecordReader {
+    blocks: crate::io::BlockReader,
+    layout: AnyLayout,
+}
+
+impl RecordReader {
+    /// Opens the page file at `path`, laid out by `layout`.
+    pub fn open(path: &Path, layout: &AnyLayout) -> Result<Self> {
+        Ok(RecordReader {
+            blocks: crate::io::BlockReader::open(path, layout.geometry().block_size)?,
+            layout: layout.clone(),
+        })
+    }
+
+    /// The record of node `v` (its block read, checked and decoded).
+    pub fn record(&mut self, v: u32) -> Result<RecordView<'_>> {
+        let (b, slot) = self.layout.locate(v);
+        let geo = *self.layout.geometry();
+        let path = self.blocks.path().to_path_buf();
+        let block = self.blocks.read(geo.block_offset(b))?;
+        verify_block(block, b, &geo).map_err(|m| Error::corrupt(&path, m))?;
+        geo.decode(block, slot)
+            .map_err(|m| Error::corrupt(&path, format!("node {v}: {m}")))
     }
 }
 
@@ -339,19 +327,19 @@ mod tests {
         l.block_nodes(0, &mut nodes);
         assert_eq!(nodes, vec![1, 4, 5, 3, 6, 0]);
         let path = Path::new("id_to_location.bin");
-        let b = l.to_bytes();
-        assert_eq!(ShuffledLayout::from_bytes(path, &b, geo, 7).unwrap(), l);
-        assert!(ShuffledLayout::from_bytes(path, &b, geo, 8).is_err());
-        assert!(ShuffledLayout::from_bytes(path, &b[..b.len() - 1], geo, 7).is_err());
+        let b = crate::format::location::encode(&geo, l.positions());
+        assert_eq!(ShuffledLayout::from_section(path, &b, geo, 7).unwrap(), l);
+        assert!(ShuffledLayout::from_section(path, &b, geo, 8).is_err());
+        assert!(ShuffledLayout::from_section(path, &b[..b.len() - 1], geo, 7).is_err());
         let mut bad = b.clone();
         bad[24..28].copy_from_slice(&30u32.to_le_bytes());
-        let e = ShuffledLayout::from_bytes(path, &bad, geo, 7)
+        let e = ShuffledLayout::from_section(path, &bad, geo, 7)
             .unwrap_err()
             .to_string();
         assert!(e.contains("past the last slot"), "{e}");
         let mut dup = b.clone();
         dup[24..28].copy_from_slice(&3u32.to_le_bytes());
-        let e = ShuffledLayout::from_bytes(path, &dup, geo, 7)
+        let e = ShuffledLayout::from_section(path, &dup, geo, 7)
             .unwrap_err()
             .to_string();
         assert!(e.contains("both placed"), "{e}");

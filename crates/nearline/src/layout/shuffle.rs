@@ -149,6 +149,14 @@ impl ShuffleAlgo {
             ShuffleAlgo::Bns => "bns",
         }
     }
+
+    /// Every algorithm's name.
+    pub fn names() -> Vec<&'static str> {
+        [ShuffleAlgo::Bnp, ShuffleAlgo::Bnf, ShuffleAlgo::Bns]
+            .iter()
+            .map(|a| a.name())
+            .collect()
+    }
 }
 
 /// Parameters of [`shuffle_blocks`].

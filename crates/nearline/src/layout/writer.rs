@@ -1,9 +1,9 @@
 //! Writes the page file of a layout from vectors and a graph.
 
-use super::page::{seal_block, PageGeometry};
 use super::placement::AnyLayout;
-use crate::data::dtype::Element;
 use crate::data::matrix::Matrix;
+use crate::elem::Element;
+use crate::format::page::{seal_block, PageGeometry, PAGE_HEADER_BYTES};
 use crate::graph::Graph;
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -76,7 +76,7 @@ pub fn write_pages<T: Element>(
                     } else {
                         data.row(v as usize)
                     };
-                    let off = super::page::PAGE_HEADER_BYTES + slot * geo.record_size;
+                    let off = PAGE_HEADER_BYTES + slot * geo.record_size;
                     let rec = &mut block[off..off + geo.record_size];
                     geo.write_record(rec, bytemuck::cast_slice(vector), graph.neighbors(v));
                 }

@@ -22,7 +22,7 @@
 //! results depend on the data, the parameters and the seed only, never on the
 //! number of threads of the caller's rayon pool.
 
-use crate::distance::kernels::l2_f32;
+use crate::kernels::l2_f32;
 use crate::{Error, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -89,10 +89,31 @@ pub(crate) fn kmeans_with_lb_budget(
     params: &KMeansParams,
     lb_max_entries: usize,
 ) -> Result<KMeansResult> {
+    kmeans_cancellable(data, dim, params, lb_max_entries, None)
+}
+
+/// [`kmeans_with_lb_budget`] that stops with [`Error::Cancelled`] soon
+/// after `cancel` is set (checked at every seed and every iteration).
+pub(crate) fn kmeans_cancellable(
+    data: &[f32],
+    dim: usize,
+    params: &KMeansParams,
+    lb_max_entries: usize,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<KMeansResult> {
     let n = validate(data, dim, params.k)?;
     let use_lb =
         dim >= LOWER_BOUNDS_MIN_DIM && n.checked_mul(params.k).is_some_and(|e| e <= lb_max_entries);
-    Ok(run(data, dim, n, params, use_lb))
+    run(data, dim, n, params, use_lb, cancel)
+}
+
+/// Fails with [`Error::Cancelled`] once `cancel` is set.
+#[inline]
+fn check(cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<()> {
+    match cancel {
+        Some(c) if c.load(std::sync::atomic::Ordering::Relaxed) => Err(Error::Cancelled),
+        _ => Ok(()),
+    }
 }
 
 /// Checks the arguments; returns the number of rows.
@@ -139,10 +160,17 @@ fn dist(a: &[f32], b: &[f32]) -> f32 {
     l2_f32(a, b).sqrt()
 }
 
-fn run(data: &[f32], dim: usize, n: usize, params: &KMeansParams, use_lb: bool) -> KMeansResult {
+fn run(
+    data: &[f32],
+    dim: usize,
+    n: usize,
+    params: &KMeansParams,
+    use_lb: bool,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<KMeansResult> {
     let k = params.k;
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
-    let (mut centroids, mut assign, d2) = seed_plusplus(data, dim, n, k, &mut rng);
+    let (mut centroids, mut assign, d2) = seed_plusplus(data, dim, n, k, &mut rng, cancel)?;
     let mut upper: Vec<f32> = d2.iter().map(|d| d.sqrt()).collect();
     drop(d2);
     let mut lower: Vec<f32> = if use_lb { vec![0.0; n * k] } else { Vec::new() };
@@ -157,6 +185,7 @@ fn run(data: &[f32], dim: usize, n: usize, params: &KMeansParams, use_lb: bool) 
     let mut iters = 0;
     let mut old = vec![0.0f32; k * dim];
     while iters < params.max_iters {
+        check(cancel)?;
         old.copy_from_slice(&centroids);
         let moved = update_centroids(data, dim, n, k, &mut assign, &mut centroids);
         iters += 1;
@@ -206,12 +235,12 @@ fn run(data: &[f32], dim: usize, n: usize, params: &KMeansParams, use_lb: bool) 
     let inertia = chunked_sum(n, |i| {
         l2_f32(row(data, dim, i), row(&centroids, dim, assign[i] as usize)) as f64
     });
-    KMeansResult {
+    Ok(KMeansResult {
         centroids,
         assignment: assign,
         iters,
         inertia,
-    }
+    })
 }
 
 /// Sum of `f(i)` over `0..n`, each fixed-size chunk summed in order and the
@@ -232,7 +261,8 @@ fn seed_plusplus(
     n: usize,
     k: usize,
     rng: &mut ChaCha8Rng,
-) -> (Vec<f32>, Vec<u32>, Vec<f32>) {
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<(Vec<f32>, Vec<u32>, Vec<f32>)> {
     let mut cent = Vec::with_capacity(k * dim);
     let first = rng.random_range(0..n);
     cent.extend_from_slice(row(data, dim, first));
@@ -259,6 +289,7 @@ fn seed_plusplus(
     let prune = dim >= SEED_PRUNE_MIN_DIM;
     let mut hsq = vec![0.0f32; k];
     for t in 1..k {
+        check(cancel)?;
         let total: f64 = sums.iter().sum();
         let pick = if total > 0.0 && total.is_finite() {
             sample_d2(rng, &d2, &sums, total)
@@ -300,7 +331,7 @@ fn seed_plusplus(
                 *s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
             });
     }
-    (cent, best, d2)
+    Ok((cent, best, d2))
 }
 
 /// Draws an index with probability proportional to `d2`.

@@ -21,27 +21,21 @@
 //! Centroids are stored chunk after chunk, each chunk as 256 rows of its
 //! chunk dimension.
 
-use crate::data::dtype::Element;
 use crate::data::matrix::MatrixView;
 use crate::distance::Metric;
-use crate::quant::kmeans::{kmeans_with_lb_budget, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES};
+use crate::elem::Element;
+use crate::quant::kmeans::{kmeans_cancellable, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES};
 use crate::{Error, Result};
 use rayon::prelude::*;
-use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 /// Codewords per chunk (one byte per chunk code).
 pub const PQ_CENTROIDS: usize = 256;
 
-/// Magic bytes opening a serialised codebook.
-pub const PQ_MAGIC: [u8; 4] = *b"NLPQ";
-
-/// Serialisation format version written by [`PqCodebook::to_bytes`].
-pub const PQ_FORMAT_VERSION: u32 = 1;
-
 /// Elkan iterations per chunk during training.
 pub const PQ_TRAIN_ITERS: usize = 12;
 
-/// Largest number of PQ bytes per vector [`pq_bytes_for_budget`] returns.
+/// Largest number of PQ bytes per vector the planner chooses by itself.
 pub const PQ_MAX_BYTES: usize = 512;
 
 /// Rows per parallel work item when encoding.
@@ -63,18 +57,6 @@ pub struct PqCodebook {
     /// 256 floats (dimension-major), so that distances from one sub-vector to
     /// all 256 centroids vectorise. Derived from `centroids`.
     centroids_t: Vec<f32>,
-}
-
-/// Number of PQ bytes (chunks) per vector so that `n` codes fit in
-/// `budget_bytes`, following DiskANN's rule: `floor(budget_bytes / n)`,
-/// clamped to `[1, min(dim, 512)]`. With `n == 0` the upper limit is returned.
-pub fn pq_bytes_for_budget(n: usize, dim: usize, budget_bytes: u64) -> usize {
-    let hi = dim.clamp(1, PQ_MAX_BYTES);
-    if n == 0 {
-        return hi;
-    }
-    let per = budget_bytes / n as u64;
-    (per.min(hi as u64) as usize).max(1)
 }
 
 /// `m + 1` boundaries splitting `0..dim` into `m` contiguous ranges whose sizes
@@ -124,6 +106,20 @@ impl PqCodebook {
     /// iterations; with fewer than 256 sample rows the centroids are repeated
     /// to fill 256 slots (duplicates are harmless).
     pub fn train(sample: &[f32], dim: usize, m: usize, metric: Metric, seed: u64) -> Result<Self> {
+        Self::train_cancellable(sample, dim, m, metric, seed, &AtomicBool::new(false))
+    }
+
+    /// [`PqCodebook::train`] that stops with [`Error::Cancelled`] soon
+    /// after `cancel` is set (each chunk's k-means checks it at every seed
+    /// and iteration).
+    pub fn train_cancellable(
+        sample: &[f32],
+        dim: usize,
+        m: usize,
+        metric: Metric,
+        seed: u64,
+        cancel: &AtomicBool,
+    ) -> Result<Self> {
         if dim == 0 {
             return Err(Error::arg("PQ training: dim must be at least 1"));
         }
@@ -183,7 +179,8 @@ impl PqCodebook {
                     max_iters: PQ_TRAIN_ITERS,
                     seed: mix(seed, j as u64),
                 };
-                let mut c = kmeans_with_lb_budget(&sub, cd, &params, lb_budget)?.centroids;
+                let mut c =
+                    kmeans_cancellable(&sub, cd, &params, lb_budget, Some(cancel))?.centroids;
                 c.reserve(PQ_CENTROIDS * cd - c.len());
                 for r in k..PQ_CENTROIDS {
                     let src = (r % k) * cd;
@@ -196,25 +193,51 @@ impl PqCodebook {
         for c in per_chunk {
             centroids.extend_from_slice(&c?);
         }
-        Ok(Self::from_parts(dim, m, offsets, centroids, center))
+        Self::from_parts(dim, m, offsets, centroids, center).map_err(Error::arg)
     }
 
-    fn from_parts(
+    /// A codebook from its parts (what [`crate::format::pq`] stores): `m + 1`
+    /// increasing chunk offsets from 0 to `dim`, a `dim`-vector centre and
+    /// `256 × dim` centroid values, all finite. The error names the part.
+    pub fn from_parts(
         dim: usize,
         m: usize,
         chunk_offsets: Vec<u32>,
         centroids: Vec<f32>,
         center: Vec<f32>,
-    ) -> Self {
+    ) -> std::result::Result<Self, String> {
+        if dim == 0 || m == 0 || m > dim {
+            return Err(format!("dim = {dim}, m = {m}: expected 1 <= m <= dim"));
+        }
+        if chunk_offsets.len() != m + 1
+            || chunk_offsets[0] != 0
+            || chunk_offsets[m] as usize != dim
+            || chunk_offsets.windows(2).any(|w| w[1] <= w[0])
+        {
+            return Err(format!(
+                "chunk offsets {chunk_offsets:?} must increase from 0 to dim = {dim} in {m} non-empty chunks"
+            ));
+        }
+        if center.len() != dim || centroids.len() != PQ_CENTROIDS * dim {
+            return Err(format!(
+                "{} centre and {} centroid values, expected {dim} and {}",
+                center.len(),
+                centroids.len(),
+                PQ_CENTROIDS * dim
+            ));
+        }
+        if center.iter().chain(&centroids).any(|x| !x.is_finite()) {
+            return Err("the codebook holds a non-finite value".into());
+        }
         let centroids_t = transpose(&chunk_offsets, &centroids);
-        PqCodebook {
+        Ok(PqCodebook {
             dim,
             m,
             chunk_offsets,
             centroids,
             center,
             centroids_t,
-        }
+        })
     }
 
     /// Vector dimension.
@@ -371,110 +394,6 @@ impl PqCodebook {
             }
             out.copy_from_slice(&acc);
         }
-    }
-
-    /// Serialises the codebook (little-endian, self-describing header).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(
-            16 + 4 * (self.chunk_offsets.len() + self.center.len() + self.centroids.len()),
-        );
-        b.extend_from_slice(&PQ_MAGIC);
-        b.extend_from_slice(&PQ_FORMAT_VERSION.to_le_bytes());
-        b.extend_from_slice(&(self.dim as u32).to_le_bytes());
-        b.extend_from_slice(&(self.m as u32).to_le_bytes());
-        for &o in &self.chunk_offsets {
-            b.extend_from_slice(&o.to_le_bytes());
-        }
-        for &v in self.center.iter().chain(&self.centroids) {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b
-    }
-
-    /// Parses [`Self::to_bytes`] output; `path` is named in errors.
-    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let fmt = |msg: String| Error::format(path, format!("PQ codebook: {msg}"));
-        if bytes.len() < 16 {
-            return Err(fmt(format!(
-                "{} bytes, shorter than the 16-byte header",
-                bytes.len()
-            )));
-        }
-        if bytes[0..4] != PQ_MAGIC {
-            return Err(fmt(format!(
-                "magic is {:?}, expected {:?}",
-                &bytes[0..4],
-                PQ_MAGIC
-            )));
-        }
-        let word =
-            |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-        let version = word(4);
-        if version != PQ_FORMAT_VERSION {
-            return Err(Error::Version {
-                path: path.to_path_buf(),
-                msg: format!(
-                    "PQ codebook format version {version}, this build reads version {PQ_FORMAT_VERSION}"
-                ),
-            });
-        }
-        let dim = word(8) as usize;
-        let m = word(12) as usize;
-        if dim == 0 {
-            return Err(fmt("dim is 0, expected at least 1".into()));
-        }
-        if m == 0 || m > dim {
-            return Err(fmt(format!("m = {m}, expected 1 <= m <= dim = {dim}")));
-        }
-        let expect = (m + 1)
-            .checked_add(dim)
-            .and_then(|w| w.checked_add(dim.checked_mul(PQ_CENTROIDS)?))
-            .and_then(|w| w.checked_mul(4))
-            .and_then(|w| w.checked_add(16))
-            .ok_or_else(|| fmt(format!("dim = {dim} is too large")))?;
-        if bytes.len() != expect {
-            return Err(fmt(format!(
-                "{} bytes, expected {expect} for dim = {dim}, m = {m}",
-                bytes.len()
-            )));
-        }
-        let mut at = 16;
-        let mut offsets = Vec::with_capacity(m + 1);
-        for _ in 0..=m {
-            offsets.push(word(at));
-            at += 4;
-        }
-        if offsets[0] != 0 || offsets[m] as usize != dim {
-            return Err(fmt(format!(
-                "chunk offsets run from {} to {}, expected 0 to dim = {dim}",
-                offsets[0], offsets[m]
-            )));
-        }
-        if let Some(j) = offsets.windows(2).position(|w| w[1] <= w[0]) {
-            return Err(fmt(format!(
-                "chunk offsets[{}] = {} is not greater than offsets[{j}] = {}: chunks must be non-empty and increasing",
-                j + 1,
-                offsets[j + 1],
-                offsets[j]
-            )));
-        }
-        let mut floats = |count: usize, field: &str| -> Result<Vec<f32>> {
-            let mut v = Vec::with_capacity(count);
-            for i in 0..count {
-                let x = f32::from_bits(word(at));
-                at += 4;
-                if !x.is_finite() {
-                    return Err(fmt(format!(
-                        "{field}[{i}] is {x}, expected a finite number"
-                    )));
-                }
-                v.push(x);
-            }
-            Ok(v)
-        };
-        let center = floats(dim, "center")?;
-        let centroids = floats(PQ_CENTROIDS * dim, "centroids")?;
-        Ok(Self::from_parts(dim, m, offsets, centroids, center))
     }
 }
 
@@ -670,7 +589,7 @@ pub fn adc(table: &[f32], code: &[u8]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distance::kernels::{dot_f32, l2_f32};
+    use crate::kernels::{dot_f32, l2_f32};
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
@@ -836,74 +755,7 @@ mod tests {
                 .install(|| PqCodebook::train(&data, 16, 4, Metric::L2, 99).unwrap())
         };
         let (a, b) = (train(1), train(3));
-        assert_eq!(a.to_bytes(), b.to_bytes());
-    }
-
-    #[test]
-    fn serialization_round_trip_and_corruption() {
-        let data = clustered(500, 9, 7, 1.0, 10);
-        let pq = PqCodebook::train(&data, 9, 4, Metric::L2, 4).unwrap();
-        let bytes = pq.to_bytes();
-        assert_eq!(&bytes[..4], b"NLPQ");
-        let p = Path::new("pq.bin");
-        let back = PqCodebook::from_bytes(p, &bytes).unwrap();
-        assert_eq!(back, pq);
-
-        let is_format = |r: Result<PqCodebook>| matches!(r, Err(Error::Format { .. }));
-        for len in [0, 3, 15, 16, 20, bytes.len() - 1] {
-            assert!(
-                is_format(PqCodebook::from_bytes(p, &bytes[..len])),
-                "len {len}"
-            );
-        }
-        let mut longer = bytes.clone();
-        longer.push(0);
-        assert!(is_format(PqCodebook::from_bytes(p, &longer)));
-        let patch = |at: usize, v: &[u8]| {
-            let mut b = bytes.clone();
-            b[at..at + v.len()].copy_from_slice(v);
-            b
-        };
-        assert!(is_format(PqCodebook::from_bytes(p, &patch(0, b"XLPQ"))));
-        assert!(matches!(
-            PqCodebook::from_bytes(p, &patch(4, &2u32.to_le_bytes())),
-            Err(Error::Version { .. })
-        ));
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(8, &0u32.to_le_bytes())
-        )));
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(12, &0u32.to_le_bytes())
-        )));
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(12, &10u32.to_le_bytes())
-        )));
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(8, &u32::MAX.to_le_bytes())
-        )));
-        // Offsets: [0, 3, 5, 7, 9]; make one chunk empty, then move the end.
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(20, &0u32.to_le_bytes())
-        )));
-        assert!(is_format(PqCodebook::from_bytes(
-            p,
-            &patch(32, &8u32.to_le_bytes())
-        )));
-        // Non-finite center and centroid values name the field.
-        let center_at = 16 + 4 * 5;
-        let e = PqCodebook::from_bytes(p, &patch(center_at + 4, &f32::NAN.to_le_bytes()))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("center[1]") && e.contains("pq.bin"), "{e}");
-        let e = PqCodebook::from_bytes(p, &patch(bytes.len() - 4, &f32::INFINITY.to_le_bytes()))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("centroids[2303]"), "{e}");
+        assert_eq!(a, b);
     }
 
     #[test]
@@ -919,18 +771,6 @@ mod tests {
         assert!(PqCodebook::train(&bad, 8, 2, Metric::InnerProduct, 0).is_err());
     }
 
-    #[test]
-    fn budget_rule() {
-        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
-        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 500_000_000), 128);
-        assert_eq!(pq_bytes_for_budget(1_000, 4096, u64::MAX), 512);
-        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 10), 1);
-        assert_eq!(pq_bytes_for_budget(0, 96, 0), 96);
-        assert_eq!(pq_bytes_for_budget(10, 0, 1000), 1);
-    }
-
-    /// Speed check, not run by default:
-    /// `cargo test -p nearline --release pq_speed -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn pq_speed() {

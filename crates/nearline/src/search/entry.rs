@@ -14,125 +14,45 @@
 //!   them all and starts from the nearest plus the medoid (the global entry).
 
 use super::stats::QueryStats;
-use crate::data::dtype::Element;
-use crate::data::matrix::Matrix;
 use crate::distance::Metric;
+use crate::elem::Element;
 use crate::graph::nav::NavGraph;
 use crate::graph::SearchScratch;
-use crate::layout::page::RecordReader;
-use crate::layout::section::{check_finite_elems, SectionReader, SectionWriter};
-use crate::layout::AnyLayout;
-use crate::quant::kmeans::{kmeans_with_lb_budget, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES};
-use crate::{Error, Result};
+use crate::layout::{AnyLayout, RecordReader};
+use crate::Result;
 use rand::SeedableRng;
 use std::cell::RefCell;
 use std::path::Path;
 
-/// Default list size of the navigation-graph search (see docs/architecture.md).
-pub const DEFAULT_NAV_L: usize = 32;
-/// Default number of navigation-graph seeds per query (see docs/architecture.md).
-pub const DEFAULT_NAV_SEEDS: usize = 1;
 /// Largest number of navigation-graph seeds accepted.
 pub const MAX_NAV_SEEDS: usize = 256;
 /// Largest navigation-graph list size accepted.
 pub const MAX_NAV_L: usize = 4096;
-/// Largest `entry_clusters` accepted.
-pub const MAX_ENTRY_CLUSTERS: usize = 65_536;
-/// Magic of the centroid-entry section.
-pub const CENTROIDS_MAGIC: &[u8; 4] = b"NLEC";
-/// Version of the centroid-entry section this code writes and reads.
-pub const CENTROIDS_VERSION: u32 = 1;
-/// k-means iterations for the centroid entries.
-const CENTROID_ITERS: usize = 10;
-/// Rows the centroid k-means samples: at least this many (or all)...
-const CENTROID_MIN_SAMPLE: usize = 32_768;
-/// ...and at least this many per centroid.
-const CENTROID_SAMPLE_PER_CLUSTER: usize = 64;
 
-/// Which entry-point kind an open index uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EntryKind {
-    /// The navigation graph if the index has one, else the centroid entries
-    /// if it has them, else sampled entries when `entry_points > 0`, else
-    /// the medoid.
-    #[default]
-    Auto,
+/// The entry points an open index uses (resolved by the planner; no
+/// `auto` here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryPlan {
+    /// Every query starts from the medoid.
     Medoid,
-    Sampled,
-    Nav,
+    /// `count` sampled nodes held in memory.
+    Sampled { count: usize },
+    /// The navigation graph, searched with list size `l` for `seeds` seeds.
+    Nav { l: usize, seeds: usize },
+    /// The centroid entries.
     Centroids,
 }
 
-impl EntryKind {
-    /// Parses `auto | medoid | sampled | nav | centroids`.
-    pub fn parse(s: &str) -> Result<EntryKind> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Ok(EntryKind::Auto),
-            "medoid" => Ok(EntryKind::Medoid),
-            "sampled" => Ok(EntryKind::Sampled),
-            "nav" => Ok(EntryKind::Nav),
-            "centroids" => Ok(EntryKind::Centroids),
-            other => Err(Error::arg(format!(
-                "unknown entry kind {other:?}: expected \"auto\", \"medoid\", \"sampled\", \"nav\" or \"centroids\""
-            ))),
-        }
-    }
-    /// Name used by the APIs and `info()`.
-    pub fn name(self) -> &'static str {
+impl EntryPlan {
+    /// `"medoid"`, `"sampled"`, `"nav"` or `"centroids"`.
+    pub fn name(&self) -> &'static str {
         match self {
-            EntryKind::Auto => "auto",
-            EntryKind::Medoid => "medoid",
-            EntryKind::Sampled => "sampled",
-            EntryKind::Nav => "nav",
-            EntryKind::Centroids => "centroids",
+            EntryPlan::Medoid => "medoid",
+            EntryPlan::Sampled { .. } => "sampled",
+            EntryPlan::Nav { .. } => "nav",
+            EntryPlan::Centroids => "centroids",
         }
     }
-}
-
-impl std::fmt::Display for EntryKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Resolves `kind` for an index that has (or lacks) a navigation graph and
-/// centroid entries; asking for a kind the index lacks is an error naming
-/// the option that provides it.
-pub fn resolve_kind(
-    kind: EntryKind,
-    has_nav: bool,
-    has_centroids: bool,
-    entry_points: usize,
-) -> Result<EntryKind> {
-    let resolved = match kind {
-        EntryKind::Auto if has_nav => EntryKind::Nav,
-        EntryKind::Auto if has_centroids => EntryKind::Centroids,
-        EntryKind::Auto if entry_points > 0 => EntryKind::Sampled,
-        EntryKind::Auto => EntryKind::Medoid,
-        EntryKind::Nav if !has_nav => {
-            return Err(Error::arg(
-                "entry=\"nav\": this index has no navigation graph; rebuild it with nav_sample > 0 (CLI: --nav-sample, e.g. 0.01)",
-            ))
-        }
-        EntryKind::Centroids if !has_centroids => {
-            return Err(Error::arg(
-                "entry=\"centroids\": this index has no centroid entries; rebuild it with entry_clusters > 0 (CLI: --entry-clusters, e.g. 300)",
-            ))
-        }
-        EntryKind::Sampled if entry_points == 0 => {
-            return Err(Error::arg(
-                "entry=\"sampled\" needs entry_points > 0 (the number of sampled nodes held in memory)",
-            ))
-        }
-        k => k,
-    };
-    if entry_points > 0 && resolved != EntryKind::Sampled && kind != EntryKind::Auto {
-        return Err(Error::arg(format!(
-            "entry_points={entry_points} applies to entry=\"sampled\" only, not entry={:?}",
-            kind.name()
-        )));
-    }
-    Ok(resolved)
 }
 
 /// Reads the vectors of `count` nodes sampled uniformly (deterministically
@@ -160,9 +80,8 @@ pub fn load_sampled_entries<T: Element>(
     let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
     for &v in &ids {
         let rec = reader.record(v)?;
-        let bytes = &rec[..geo.vector_bytes];
         vecs.extend(
-            bytes
+            rec.vector
                 .chunks_exact(std::mem::size_of::<T>())
                 .map(bytemuck::pod_read_unaligned::<T>),
         );
@@ -205,134 +124,6 @@ impl<T: Element> EntrySet<T> {
     pub fn memory_bytes(&self) -> usize {
         self.ids.capacity() * 4 + self.vecs.capacity() * std::mem::size_of::<T>()
     }
-
-    /// The centroid-entry section bytes: magic `NLEC`, version, element
-    /// size, dim, count, a reserved u32, count × u32 base ids, then
-    /// count × dim elements.
-    pub fn to_centroid_bytes(&self) -> Vec<u8> {
-        let mut w = SectionWriter::new(CENTROIDS_MAGIC, CENTROIDS_VERSION);
-        w.u32(std::mem::size_of::<T>() as u32);
-        w.u32(self.dim as u32);
-        w.u32(self.ids.len() as u32);
-        w.u32(0);
-        w.u32s(&self.ids);
-        w.elems(&self.vecs);
-        w.bytes
-    }
-
-    /// Parses and checks a centroid-entry section for an index of `n`
-    /// points of dimension `dim`.
-    pub fn from_centroid_bytes(path: &Path, bytes: &[u8], dim: usize, n: usize) -> Result<Self> {
-        let (mut r, _version) = SectionReader::open(
-            path,
-            "centroid entries",
-            bytes,
-            CENTROIDS_MAGIC,
-            CENTROIDS_VERSION,
-        )?;
-        let count = r.vector_header::<T>(dim, n)?;
-        let _reserved = r.u32("reserved")?;
-        let expected = count
-            .checked_mul(4 + dim * std::mem::size_of::<T>())
-            .and_then(|a| a.checked_add(24));
-        r.expect_len(expected)?;
-        let ids = r.u32s(count, "ids")?;
-        if let Some(i) = ids.iter().position(|&v| v as usize >= n) {
-            return Err(r.err(format!("entry {i} has base id {} ≥ n = {n}", ids[i])));
-        }
-        let vecs: Vec<T> = r.elems(count * dim, "vectors")?;
-        check_finite_elems(&r, &vecs, dim)?;
-        r.finish()?;
-        Ok(EntrySet { dim, ids, vecs })
-    }
-}
-
-/// Rows of the centroid k-means sample: `max(64·C, 32768)` (all rows when
-/// fewer), fewer when half of `budget` cannot hold them as f32, never fewer
-/// than `C`.
-fn centroid_sample_rows(n: usize, dim: usize, clusters: usize, budget: u64) -> usize {
-    let want = (clusters * CENTROID_SAMPLE_PER_CLUSTER).max(CENTROID_MIN_SAMPLE);
-    let by_budget = (budget / 2 / (dim as u64 * 4).max(1)).min(usize::MAX as u64) as usize;
-    want.min(by_budget).max(clusters).min(n)
-}
-
-/// Checks `entry_clusters` against the number of points.
-pub fn check_entry_clusters(clusters: usize, n: usize) -> Result<()> {
-    if clusters > n || clusters > MAX_ENTRY_CLUSTERS {
-        return Err(Error::arg(format!(
-            "entry_clusters={clusters} must be at most the number of vectors ({n}) and at most {MAX_ENTRY_CLUSTERS} (0 = none; AlayaLaser uses 300-500)"
-        )));
-    }
-    Ok(())
-}
-
-/// AlayaLaser's centroid entries: k-means with `clusters` centroids over a
-/// uniform sample of `data` (deterministic for `seed`), then, for each
-/// centroid, the sample member nearest to it (squared L2) with its vector.
-/// `build_budget` bounds the sample and the k-means scratch. Runs on the
-/// caller's rayon pool.
-pub fn build_centroid_entries<T: Element>(
-    data: &Matrix<T>,
-    clusters: usize,
-    seed: u64,
-    build_budget: u64,
-) -> Result<Option<EntrySet<T>>> {
-    let (n, dim) = (data.n(), data.dim());
-    check_entry_clusters(clusters, n)?;
-    if clusters == 0 {
-        return Ok(None);
-    }
-    let rows_n = centroid_sample_rows(n, dim, clusters, build_budget);
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x454e_5452_435e_4e54);
-    let mut rows: Vec<usize> = if rows_n >= n {
-        (0..n).collect()
-    } else {
-        rand::seq::index::sample(&mut rng, n, rows_n).into_vec()
-    };
-    rows.sort_unstable();
-    let mut sample = Vec::with_capacity(rows.len() * dim);
-    let mut released = 0usize;
-    for &r in &rows {
-        sample.extend(data.row(r).iter().map(|x| x.to_f32()));
-        if r >= released + 8192 {
-            data.release_rows(released, r);
-            released = r;
-        }
-    }
-    data.release_rows(0, n);
-    let lb_entries =
-        ((build_budget / 2 / 4).min(usize::MAX as u64) as usize).min(LOWER_BOUNDS_MAX_ENTRIES);
-    let km = kmeans_with_lb_budget(
-        &sample,
-        dim,
-        &KMeansParams {
-            k: clusters,
-            max_iters: CENTROID_ITERS,
-            seed: seed ^ 0x4345_4e54_524f_4944,
-        },
-        lb_entries,
-    )?;
-    // The member nearest to each centroid (ties: the lower row).
-    let mut best: Vec<Option<(f32, usize)>> = vec![None; clusters];
-    for (i, &c) in km.assignment.iter().enumerate() {
-        let c = c as usize;
-        let x = &sample[i * dim..(i + 1) * dim];
-        let d = crate::distance::kernels::l2_f32(x, &km.centroids[c * dim..(c + 1) * dim]);
-        if best[c].is_none_or(|b| d < b.0) {
-            best[c] = Some((d, i));
-        }
-    }
-    drop(sample);
-    let mut ids = Vec::with_capacity(clusters);
-    let mut vecs = Vec::with_capacity(clusters * dim);
-    // Clusters left empty (duplicate points) get no entry.
-    for (_, i) in best.into_iter().flatten() {
-        let v = rows[i];
-        ids.push(v as u32);
-        vecs.extend_from_slice(data.row(v));
-    }
-    data.release_rows(0, n);
-    Ok(Some(EntrySet { dim, ids, vecs }))
 }
 
 thread_local! {
@@ -434,13 +225,16 @@ impl<T: Element> EntryPoints<T> {
         }
     }
 
-    /// The kind of these entry points.
-    pub fn kind(&self) -> EntryKind {
+    /// The resolved plan of these entry points.
+    pub fn plan(&self) -> EntryPlan {
         match self {
-            EntryPoints::Medoid(_) => EntryKind::Medoid,
-            EntryPoints::Sampled { .. } => EntryKind::Sampled,
-            EntryPoints::Nav { .. } => EntryKind::Nav,
-            EntryPoints::Centroids { .. } => EntryKind::Centroids,
+            EntryPoints::Medoid(_) => EntryPlan::Medoid,
+            EntryPoints::Sampled { set, .. } => EntryPlan::Sampled { count: set.len() },
+            EntryPoints::Nav { l, seeds, .. } => EntryPlan::Nav {
+                l: *l,
+                seeds: *seeds,
+            },
+            EntryPoints::Centroids { .. } => EntryPlan::Centroids,
         }
     }
 
@@ -459,83 +253,21 @@ impl<T: Element> EntryPoints<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::matrix::Matrix;
     use crate::graph::vamana::tests::clustered;
-
-    #[test]
-    fn kinds_parse_and_resolve() {
-        for k in ["auto", "medoid", "sampled", "nav", "centroids"] {
-            assert_eq!(EntryKind::parse(k).unwrap().name(), k);
-        }
-        let e = EntryKind::parse("bogus").unwrap_err().to_string();
-        assert!(e.contains("bogus") && e.contains("centroids"), "{e}");
-        use EntryKind::*;
-        assert_eq!(resolve_kind(Auto, true, true, 0).unwrap(), Nav);
-        assert_eq!(resolve_kind(Auto, false, true, 0).unwrap(), Centroids);
-        assert_eq!(resolve_kind(Auto, false, false, 0).unwrap(), Medoid);
-        assert_eq!(resolve_kind(Auto, false, false, 8).unwrap(), Sampled);
-        assert_eq!(resolve_kind(Medoid, true, true, 0).unwrap(), Medoid);
-        assert_eq!(resolve_kind(Sampled, true, true, 8).unwrap(), Sampled);
-        let e = resolve_kind(Nav, false, true, 0).unwrap_err().to_string();
-        assert!(e.contains("nav_sample"), "{e}");
-        let e = resolve_kind(Centroids, true, false, 0)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("entry_clusters"), "{e}");
-        let e = resolve_kind(Sampled, true, true, 0)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("entry_points"), "{e}");
-        let e = resolve_kind(Nav, true, true, 5).unwrap_err().to_string();
-        assert!(e.contains("entry_points"), "{e}");
-    }
-
-    #[test]
-    fn centroid_entries_are_cluster_representatives() {
-        let (n, dim) = (4000, 8);
-        let data = clustered(n, dim, 6, 7);
-        let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
-        let set = build_centroid_entries(&m, 20, 3, u64::MAX)
-            .unwrap()
-            .unwrap();
-        assert_eq!(set.len(), 20);
-        let mut uniq = set.ids.clone();
-        uniq.sort_unstable();
-        uniq.dedup();
-        assert_eq!(uniq.len(), 20, "one distinct node per centroid");
-        for (i, &v) in set.ids.iter().enumerate() {
-            assert_eq!(
-                &set.vecs[i * dim..(i + 1) * dim],
-                &data[v as usize * dim..(v as usize + 1) * dim]
-            );
-        }
-        // Deterministic for a seed.
-        let again = build_centroid_entries(&m, 20, 3, u64::MAX)
-            .unwrap()
-            .unwrap();
-        assert!(set == again);
-        // Round trip and damage.
-        let b = set.to_centroid_bytes();
-        let p = Path::new("c.bin");
-        assert!(EntrySet::<f32>::from_centroid_bytes(p, &b, dim, n).unwrap() == set);
-        let e = EntrySet::<f32>::from_centroid_bytes(p, &b[..b.len() - 3], dim, n).unwrap_err();
-        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
-        assert!(EntrySet::<f32>::from_centroid_bytes(p, &b, dim + 1, n).is_err());
-        assert!(EntrySet::<f32>::from_centroid_bytes(p, &b, dim, 10).is_err());
-        assert!(build_centroid_entries(&m, 0, 3, u64::MAX)
-            .unwrap()
-            .is_none());
-        let e = build_centroid_entries(&m, n + 1, 3, u64::MAX).unwrap_err();
-        assert!(e.to_string().contains("entry_clusters"), "{e}");
-    }
 
     #[test]
     fn seeds_of_each_kind() {
         let (n, dim) = (2000, 8);
         let data = clustered(n, dim, 6, 1);
         let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
-        let set = build_centroid_entries(&m, 12, 0, u64::MAX)
-            .unwrap()
-            .unwrap();
+        // Twelve entry nodes, one per 166 rows.
+        let ids: Vec<u32> = (0..12).map(|i| i * 166 + 3).collect();
+        let vecs: Vec<f32> = ids
+            .iter()
+            .flat_map(|&v| data[v as usize * dim..(v as usize + 1) * dim].to_vec())
+            .collect();
+        let set = EntrySet { dim, ids, vecs };
         let q = &data[5 * dim..6 * dim];
         let medoid = 17u32;
         let mut st = QueryStats::default();
@@ -573,7 +305,7 @@ mod tests {
         assert_eq!(medoid_out, vec![medoid]);
         assert!(medoid_found.is_empty());
         assert_eq!(st.exact_distances, 12);
-        assert_eq!(c.kind(), EntryKind::Centroids);
+        assert_eq!(c.plan(), EntryPlan::Centroids);
         let never = std::sync::atomic::AtomicBool::new(false);
         let nav = NavGraph::build(&m, Metric::L2, 0.05, 0, &never)
             .unwrap()

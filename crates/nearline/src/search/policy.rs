@@ -6,7 +6,8 @@
 //! executor issues those reads (and, for the pipeline, hands them to the
 //! kernel), then [`PagePolicy::deferred`] does the rest of the page's work
 //! while they are in flight — Starling's I/O–compute pipeline (Algorithm 2),
-//! expressed through the one executor loop.
+//! expressed through the one executor loop. Each policy keeps its own
+//! per-query state ([`PagePolicy::State`]).
 //!
 //! * [`TargetRecords`] (DiskANN): only the target records are used (exact
 //!   distance, then their neighbours scored and inserted).
@@ -16,44 +17,54 @@
 //!   other records are expanded while the next reads are in flight. A node
 //!   expanded this way is marked so it is never read or expanded again.
 
-use super::executor::{Env, Query};
+use super::query::{Env, Query};
 use super::scorer::Scorer;
-use crate::data::dtype::Element;
-use crate::layout::page::PAGE_HEADER_BYTES;
+use crate::cache::Cache;
+use crate::elem::Element;
 use crate::layout::Layout;
 use crate::{Error, Result};
 
 /// What to do with an arrived page.
 pub trait PagePolicy: Send + Sync {
+    /// What the policy keeps per query slot.
+    type State: Default + Send;
+
     /// Processes the verified page `page` of block `block`, read for the
     /// nodes `targets` of query `q`: the work the next reads depend on. Work
-    /// left in `q` for [`PagePolicy::deferred`] runs after they are issued.
-    fn on_page<T: Element, L: Layout, S: Scorer>(
+    /// left in `st` for [`PagePolicy::deferred`] runs after they are issued.
+    fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
         &self,
-        env: &Env<'_, T, L, S>,
+        env: &Env<'_, T, L, S, C>,
         q: &mut Query<T>,
+        st: &mut Self::State,
         block: u64,
         page: &[u8],
         targets: &[u32],
     ) -> Result<()>;
 
+    /// Whether `on_page` left work for [`PagePolicy::deferred`].
+    #[inline]
+    fn has_deferred(&self, _st: &Self::State) -> bool {
+        false
+    }
+
     /// The page's remaining work, run after the executor issued the reads
     /// `on_page` made possible (nothing by default).
     #[inline]
-    fn deferred<T: Element, L: Layout, S: Scorer>(
+    fn deferred<T: Element, L: Layout, S: Scorer, C: Cache>(
         &self,
-        _env: &Env<'_, T, L, S>,
+        _env: &Env<'_, T, L, S, C>,
         _q: &mut Query<T>,
+        _st: &mut Self::State,
         _page: &[u8],
     ) -> Result<()> {
         Ok(())
     }
-}
 
-/// Records in a verified page (its header's count).
-#[inline]
-fn page_records(page: &[u8]) -> u32 {
-    u16::from_le_bytes([page[6], page[7]]) as u32
+    /// Bytes a state holds.
+    fn state_bytes(_st: &Self::State) -> usize {
+        0
+    }
 }
 
 /// DiskANN's page policy: use only the records the page was read for.
@@ -61,20 +72,23 @@ fn page_records(page: &[u8]) -> u32 {
 pub struct TargetRecords;
 
 impl PagePolicy for TargetRecords {
+    type State = ();
+
     #[inline]
-    fn on_page<T: Element, L: Layout, S: Scorer>(
+    fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
         &self,
-        env: &Env<'_, T, L, S>,
+        env: &Env<'_, T, L, S, C>,
         q: &mut Query<T>,
+        _st: &mut (),
         _block: u64,
         page: &[u8],
         targets: &[u32],
     ) -> Result<()> {
         let geo = env.layout.geometry();
-        q.stats.page_records += page_records(page);
+        q.stats.page_records += env.layout.block_records(page) as u32;
         for &v in targets {
             let (_, slot) = env.layout.locate(v);
-            let rec = geo.record(page, slot);
+            let rec = q.record(env, page, v, slot)?;
             q.stats.used_bytes += geo.record_size as u64;
             q.stats.used_records += 1;
             q.expand_record(env, v, rec)?;
@@ -90,103 +104,117 @@ pub struct BlockSearch {
     pub sigma: f32,
 }
 
+/// Block search's per-query scratch.
+#[derive(Debug, Default)]
+pub struct BlockState {
+    /// The nodes of the page.
+    block_nodes: Vec<u32>,
+    /// (exact distance, node, slot) of the page's other records.
+    others: Vec<(f32, u32, u32)>,
+    /// (node, slot) of co-located records to expand once the next reads
+    /// are issued.
+    deferred: Vec<(u32, u32)>,
+}
+
 impl PagePolicy for BlockSearch {
-    fn on_page<T: Element, L: Layout, S: Scorer>(
+    type State = BlockState;
+
+    fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
         &self,
-        env: &Env<'_, T, L, S>,
+        env: &Env<'_, T, L, S, C>,
         q: &mut Query<T>,
+        st: &mut BlockState,
         block: u64,
         page: &[u8],
         targets: &[u32],
     ) -> Result<()> {
         let geo = env.layout.geometry();
-        let mut nodes = std::mem::take(&mut q.block_nodes);
-        nodes.clear();
-        env.layout.block_nodes(block, &mut nodes);
-        let held = page_records(page);
-        if held as usize != nodes.len()
-            || PAGE_HEADER_BYTES + nodes.len() * geo.record_size > page.len()
-        {
-            let n = nodes.len();
-            q.block_nodes = nodes;
+        st.block_nodes.clear();
+        env.layout.block_nodes(block, &mut st.block_nodes);
+        let held = env.layout.block_records(page);
+        if held != st.block_nodes.len() {
             return Err(Error::corrupt(
                 &env.data.pages_path,
-                format!("block {block} holds {held} records, the layout places {n} there"),
+                format!(
+                    "block {block} holds {held} records, the layout places {} there",
+                    st.block_nodes.len()
+                ),
             ));
         }
-        q.stats.page_records += held;
-        q.others.clear();
-        let mut result = Ok(());
-        for (slot, &u) in nodes.iter().enumerate() {
-            let rec = geo.record(page, slot);
-            let r = if targets.contains(&u) {
-                if q.colocated.contains_key(&u) {
-                    // Already expanded from an earlier page.
-                    Ok(())
-                } else {
+        q.stats.page_records += held as u32;
+        st.others.clear();
+        for slot in 0..st.block_nodes.len() {
+            let u = st.block_nodes[slot];
+            let rec = q.record(env, page, u, slot)?;
+            if targets.contains(&u) {
+                if !q.colocated.contains_key(&u) {
                     q.stats.used_bytes += geo.record_size as u64;
                     q.stats.used_records += 1;
-                    q.expand_record(env, u, rec)
+                    q.expand_record(env, u, rec)?;
                 }
+                // (Else already expanded from an earlier page.)
             } else {
-                match q.exact(env, u, rec) {
-                    Ok(d) => {
-                        if !q.colocated.contains_key(&u) {
-                            q.others.push((d, u, slot as u32));
-                        }
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
+                let d = q.exact(env, u, rec.vector)?;
+                if !q.colocated.contains_key(&u) {
+                    st.others.push((d, u, slot as u32));
                 }
-            };
-            if r.is_err() {
-                result = r;
-                break;
             }
         }
-        q.block_nodes = nodes;
-        result?;
         // Block pruning: keep the closest ceil(σ · others) (others = the
         // page's records besides its targets).
-        let others = (held as usize).saturating_sub(targets.len());
-        let keep = ((self.sigma as f64 * others as f64).ceil() as usize).min(q.others.len());
+        let others = held.saturating_sub(targets.len());
+        let keep = ((self.sigma as f64 * others as f64).ceil() as usize).min(st.others.len());
         if keep > 0 {
-            if keep < q.others.len() {
-                q.others.select_nth_unstable_by(keep - 1, |a, b| {
+            if keep < st.others.len() {
+                st.others.select_nth_unstable_by(keep - 1, |a, b| {
                     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
                 });
-                q.others.truncate(keep);
+                st.others.truncate(keep);
             }
             for i in 0..keep {
-                let (_, u, slot) = q.others[i];
+                let (_, u, slot) = st.others[i];
                 q.mark_colocated(env, u);
-                q.deferred.push((u, slot));
+                st.deferred.push((u, slot));
             }
         }
         Ok(())
     }
 
-    fn deferred<T: Element, L: Layout, S: Scorer>(
+    #[inline]
+    fn has_deferred(&self, st: &BlockState) -> bool {
+        !st.deferred.is_empty()
+    }
+
+    fn deferred<T: Element, L: Layout, S: Scorer, C: Cache>(
         &self,
-        env: &Env<'_, T, L, S>,
+        env: &Env<'_, T, L, S, C>,
         q: &mut Query<T>,
+        st: &mut BlockState,
         page: &[u8],
     ) -> Result<()> {
         let geo = env.layout.geometry();
-        let mut work = std::mem::take(&mut q.deferred);
         let mut r = Ok(());
-        for &(u, slot) in &work {
-            let rec = geo.record(page, slot as usize);
+        for &(u, slot) in &st.deferred {
+            let rec = match q.record(env, page, u, slot as usize) {
+                Ok(rec) => rec,
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            };
             q.stats.used_bytes += geo.record_size as u64;
             q.stats.used_records += 1;
             q.stats.colocated += 1;
-            r = q.expand(env, u, rec);
+            r = q.expand(env, u, rec.neighbours);
             if r.is_err() {
                 break;
             }
         }
-        work.clear();
-        q.deferred = work;
+        st.deferred.clear();
         r
+    }
+
+    fn state_bytes(st: &BlockState) -> usize {
+        st.block_nodes.capacity() * 4 + st.others.capacity() * 12 + st.deferred.capacity() * 8
     }
 }

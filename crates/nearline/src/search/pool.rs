@@ -2,10 +2,11 @@
 //! a buffer pool and scratch space, pulling queries from a shared counter.
 //! No rayon task per query: rayon is for builds.
 
-use super::executor::{run, IndexData, Scratch};
-use super::params::SearchParams;
+use super::executor::{run, Scratch};
+use super::index_data::IndexData;
+use super::plan::SearchPlan;
 use super::stats::QueryStats;
-use crate::data::dtype::Element;
+use crate::elem::Element;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -71,13 +72,14 @@ impl<T: Element> WorkerPool<T> {
         Ok(name)
     }
 
-    /// Searches `nq` row-major queries of dimension `data.dim` with `threads` workers.
+    /// Searches `nq` row-major queries of dimension `data.dim` with
+    /// `threads` workers, each interleaving `p.queries_in_flight` queries.
     pub fn search_batch(
         &self,
         data: &IndexData<T>,
         queries: &[f32],
         nq: usize,
-        p: &SearchParams,
+        p: &SearchPlan,
         threads: usize,
     ) -> Result<BatchResult> {
         p.check()?;
@@ -108,14 +110,6 @@ impl<T: Element> WorkerPool<T> {
             return Ok(out);
         }
         let threads = threads.clamp(1, nq);
-        let p = &SearchParams {
-            queries_in_flight: crate::planner::choose_queries_in_flight(
-                p.queries_in_flight,
-                nq,
-                threads,
-            ),
-            ..*p
-        };
         let next = AtomicUsize::new(0);
         let failed = AtomicBool::new(false);
         // Each worker keeps its finished queries (index, statistics, where

@@ -30,6 +30,8 @@ pub struct QueryStats {
     pub colocated: u32,
     /// Times a range search doubled its candidate list.
     pub doublings: u32,
+    /// Exact distances the refine stage computed (two-stage search).
+    pub refined: u32,
 }
 
 impl QueryStats {

@@ -3,15 +3,20 @@
 //! engine (out of order, delayed, failing reads).
 
 use super::candidates::CandidateList;
-use super::executor::{run, search_one, IndexData, Scratch};
-use super::params::{ExecutorKind, PageSearch, SearchParams};
+use super::executor::{run, search_one, Scratch};
+use super::index_data::IndexData;
+use super::plan::{RangeParams, SearchPlan};
 use super::scorer::{AnyScorer, Scorer};
 use super::stats::QueryStats;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
-use crate::index::{build, BuildOptions, Index, OpenOptions, RangeOptions};
+use crate::index::{build, Index};
 use crate::io::{EngineKind, FakeOptions, IoEngine};
-use crate::layout::page::{ids, RecordReader};
+use crate::layout::RecordReader;
+use crate::planner::{
+    BuildOptions, ExecutorChoice, OpenOptions, PageChoice, RangeOptions, SearchOptions,
+};
+use crate::util::Budget;
 use proptest::prelude::*;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -43,13 +48,18 @@ fn random_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// A budget the test indexes never reach (the budget rules have tests of
+/// their own).
+const ROOMY: Budget = Budget::Bytes(256 << 20);
+
 /// The build options every test index shares (R 16, build L 40, 8 PQ bytes).
 fn test_build_options(ids: Option<Vec<u64>>) -> BuildOptions {
     BuildOptions {
-        r: 16,
-        build_l: 40,
+        r: Some(16),
+        build_l: Some(40),
         pq_bytes: Some(8),
         threads: Some(2),
+        memory_budget: Some(ROOMY),
         ids,
         ..Default::default()
     }
@@ -69,6 +79,7 @@ fn open(dir: &Path, cache_nodes: usize, io: EngineKind) -> Index {
         dir,
         &OpenOptions {
             cache_nodes: Some(cache_nodes),
+            memory_budget: Some(ROOMY),
             io,
             ..Default::default()
         },
@@ -99,7 +110,94 @@ fn fixture() -> &'static Fixture {
 }
 
 fn data(idx: &Index) -> &IndexData<f32> {
-    idx.data_f32().unwrap()
+    idx.graph().data_f32().unwrap()
+}
+
+/// What the tests ask for, in the shape of the user's options; turned
+/// into a plan by the index's planner, as a search would.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct P {
+    k: usize,
+    l: usize,
+    w: usize,
+    executor: ExecutorChoice,
+    adaptive_beam: bool,
+    early_dispatch: Option<f32>,
+    /// 0: auto.
+    queries_in_flight: usize,
+    page_search: PageChoice,
+    sigma: f32,
+    /// Internal radius and options of a range search.
+    range: Option<RangeParams>,
+}
+
+impl P {
+    fn new(k: usize, l: usize, w: usize) -> Self {
+        P {
+            k,
+            l,
+            w,
+            executor: ExecutorChoice::Auto,
+            adaptive_beam: false,
+            early_dispatch: None,
+            queries_in_flight: 0,
+            page_search: PageChoice::Auto,
+            sigma: 0.3,
+            range: None,
+        }
+    }
+
+    fn opts(&self, threads: usize) -> SearchOptions {
+        SearchOptions {
+            k: self.k,
+            l: Some(self.l),
+            w: Some(self.w),
+            executor: self.executor,
+            adaptive_beam: self.adaptive_beam,
+            early_dispatch: self.early_dispatch,
+            queries_in_flight: (self.queries_in_flight > 0).then_some(self.queries_in_flight),
+            page_search: self.page_search,
+            sigma: Some(self.sigma),
+            threads: Some(threads),
+        }
+    }
+
+    /// The plan the index's planner makes of these options for `nq` queries.
+    fn plan(&self, idx: &Index, nq: usize) -> SearchPlan {
+        let range = self.range.map(|r| {
+            (
+                r.radius,
+                RangeOptions {
+                    ratio: Some(r.ratio),
+                    max_l: Some(r.max_l),
+                    entry_cutoff: r.entry_cutoff,
+                },
+            )
+        });
+        idx.plan_search(&self.opts(1), range, nq).unwrap().plan
+    }
+}
+
+/// Searches on the index with `threads` threads.
+fn search(
+    idx: &Index,
+    q: &[f32],
+    nq: usize,
+    p: &P,
+    threads: usize,
+) -> crate::Result<crate::index::SearchOutput> {
+    idx.search(q, nq, &p.opts(threads))
+}
+
+/// One query on worker `s`, planned by the index.
+fn one(
+    idx: &Index,
+    s: &mut Scratch<f32>,
+    q: &[f32],
+    p: &P,
+    st: &mut QueryStats,
+) -> crate::Result<()> {
+    search_one(data(idx), s, q, &p.plan(idx, 1), st)
 }
 
 /// Exact k nearest external ids and distances, with the engine's kernel.
@@ -117,36 +215,36 @@ fn brute_force(f: &Fixture, q: &[f32], k: usize) -> Vec<(f32, i64)> {
         .collect()
 }
 
-fn params(executor: ExecutorKind, l: usize, w: usize) -> SearchParams {
-    SearchParams {
+fn params(executor: ExecutorChoice, l: usize, w: usize) -> P {
+    P {
         executor,
-        ..SearchParams::new(10, l, w)
+        ..P::new(10, l, w)
     }
 }
 
 /// The executor configurations the issue names.
-fn kinds() -> Vec<(&'static str, SearchParams)> {
-    let beam = params(ExecutorKind::Beam, N, 8);
-    let pipe = params(ExecutorKind::Pipeline, N, 8);
+fn kinds() -> Vec<(&'static str, P)> {
+    let beam = params(ExecutorChoice::Beam, N, 8);
+    let pipe = params(ExecutorChoice::Pipeline, N, 8);
     vec![
         ("beam", beam),
         (
             "beam+adaptive",
-            SearchParams {
+            P {
                 adaptive_beam: true,
                 ..beam
             },
         ),
         (
             "beam+early0.5",
-            SearchParams {
+            P {
                 early_dispatch: Some(0.5),
                 ..beam
             },
         ),
         (
             "beam q4",
-            SearchParams {
+            P {
                 queries_in_flight: 4,
                 ..beam
             },
@@ -154,15 +252,15 @@ fn kinds() -> Vec<(&'static str, SearchParams)> {
         ("pipeline", pipe),
         (
             "pipeline q4",
-            SearchParams {
+            P {
                 queries_in_flight: 4,
                 ..pipe
             },
         ),
         (
             "auto adaptive+early q3",
-            SearchParams {
-                executor: ExecutorKind::Auto,
+            P {
+                executor: ExecutorChoice::Auto,
                 adaptive_beam: true,
                 early_dispatch: Some(0.3),
                 queries_in_flight: 3,
@@ -180,7 +278,7 @@ fn every_executor_is_exact_with_a_full_list() {
     for (idx, threads) in [(&f.plain, 1), (&f.plain, 2), (&f.cached, 2)] {
         for (name, p) in kinds() {
             {
-                let out = idx.search(queries, nq, &p, Some(threads)).unwrap();
+                let out = search(idx, queries, nq, &p, threads).unwrap();
                 for (qi, q) in queries.chunks_exact(DIM).enumerate() {
                     let want = brute_force(f, q, 10);
                     let got: Vec<(f32, i64)> = (0..10)
@@ -203,11 +301,7 @@ fn every_executor_is_exact_with_a_full_list() {
 
 /// DiskANN's synchronous beam written as plainly as possible: blocking
 /// record reads, the whole hop before the next.
-fn reference_beam(
-    d: &IndexData<f32>,
-    q: &[f32],
-    p: &SearchParams,
-) -> (Vec<(f32, u32)>, QueryStats) {
+fn reference_beam(d: &IndexData<f32>, q: &[f32], p: &P) -> (Vec<(f32, u32)>, QueryStats) {
     let AnyScorer::Pq(pq) = &d.scorer;
     let mut reader = RecordReader::open(&d.pages_path, &d.layout).unwrap();
     let mut table = Vec::new();
@@ -241,17 +335,17 @@ fn reference_beam(
         st.reads += blocks.len() as u32;
         st.bytes_read += (blocks.len() * d.geo.block_size) as u64;
         for v in frontier {
-            let rec: Vec<u8> = match d.cache.get(v) {
-                Some(r) => {
+            let (vb, nbrs): (Vec<u8>, Vec<u32>) = match d.cache.get(v) {
+                Some(c) => {
                     st.cache_hits += 1;
-                    r.to_vec()
+                    (c.vector.unwrap().to_vec(), c.neighbours.to_vec())
                 }
                 None => {
                     st.used_bytes += d.geo.record_size as u64;
-                    reader.record(v).unwrap().to_vec()
+                    let r = reader.record(v).unwrap();
+                    (r.vector.to_vec(), r.neighbours.to_vec())
                 }
             };
-            let (vb, nbrs) = d.geo.split_record(&rec).unwrap();
             let x: Vec<f32> = vb
                 .chunks_exact(4)
                 .map(bytemuck::pod_read_unaligned::<f32>)
@@ -259,7 +353,7 @@ fn reference_beam(
             st.hops += 1;
             st.exact_distances += 1;
             exact.push((d.metric.distance(q, &x), v));
-            for u in ids(nbrs) {
+            for u in nbrs {
                 if visited.insert(u) {
                     st.pq_distances += 1;
                     cand.insert(pq.score(&table, u), u);
@@ -295,16 +389,16 @@ fn beam_gives_exactly_the_synchronous_beam() {
         for (l, w) in [(20, 1), (40, 4), (60, 8), (N, 8)] {
             // Early dispatch with f = 1 waits for the whole hop: the same search.
             for early in [None, Some(1.0)] {
-                let p = SearchParams {
+                let p = P {
                     early_dispatch: early,
-                    ..params(ExecutorKind::Beam, l, w)
+                    ..params(ExecutorChoice::Beam, l, w)
                 };
                 // Exhaustive lists are slow to read: fewer queries there.
                 let nq = if l == N { 6 } else { 40 };
                 for q in f.queries.chunks_exact(DIM).take(nq) {
                     let (want, want_st) = reference_beam(d, q, &p);
                     let mut st = QueryStats::default();
-                    search_one(d, &mut s, q, &p, &mut st).unwrap();
+                    one(idx, &mut s, q, &p, &mut st).unwrap();
                     assert_eq!(s.results, want, "L={l} W={w}");
                     assert_eq!(counts(&st), counts(&want_st), "L={l} W={w}");
                     assert!(st.io_wait_us >= 0.0 && st.cpu_us > 0.0);
@@ -332,15 +426,15 @@ fn auto_picks_the_pipeline_for_one_record_per_block() {
     let mut s = Scratch::new(d).unwrap();
     let mut seen = Vec::new();
     for kind in [
-        ExecutorKind::Auto,
-        ExecutorKind::Pipeline,
-        ExecutorKind::Beam,
+        ExecutorChoice::Auto,
+        ExecutorChoice::Pipeline,
+        ExecutorChoice::Beam,
     ] {
         let p = params(kind, 40, 8);
         let mut rows = Vec::new();
         for q in queries.chunks_exact(dim) {
             let mut st = QueryStats::default();
-            search_one(d, &mut s, q, &p, &mut st).unwrap();
+            one(&idx, &mut s, q, &p, &mut st).unwrap();
             rows.push((s.results.clone(), counts(&st)));
         }
         seen.push(rows);
@@ -356,9 +450,23 @@ fn auto_picks_the_pipeline_for_one_record_per_block() {
     let mut a = QueryStats::default();
     let mut b = QueryStats::default();
     let q = &f.queries[..DIM];
-    search_one(d, &mut s, q, &params(ExecutorKind::Auto, 40, 4), &mut a).unwrap();
+    one(
+        &f.plain,
+        &mut s,
+        q,
+        &params(ExecutorChoice::Auto, 40, 4),
+        &mut a,
+    )
+    .unwrap();
     let auto = s.results.clone();
-    search_one(d, &mut s, q, &params(ExecutorKind::Beam, 40, 4), &mut b).unwrap();
+    one(
+        &f.plain,
+        &mut s,
+        q,
+        &params(ExecutorChoice::Beam, 40, 4),
+        &mut b,
+    )
+    .unwrap();
     assert_eq!((auto, counts(&a)), (s.results.clone(), counts(&b)));
 }
 
@@ -377,9 +485,9 @@ fn pipeline_abandons_reads_and_reaps_them() {
             },
         );
         let mut s = Scratch::with_engine(d, fake);
-        let p = SearchParams {
+        let p = P {
             queries_in_flight: 4,
-            ..params(ExecutorKind::Pipeline, 10, 16)
+            ..params(ExecutorChoice::Pipeline, 10, 16)
         };
         let mut done = 0;
         let mut next = 0;
@@ -387,7 +495,7 @@ fn pipeline_abandons_reads_and_reaps_them() {
         run(
             d,
             &mut s,
-            &p,
+            &p.plan(&f.plain, nq),
             &f.queries,
             &mut || {
                 next += 1;
@@ -415,10 +523,10 @@ fn queries_served_from_the_cache_alone_all_answer() {
     let all = open(&f._dir.path().join("x"), N, EngineKind::Auto);
     let nq = f.queries.len() / DIM;
     for (name, p) in kinds() {
-        let p = SearchParams { l: 40, ..p };
+        let p = P { l: 40, ..p };
         for threads in [1, 2] {
-            let out = all.search(&f.queries, nq, &p, Some(threads)).unwrap();
-            let plain = f.plain.search(&f.queries, nq, &p, Some(threads)).unwrap();
+            let out = search(&all, &f.queries, nq, &p, threads).unwrap();
+            let plain = search(&f.plain, &f.queries, nq, &p, threads).unwrap();
             for qi in 0..nq {
                 let st = &out.stats[qi];
                 assert_eq!(st.reads, 0, "{name}");
@@ -446,41 +554,53 @@ fn bad_parameters_are_refused_by_the_index() {
     let q = &f.queries[..DIM];
     for (p, msg) in [
         (
-            SearchParams {
+            P {
                 early_dispatch: Some(0.0),
-                ..SearchParams::default()
+                ..P::new(10, 100, 4)
             },
             "early_dispatch",
         ),
         (
-            SearchParams {
+            P {
                 queries_in_flight: 1000,
-                ..SearchParams::default()
+                ..P::new(10, 100, 4)
             },
             "queries_in_flight=1000",
         ),
         (
-            SearchParams {
+            P {
                 queries_in_flight: 65,
-                ..SearchParams::default()
+                ..P::new(10, 100, 4)
             },
             "queries_in_flight=65",
         ),
         (
-            SearchParams {
-                executor: ExecutorKind::Pipeline,
+            P {
+                executor: ExecutorChoice::Pipeline,
                 adaptive_beam: true,
-                ..SearchParams::default()
+                ..P::new(10, 100, 4)
             },
             "adaptive_beam",
         ),
     ] {
-        let e = f.plain.search(q, 1, &p, Some(1)).unwrap_err().to_string();
+        let e = search(&f.plain, q, 1, &p, 1).unwrap_err().to_string();
         assert!(e.contains(msg), "{e}");
-        let d = data(&f.plain);
-        let mut s = Scratch::new(d).unwrap();
-        let mut st = QueryStats::default();
-        let e = search_one(d, &mut s, q, &p, &mut st).unwrap_err();
+    }
+    // A plan made by hand is checked by the executor too.
+    let d = data(&f.plain);
+    let mut s = Scratch::new(d).unwrap();
+    let mut st = QueryStats::default();
+    for (plan, msg) in [
+        (
+            SearchPlan {
+                queries_in_flight: 0,
+                ..SearchPlan::beam(10, 100, 4)
+            },
+            "queries_in_flight=0",
+        ),
+        (SearchPlan::beam(10, 5, 4), "L=5"),
+    ] {
+        let e = search_one(d, &mut s, q, &plan, &mut st).unwrap_err();
         assert!(e.to_string().contains(msg), "{e}");
     }
 }
@@ -492,7 +612,7 @@ type Finished = BTreeMap<usize, (Vec<(f32, u32)>, QueryStats)>;
 fn run_all(
     d: &IndexData<f32>,
     s: &mut Scratch<f32>,
-    p: &SearchParams,
+    p: &SearchPlan,
     queries: &[f32],
 ) -> (crate::Result<()>, Finished) {
     let nq = queries.len() / d.dim;
@@ -517,25 +637,25 @@ fn run_all(
     (r, out)
 }
 
-fn kind_params(kind: usize, q: usize) -> SearchParams {
-    let base = SearchParams {
+fn kind_params(kind: usize, q: usize) -> P {
+    let base = P {
         queries_in_flight: q,
-        ..params(ExecutorKind::Beam, 40, 4)
+        ..params(ExecutorChoice::Beam, 40, 4)
     };
     match kind {
         0 => base,
-        1 => SearchParams {
+        1 => P {
             adaptive_beam: true,
             ..base
         },
         // Order-dependent kinds: exhaustive lists make them exact.
-        2 => SearchParams {
+        2 => P {
             early_dispatch: Some(0.5),
             l: N,
             ..base
         },
-        _ => SearchParams {
-            executor: ExecutorKind::Pipeline,
+        _ => P {
+            executor: ExecutorChoice::Pipeline,
             l: N,
             w: 8,
             ..base
@@ -563,7 +683,7 @@ proptest! {
         let p = kind_params(kind, q);
         // The reference: one query at a time on the in-order pread engine.
         let mut reference = Scratch::new(d).unwrap();
-        let (r0, want) = run_all(d, &mut reference, &SearchParams { queries_in_flight: 1, ..p }, queries);
+        let (r0, want) = run_all(d, &mut reference, &P { queries_in_flight: 1, ..p }.plan(idx, nq), queries);
         r0.unwrap();
         let fake = IoEngine::fake(f.pages.clone(), FakeOptions {
             seed,
@@ -572,7 +692,7 @@ proptest! {
             ..Default::default()
         });
         let mut s = Scratch::with_engine(d, fake);
-        let (r, got) = run_all(d, &mut s, &p, queries);
+        let (r, got) = run_all(d, &mut s, &p.plan(idx, nq), queries);
         // Whatever happened, nothing is left in flight and every buffer is back.
         prop_assert_eq!(s.in_flight(), 0);
         let (alloc, free) = s.buffers();
@@ -618,11 +738,16 @@ fn several_queries_fill_the_queue() {
         },
     );
     let mut s = Scratch::with_engine(d, fake);
-    let p = SearchParams {
+    let p = P {
         queries_in_flight: 8,
-        ..params(ExecutorKind::Beam, 40, 4)
+        ..params(ExecutorChoice::Beam, 40, 4)
     };
-    let (r, got) = run_all(d, &mut s, &p, &f.queries);
+    let (r, got) = run_all(
+        d,
+        &mut s,
+        &p.plan(&f.plain, f.queries.len() / DIM),
+        &f.queries,
+    );
     r.unwrap();
     assert_eq!(got.len(), f.queries.len() / DIM);
     let IoEngine::Fake(fe) = s.engine() else {
@@ -651,7 +776,7 @@ fn shuffled_fixture() -> &'static ShuffledFixture {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
         let opts = BuildOptions {
-            page_size: 4096,
+            page_size: Some(4096),
             layout: Some(crate::layout::LayoutKind::Shuffled),
             ..test_build_options(Some(f.ids.clone()))
         };
@@ -666,8 +791,8 @@ fn shuffled_fixture() -> &'static ShuffledFixture {
     })
 }
 
-fn with_pages(p: SearchParams, page_search: PageSearch) -> SearchParams {
-    SearchParams { page_search, ..p }
+fn with_pages(p: P, page_search: PageChoice) -> P {
+    P { page_search, ..p }
 }
 
 #[test]
@@ -676,20 +801,20 @@ fn block_search_is_exact_with_a_full_list() {
     let sf = shuffled_fixture();
     let nq = 8;
     let queries = &f.queries[..nq * DIM];
-    let cases: Vec<(&str, &Index, PageSearch)> = vec![
-        ("shuffled/auto", &sf.plain, PageSearch::Auto),
-        ("shuffled/auto cached", &sf.cached, PageSearch::Auto),
-        ("shuffled/targets", &sf.plain, PageSearch::Targets),
-        ("id/block", &f.plain, PageSearch::Block),
+    let cases: Vec<(&str, &Index, PageChoice)> = vec![
+        ("shuffled/auto", &sf.plain, PageChoice::Auto),
+        ("shuffled/auto cached", &sf.cached, PageChoice::Auto),
+        ("shuffled/targets", &sf.plain, PageChoice::Targets),
+        ("id/block", &f.plain, PageChoice::Block),
     ];
     for (layout, idx, ps) in cases {
         for (name, p) in kinds() {
             for sigma in [0.3f32, 1.0] {
-                let p = SearchParams {
+                let p = P {
                     sigma,
                     ..with_pages(p, ps)
                 };
-                let out = idx.search(queries, nq, &p, Some(2)).unwrap();
+                let out = search(idx, queries, nq, &p, 2).unwrap();
                 for (qi, q) in queries.chunks_exact(DIM).enumerate() {
                     let want = brute_force(f, q, 10);
                     let got: Vec<(f32, i64)> = (0..10)
@@ -701,8 +826,8 @@ fn block_search_is_exact_with_a_full_list() {
                         st.used_records <= st.page_records,
                         "{layout} {name}: {st:?}"
                     );
-                    let block = ps == PageSearch::Block
-                        || (ps == PageSearch::Auto && layout.starts_with("shuffled"));
+                    let block = ps == PageChoice::Block
+                        || (ps == PageChoice::Auto && layout.starts_with("shuffled"));
                     // Block search expands co-located records; target
                     // search never does.
                     assert_eq!(
@@ -722,7 +847,7 @@ fn shuffled_layout_improves_locality_and_vertex_utilisation() {
     let f = fixture();
     let sf = shuffled_fixture();
     let m = sf.plain.manifest();
-    assert_eq!(m.layout.kind, "shuffled");
+    assert_eq!(m.layout.kind, crate::format::LayoutKind::Shuffled);
     let info = m.layout.shuffle.as_ref().unwrap();
     let or_g = m.layout.overlap_ratio.unwrap();
     assert!(
@@ -757,9 +882,9 @@ fn shuffled_layout_improves_locality_and_vertex_utilisation() {
     // ID layout's target search.
     let nq = 16;
     let queries = &f.queries[..nq * DIM];
-    let p = SearchParams::new(10, 60, 4);
+    let p = P::new(10, 60, 4);
     let xi = |idx: &Index| {
-        let out = idx.search(queries, nq, &p, Some(1)).unwrap();
+        let out = search(idx, queries, nq, &p, 1).unwrap();
         let used: u64 = out.stats.iter().map(|s| s.used_records as u64).sum();
         let held: u64 = out.stats.iter().map(|s| s.page_records as u64).sum();
         used as f64 / held as f64
@@ -795,7 +920,7 @@ fn range_search_matches_brute_force() {
     ] {
         for (name, p) in kinds() {
             for l in [N, 16] {
-                let p = SearchParams {
+                let p = P {
                     l,
                     k: 10.min(l),
                     ..p
@@ -809,8 +934,7 @@ fn range_search_matches_brute_force() {
                             max_l: Some(N),
                             ..Default::default()
                         },
-                        &p,
-                        Some(2),
+                        &p.opts(2),
                     )
                     .unwrap();
                 assert_eq!(out.lims.len(), nq + 1);
@@ -852,12 +976,11 @@ fn range_search_matches_brute_force() {
             nq,
             0.0,
             &RangeOptions::default(),
-            &SearchParams::new(10, 40, 4),
-            Some(1),
+            &P::new(10, 40, 4).opts(1),
         )
         .unwrap();
     assert!(out.lims.iter().all(|&x| x == 0));
-    let p = SearchParams::new(10, 40, 4);
+    let p = P::new(10, 40, 4);
     for (r, want) in [
         (f32::NAN, "finite"),
         (-1.0, "at least 0"),
@@ -865,20 +988,20 @@ fn range_search_matches_brute_force() {
     ] {
         let e = f
             .plain
-            .range_search(queries, nq, r, &RangeOptions::default(), &p, Some(1))
+            .range_search(queries, nq, r, &RangeOptions::default(), &p.opts(1))
             .unwrap_err()
             .to_string();
         assert!(e.contains(want), "{e}");
     }
     for (ratio, max_l) in [(0.0f32, None), (1.5, None), (0.5, Some(10))] {
         let o = RangeOptions {
-            ratio,
+            ratio: Some(ratio),
             max_l,
             entry_cutoff: None,
         };
         assert!(f
             .plain
-            .range_search(queries, nq, 1.0, &o, &p, Some(1))
+            .range_search(queries, nq, 1.0, &o, &p.opts(1))
             .is_err());
     }
     // The entry cutoff needs the nearest entry point's distance, which a
@@ -889,7 +1012,7 @@ fn range_search_matches_brute_force() {
     };
     let e = f
         .plain
-        .range_search(queries, nq, 1.0, &o, &p, Some(1))
+        .range_search(queries, nq, 1.0, &o, &p.opts(1))
         .unwrap_err()
         .to_string();
     assert!(e.contains("entry_cutoff") && e.contains("medoid"), "{e}");
@@ -904,12 +1027,12 @@ fn range_entry_cutoff_skips_only_far_queries() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nav");
     let opts = BuildOptions {
-        nav_sample: 0.1,
+        nav_sample: Some(0.1),
         ..test_build_options(Some(f.ids.clone()))
     };
     build_with(&path, &f.base, N, DIM, &opts);
     let idx = open(&path, 0, EngineKind::Auto);
-    assert_eq!(idx.entry_kind(), super::entry::EntryKind::Nav);
+    assert_eq!(idx.entry().name(), "nav");
     let nq = 40;
     let queries = &f.queries[..nq * DIM];
     // A radius at the median nearest-neighbour distance: about half the
@@ -922,7 +1045,7 @@ fn range_entry_cutoff_skips_only_far_queries() {
     let radius = d1[nq / 2];
     // A list as large as the set: every query that is not cut gets its
     // exact answer whatever order its reads complete in.
-    let p = SearchParams::new(10, N, 4);
+    let p = P::new(10, N, 4);
     let d = data(&idx);
     let nearest_entry: Vec<f32> = queries
         .chunks_exact(DIM)
@@ -947,7 +1070,7 @@ fn range_entry_cutoff_skips_only_far_queries() {
             ..Default::default()
         };
         let out = idx
-            .range_search(queries, nq, radius, &o, &p, Some(1))
+            .range_search(queries, nq, radius, &o, &p.opts(1))
             .unwrap();
         for qi in 0..nq {
             if nearest_entry[qi] > c * radius {
@@ -973,7 +1096,7 @@ fn range_entry_cutoff_skips_only_far_queries() {
             ..Default::default()
         };
         let e = idx
-            .range_search(queries, nq, radius, &o, &p, Some(1))
+            .range_search(queries, nq, radius, &o, &p.opts(1))
             .unwrap_err()
             .to_string();
         assert!(e.contains("entry_cutoff"), "{e}");
@@ -997,19 +1120,20 @@ proptest! {
     ) {
         let f = fixture();
         let sf = shuffled_fixture();
-        let d = data(&sf.plain);
+        let idx = &sf.plain;
+        let d = data(idx);
         let nq = 6;
         let queries = &f.queries[..nq * DIM];
-        let kind = if pipeline { ExecutorKind::Pipeline } else { ExecutorKind::Beam };
-        let mut p = SearchParams { queries_in_flight: q, ..params(kind, N, 8) };
+        let kind = if pipeline { ExecutorChoice::Pipeline } else { ExecutorChoice::Beam };
+        let mut p = P { queries_in_flight: q, ..params(kind, N, 8) };
         if range {
             let r = brute_force(f, &queries[..DIM], 30)[29].0;
-            p.range = Some(super::params::RangeParams { radius: r, ratio: 0.5, max_l: N, entry_cutoff: None });
+            p.range = Some(RangeParams { radius: r, ratio: 0.5, max_l: N, entry_cutoff: None });
             p.l = 32;
             p.k = 1;
         }
         let mut reference = Scratch::new(d).unwrap();
-        let (r0, want) = run_all(d, &mut reference, &SearchParams { queries_in_flight: 1, ..p }, queries);
+        let (r0, want) = run_all(d, &mut reference, &P { queries_in_flight: 1, ..p }.plan(idx, nq), queries);
         r0.unwrap();
         let fake = IoEngine::fake(sf.pages.clone(), FakeOptions {
             seed,
@@ -1018,7 +1142,7 @@ proptest! {
             ..Default::default()
         });
         let mut s = Scratch::with_engine(d, fake);
-        let (r, got) = run_all(d, &mut s, &p, queries);
+        let (r, got) = run_all(d, &mut s, &p.plan(idx, nq), queries);
         prop_assert_eq!(s.in_flight(), 0);
         let (alloc, free) = s.buffers();
         prop_assert_eq!(alloc, free);

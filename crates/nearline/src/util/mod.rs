@@ -3,10 +3,15 @@
 pub mod bigbuf;
 pub mod budget;
 pub mod huge;
+pub mod idmap;
+#[macro_use]
+mod vocab;
 
 pub use bigbuf::BigBuf;
 pub use budget::Budget;
 pub use huge::HugeBytes;
+pub use idmap::{IdHasher, IdMap};
+pub(crate) use vocab::vocabulary;
 
 /// Hands memory freed by the allocator back to the kernel. glibc keeps freed
 /// heap memory (and raises its mmap threshold after large frees), so scratch

@@ -1,6 +1,6 @@
 //! Element types of stored vectors and their distance kernels.
 
-use crate::distance::kernels;
+use crate::kernels;
 use half::f16;
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +59,7 @@ impl std::fmt::Display for DType {
 /// A vector element type the engine can store and compare.
 ///
 /// The distance methods dispatch once per call to the best SIMD kernel the
-/// CPU supports (see [`crate::distance::kernels`]).
+/// CPU supports (see [`crate::kernels`]).
 pub trait Element:
     Copy + Send + Sync + bytemuck::Pod + PartialEq + std::fmt::Debug + 'static
 {

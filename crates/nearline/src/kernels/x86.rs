@@ -379,7 +379,7 @@ pub mod avx2 {
                 i += 8;
             }
         }
-        crate::distance::kernels::portable::pq_adc_batch(table, m, &codes[i * m..], &mut out[i..]);
+        crate::kernels::portable::pq_adc_batch(table, m, &codes[i * m..], &mut out[i..]);
     }
 }
 
@@ -900,6 +900,6 @@ pub mod avx512 {
                 i += 16;
             }
         }
-        crate::distance::kernels::portable::pq_adc_batch(table, m, &codes[i * m..], &mut out[i..]);
+        crate::kernels::portable::pq_adc_batch(table, m, &codes[i * m..], &mut out[i..]);
     }
 }

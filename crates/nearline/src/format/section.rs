@@ -5,7 +5,7 @@
 //! into a [`crate::Error`] naming the file and the field, so a damaged or
 //! truncated section never panics.
 
-use crate::data::dtype::Element;
+use crate::elem::Element;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 
@@ -240,4 +240,56 @@ mod tests {
         let (mut r, _) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
         assert!(r.u32s(usize::MAX / 2, "huge").is_err());
     }
+}
+
+/// The external-ids section (`ids.bin`): one u64 little-endian per node.
+pub fn encode_ids(ids: &[u64]) -> Vec<u8> {
+    ids.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Parses the external-ids section of an index of `n` nodes.
+pub fn decode_ids(path: &Path, bytes: &[u8], n: usize) -> Result<Vec<u64>> {
+    if Some(bytes.len()) != n.checked_mul(8) {
+        return Err(Error::corrupt(
+            path,
+            format!("{} bytes of ids, expected 8 × n = 8 × {n}", bytes.len()),
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        .collect())
+}
+
+/// Checks a section read whole against its manifest entry: its length and,
+/// when it has one, its CRC32C.
+pub fn check(
+    path: &Path,
+    name: &str,
+    info: &super::manifest::SectionInfo,
+    bytes: &[u8],
+) -> Result<()> {
+    if bytes.len() as u64 != info.bytes {
+        return Err(size_error(path, name, bytes.len() as u64, info.bytes));
+    }
+    if let Some(crc) = info.crc32c {
+        let got = crc32c::crc32c(bytes);
+        if got != crc {
+            return Err(Error::corrupt(
+                path,
+                format!("section {name:?} fails its CRC32C check (expected {crc:#010x}, got {got:#010x})"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The error for a section whose size is not what the manifest says.
+pub fn size_error(path: &Path, name: &str, got: u64, want: u64) -> Error {
+    Error::corrupt(
+        path,
+        format!(
+            "section {name:?} has {got} bytes, the manifest says {want} (truncated or replaced)"
+        ),
+    )
 }

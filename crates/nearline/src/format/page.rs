@@ -1,4 +1,4 @@
-//! Page geometry, the page header and its CRC32C, and record access.
+//! Page geometry, the page header and its CRC32C, and the record codec.
 //!
 //! Every block of the page file starts with a 16-byte header:
 //!
@@ -124,6 +124,30 @@ impl PageGeometry {
         &block[start..start + self.record_size]
     }
 
+    /// Decodes the record at `slot` of a verified block held in a 4-byte
+    /// aligned buffer: its vector bytes and its neighbour ids. The error
+    /// says what is wrong (a degree above R, a slot past the block, a
+    /// misaligned buffer).
+    #[inline]
+    pub fn decode<'a>(&self, block: &'a [u8], slot: usize) -> Result<RecordView<'a>, String> {
+        let start = PAGE_HEADER_BYTES + slot * self.record_size;
+        let rec = block
+            .get(start..start + self.record_size)
+            .ok_or_else(|| format!("record slot {slot} lies past the end of its block"))?;
+        self.decode_record(rec)
+    }
+
+    /// Decodes one record (see [`PageGeometry::decode`]).
+    #[inline]
+    pub fn decode_record<'a>(&self, rec: &'a [u8]) -> Result<RecordView<'a>, String> {
+        let (vector, nbrs) = self
+            .split_record(rec)
+            .ok_or_else(|| format!("record has a degree above R = {}", self.max_degree))?;
+        let neighbours: &[u32] = bytemuck::try_cast_slice(nbrs)
+            .map_err(|e| format!("record is not 4-byte aligned in memory: {e:?}"))?;
+        Ok(RecordView { vector, neighbours })
+    }
+
     /// Splits a record into its vector bytes and its neighbour-id bytes
     /// (read them with [`ids`]). `None` if the stored degree exceeds R.
     #[inline]
@@ -148,6 +172,21 @@ impl PageGeometry {
         }
         out[o + 4 + 4 * deg..self.record_size].fill(0);
     }
+}
+
+/// A decoded record: the stored vector's bytes and the neighbour ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    /// `dim × element size` bytes.
+    pub vector: &'a [u8],
+    /// The adjacency list (at most R ids).
+    pub neighbours: &'a [u32],
+}
+
+/// Records a verified block holds (its header's count).
+#[inline]
+pub fn block_records(block: &[u8]) -> usize {
+    u16::from_le_bytes([block[6], block[7]]) as usize
 }
 
 /// Neighbour ids stored little-endian in `bytes`.
@@ -218,43 +257,6 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
         return Err(format!("block {block_no} fails its CRC32C check (stored {stored:#010x}, computed {actual:#010x})"));
     }
     Ok(())
-}
-
-/// Blocking reads of single records, verified, for open-time loads (node
-/// cache, entry points); searches go through the I/O engine instead.
-pub struct RecordReader {
-    file: std::fs::File,
-    path: std::path::PathBuf,
-    layout: super::AnyLayout,
-    geo: PageGeometry,
-    block: Vec<u8>,
-}
-
-impl RecordReader {
-    /// Opens the page file at `path`, laid out by `layout`.
-    pub fn open(path: &std::path::Path, layout: &super::AnyLayout) -> crate::Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| crate::Error::io(path, e))?;
-        let geo = *layout.geometry();
-        Ok(RecordReader {
-            file,
-            path: path.to_path_buf(),
-            layout: layout.clone(),
-            geo,
-            block: vec![0u8; geo.block_size],
-        })
-    }
-
-    /// The record of node `v` (its block read and CRC-checked).
-    pub fn record(&mut self, v: u32) -> crate::Result<&[u8]> {
-        use std::os::unix::fs::FileExt;
-        let (b, slot) = self.layout.locate(v);
-        self.file
-            .read_exact_at(&mut self.block, self.geo.block_offset(b))
-            .map_err(|e| crate::Error::io(&self.path, e))?;
-        verify_block(&self.block, b, &self.geo)
-            .map_err(|m| crate::Error::corrupt(&self.path, m))?;
-        Ok(self.geo.record(&self.block, slot))
-    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use half::f16;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 #[cfg(target_arch = "x86_64")]
-#[path = "x86.rs"]
 mod x86;
 
 /// Scalar reference implementations: the portable fallback and the test oracle.

@@ -1,0 +1,291 @@
+//! Building a graph index: runs a [`BuildPlan`] (made by the planner) as
+//! phases — PQ codes ([`pq`]), the graph ([`graph`]), the placement and
+//! page file ([`pages`]), the entry structures ([`entries`]) — into a hidden
+//! staging directory, then the manifest, then an atomic, durable swap into
+//! place ([`crate::io::staging`]). A cancelled or failed build leaves no
+//! directory that looks like an index, and never touches anything but the
+//! index it replaces.
+
+pub mod entries;
+pub mod graph;
+pub mod pages;
+pub mod pq;
+
+use crate::data::files::check_finite;
+use crate::data::matrix::{Matrix, MatrixView};
+use crate::distance::Metric;
+use crate::elem::Element;
+use crate::format::{
+    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, Preset, Section,
+    SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
+};
+use crate::io::files::{write_manifest, write_section};
+use crate::io::staging::Staging;
+use crate::layout::shuffle::ShuffleParams;
+use crate::{Error, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Progress callback: `(stage, done, total)`.
+pub type Progress<'a> = &'a (dyn Fn(&str, u64, u64) + Sync);
+
+/// How a build runs, resolved (no option left to a default).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BuildPlan {
+    pub preset: Preset,
+    pub metric: Metric,
+    /// Maximum graph degree.
+    #[serde(rename = "R")]
+    pub r: usize,
+    #[serde(rename = "build_L")]
+    pub build_l: usize,
+    pub alpha: f32,
+    pub passes: usize,
+    /// Fill pruned adjacency lists up to R.
+    pub saturate: bool,
+    pub pq_bytes: usize,
+    pub page_size: usize,
+    pub threads: usize,
+    pub seed: u64,
+    pub layout: LayoutKind,
+    /// How a shuffled layout is made.
+    #[serde(skip)]
+    pub shuffle: ShuffleParams,
+    /// Navigation-graph sample rate (0: none).
+    pub nav_sample: f64,
+    /// Centroid entries (0: none).
+    pub entry_clusters: usize,
+    /// The search budget the index records (an open's default).
+    pub memory_budget: u64,
+    /// Bytes the build may use (`None`: unlimited).
+    pub build_memory_budget: Option<u64>,
+}
+
+/// What a build is given besides the data and the plan.
+pub struct BuildJob<'a> {
+    /// External ids, one per row.
+    pub ids: Option<&'a [u64]>,
+    /// Replace an existing index at the target.
+    pub overwrite: bool,
+    /// Files the build reads, which must not lie inside what it replaces.
+    pub inputs: &'a [&'a Path],
+    pub progress: Progress<'a>,
+    pub cancel: &'a AtomicBool,
+}
+
+/// Fails with [`Error::Cancelled`] once `cancel` is set.
+#[inline]
+pub fn check_cancel(cancel: &AtomicBool) -> Result<()> {
+    if cancel.load(Ordering::Relaxed) {
+        Err(Error::Cancelled)
+    } else {
+        Ok(())
+    }
+}
+
+/// Builds an index over `data` into the directory `dir` following `plan`.
+pub fn run<T: Element>(
+    data: Matrix<T>,
+    dir: &Path,
+    plan: &BuildPlan,
+    job: &BuildJob<'_>,
+) -> Result<Manifest> {
+    let (n, dim) = (data.n(), data.dim());
+    let staging = Staging::begin(dir, job.overwrite, &crate::io::files::is_index, job.inputs)?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(plan.threads)
+        .build()
+        .map_err(|e| Error::Engine(format!("cannot start {} build threads: {e}", plan.threads)))?;
+    let tmp = staging.path().to_path_buf();
+    let progress = job.progress;
+    let cancel = job.cancel;
+    let manifest = pool.install(|| -> Result<Manifest> {
+        let t0 = Instant::now();
+        check_finite_streaming(&data, cancel)?;
+        let data = if plan.metric == Metric::Cosine {
+            normalized(&data, cancel)?
+        } else {
+            data
+        };
+        let build_budget = plan.build_memory_budget.unwrap_or(u64::MAX);
+        let mut sections = BTreeMap::new();
+
+        // 1. Product quantization: train on a sample, encode in streaming chunks.
+        let tq = Instant::now();
+        let (codebook, codes) = pq::run(&data, plan, build_budget, progress, cancel)?;
+        sections.insert(
+            Section::PqCodebook,
+            write_section(
+                &tmp,
+                "pq_codebook.bin",
+                "pq_codebook",
+                &crate::format::pq::encode(&codebook),
+            )?,
+        );
+        sections.insert(
+            Section::PqCodes,
+            write_section(&tmp, "pq_codes.bin", "pq_codes", &codes)?,
+        );
+        let pq_seconds = tq.elapsed().as_secs_f64();
+
+        // 2. The graph (one-shot or sharded within the build budget; the PQ
+        //    codes stay resident through it).
+        let tg = Instant::now();
+        let g = graph::run(
+            &data,
+            plan,
+            build_budget.saturating_sub(codes.len() as u64),
+            progress,
+            cancel,
+        )?;
+        drop(codes);
+        let graph_seconds = tg.elapsed().as_secs_f64();
+
+        // 3. The placement, the page file and the location map.
+        let placed = pages::run(&data, &g.graph, plan, &tmp, progress, cancel)?;
+        for (s, info) in placed.sections {
+            sections.insert(s, info);
+        }
+        let mean_degree = g.graph.mean_degree();
+        // The entry structures come last, with the graph freed: only the
+        // (streamed) data and their own samples are resident.
+        drop(g.graph);
+        crate::util::return_freed_memory();
+
+        // 4. Entry structures: the navigation graph and centroid entries.
+        let te = Instant::now();
+        for (s, info) in entries::run(&data, plan, build_budget, &tmp, progress, cancel)? {
+            sections.insert(s, info);
+        }
+        let entry_seconds = te.elapsed().as_secs_f64();
+        if let Some(ids) = job.ids {
+            sections.insert(
+                Section::Ids,
+                write_section(
+                    &tmp,
+                    "ids.bin",
+                    "external_ids_u64",
+                    &crate::format::section::encode_ids(ids),
+                )?,
+            );
+        }
+        check_cancel(cancel)?;
+        let manifest = Manifest {
+            format: FORMAT_NAME.into(),
+            format_major: FORMAT_MAJOR,
+            format_minor: FORMAT_MINOR,
+            kind: IndexKind::Graph,
+            created_by: format!("nearline {}", env!("CARGO_PKG_VERSION")),
+            spec: BuildSpec {
+                preset: plan.preset,
+                r: plan.r,
+                build_l: plan.build_l,
+                alpha: plan.alpha,
+                passes: plan.passes,
+                saturate: plan.saturate,
+                pq_bytes: plan.pq_bytes,
+                memory_budget: plan.memory_budget,
+                build_memory_budget: plan.build_memory_budget.unwrap_or(0),
+                page_size: plan.page_size,
+                seed: plan.seed,
+                threads: plan.threads,
+                nav_sample: plan.nav_sample,
+                entry_clusters: plan.entry_clusters,
+            },
+            dtype: T::DTYPE,
+            metric: plan.metric,
+            dim,
+            n,
+            medoid: g.medoid,
+            layout: LayoutInfo {
+                kind: plan.layout,
+                page_size: placed.geo.page_size,
+                block_size: placed.geo.block_size,
+                record_size: placed.geo.record_size,
+                records_per_block: placed.geo.records_per_block,
+                n_blocks: placed.geo.n_blocks,
+                max_degree: placed.geo.max_degree,
+                overlap_ratio: Some(placed.overlap_ratio),
+                shuffle: placed.shuffle,
+            },
+            wal_sequence: 0,
+            sections,
+            build_stats: BuildStats {
+                seconds: t0.elapsed().as_secs_f64(),
+                graph_seconds,
+                pq_seconds,
+                mean_degree,
+                shards: g.shards,
+                entry_seconds,
+            },
+            checksum: None,
+        };
+        write_manifest(&tmp, &manifest)?;
+        Ok(manifest)
+    })?;
+    // What the phases freed in the allocator's arenas goes back now, not
+    // when the process ends.
+    crate::util::return_freed_memory();
+    staging.commit()?;
+    Ok(manifest)
+}
+
+/// The entry of a section written by a phase.
+pub type SectionEntry = (Section, SectionInfo);
+
+/// Checks every value is finite and that its square does not overflow (a
+/// squared distance would be infinite), in chunks whose mapped pages are
+/// released afterwards so a streamed input never becomes resident all at
+/// once.
+fn check_finite_streaming<T: Element>(data: &Matrix<T>, cancel: &AtomicBool) -> Result<()> {
+    let (n, dim) = (data.n(), data.dim());
+    let chunk = 65_536;
+    for start in (0..n).step_by(chunk) {
+        check_cancel(cancel)?;
+        let end = (start + chunk).min(n);
+        let view = MatrixView::new(&data.as_slice()[start * dim..end * dim], end - start, dim)?;
+        check_finite("input vectors", view).map_err(|e| match e {
+            // Row numbers in the message are relative to the chunk: re-issue with the global row.
+            Error::InvalidArgument(m) => Error::InvalidArgument(rebase_row(&m, start)),
+            other => other,
+        })?;
+        data.release_rows(start, end);
+    }
+    Ok(())
+}
+
+/// Rewrites "row R" in a message to "row R+offset".
+fn rebase_row(msg: &str, offset: usize) -> String {
+    if let Some(i) = msg.find("row ") {
+        let rest = &msg[i + 4..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if let Ok(r) = digits.parse::<usize>() {
+            return format!("{}row {}{}", &msg[..i], r + offset, &rest[digits.len()..]);
+        }
+    }
+    msg.to_string()
+}
+
+fn normalized<T: Element>(data: &Matrix<T>, cancel: &AtomicBool) -> Result<Matrix<T>> {
+    let dim = data.dim();
+    let mut out: Vec<T> = Vec::with_capacity(data.n() * dim);
+    let mut row = vec![0f32; dim];
+    for i in 0..data.n() {
+        if i % 65_536 == 0 {
+            check_cancel(cancel)?;
+        }
+        for (r, x) in row.iter_mut().zip(data.row(i)) {
+            *r = x.to_f32();
+        }
+        crate::distance::normalize(&mut row);
+        for &v in &row {
+            out.push(T::from_f32(v).ok_or_else(|| {
+                Error::arg(format!("row {i} cannot be normalised in {}", T::DTYPE))
+            })?);
+        }
+    }
+    Matrix::from_vec(out, data.n(), dim)
+}

@@ -1,0 +1,110 @@
+//! Build phase 3: the placement (ID layout, or Starling's block shuffling),
+//! the page file and the location map.
+
+use super::{check_cancel, BuildPlan, Progress, SectionEntry};
+use crate::data::matrix::Matrix;
+use crate::elem::Element;
+use crate::format::{LayoutKind, PageGeometry, Section, SectionInfo, ShuffleInfo};
+use crate::graph::Graph;
+use crate::io::files::{sync_file, write_section};
+use crate::layout::shuffle::{overlap_ratio, shuffle_blocks, ShuffleParams};
+use crate::layout::writer::write_pages;
+use crate::layout::{AnyLayout, IdLayout, Layout, ShuffledLayout};
+use crate::{Error, Result};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+/// What the phase made.
+pub struct Placed {
+    pub geo: PageGeometry,
+    /// OR(G) of the layout.
+    pub overlap_ratio: f64,
+    /// How a shuffled layout was made.
+    pub shuffle: Option<ShuffleInfo>,
+    /// The page file and the location map.
+    pub sections: Vec<SectionEntry>,
+}
+
+/// Places the nodes of `graph`, writes the page file and the location map
+/// into `dir`.
+pub fn run<T: Element>(
+    data: &Matrix<T>,
+    graph: &Graph,
+    plan: &BuildPlan,
+    dir: &Path,
+    progress: Progress<'_>,
+    cancel: &AtomicBool,
+) -> Result<Placed> {
+    let n = data.n();
+    let geo = PageGeometry::new(plan.page_size, data.dim() * T::DTYPE.size(), plan.r, n)?;
+    let rpb = geo.records_per_block;
+    let (layout, shuffle, or_g) = match plan.layout {
+        LayoutKind::Id => {
+            let ids: Vec<u32> = (0..n as u32).collect();
+            let or_g = overlap_ratio(graph, rpb, &ids);
+            (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
+        }
+        LayoutKind::Shuffled => {
+            progress("shuffle", 0, 1);
+            let ts = Instant::now();
+            let sp = ShuffleParams {
+                seed: plan.seed,
+                ..plan.shuffle.clone()
+            };
+            let sh = shuffle_blocks(graph, rpb, &sp, cancel)?;
+            let info = ShuffleInfo {
+                algorithm: sp.algo.name().into(),
+                bnf_iters: sp.bnf_iters,
+                bnf_tau: sp.bnf_tau,
+                bns_iters: sp.bns_iters,
+                iterations: sh.iterations,
+                id_overlap_ratio: sh.id_overlap_ratio,
+                seconds: ts.elapsed().as_secs_f64(),
+            };
+            let l = ShuffledLayout::new(geo, sh.loc).map_err(|m| {
+                Error::Engine(format!(
+                    "block shuffling produced an invalid placement: {m}"
+                ))
+            })?;
+            progress("shuffle", 1, 1);
+            (AnyLayout::Shuffled(l), Some(info), sh.overlap_ratio)
+        }
+    };
+    check_cancel(cancel)?;
+    progress("layout", 0, geo.n_blocks);
+    let pages = dir.join("pages.bin");
+    write_pages(&pages, &layout, data, graph, cancel)?;
+    sync_file(&pages)?;
+    progress("layout", geo.n_blocks, geo.n_blocks);
+    let mut sections = vec![(
+        Section::Pages,
+        SectionInfo {
+            file: "pages.bin".into(),
+            kind: "pages".into(),
+            bytes: geo.file_bytes(),
+            crc32c: None,
+        },
+    )];
+    let location = match &layout {
+        AnyLayout::Id(_) => SectionInfo {
+            file: String::new(),
+            kind: "identity".into(),
+            bytes: 0,
+            crc32c: None,
+        },
+        AnyLayout::Shuffled(l) => write_section(
+            dir,
+            "id_to_location.bin",
+            "block_map",
+            &crate::format::location::encode(l.geometry(), l.positions()),
+        )?,
+    };
+    sections.push((Section::IdToLocation, location));
+    Ok(Placed {
+        geo: *layout.geometry(),
+        overlap_ratio: or_g,
+        shuffle,
+        sections,
+    })
+}

@@ -1,0 +1,427 @@
+//! `manifest.json`: format version, the spec that built the index, dtype,
+//! metric, dims, counts, the typed sections with sizes and checksums, and a
+//! checksum of the manifest itself.
+//!
+//! Compatibility: a reader refuses a higher major version and reads any
+//! minor version of its own major. Names a reader must understand to read
+//! an index correctly (index kind, preset, layout, section names) are typed:
+//! an index that uses one this version does not know is refused with a
+//! [`Error::Version`] that says to upgrade, never read with other defaults.
+//!
+//! The manifest checksum (format 1.3) is the CRC32C of the manifest's JSON
+//! in canonical form (keys sorted, no whitespace, the `checksum` field
+//! removed), so any edit of any field — `"metric"` from `l2` to `ip`, say —
+//! is a [`Error::Corrupt`]. Manifests of format 1.2 and older carry none and
+//! are read as before.
+
+use crate::distance::Metric;
+use crate::elem::DType;
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Major format version: bumped on incompatible changes.
+pub const FORMAT_MAJOR: u32 = 1;
+/// Minor format version: bumped on backward-compatible additions.
+/// 1.1: entry sections; 1.2: shuffled layouts; 1.3: index kind, typed
+/// names, manifest checksum.
+pub const FORMAT_MINOR: u32 = 3;
+/// First minor version whose manifests carry a checksum.
+pub const CHECKSUM_MINOR: u32 = 3;
+/// The `format` field every manifest carries.
+pub const FORMAT_NAME: &str = "nearline-index";
+/// File name of the manifest inside an index directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+crate::util::vocabulary! {
+    /// What kind of index a directory holds. Each kind has its own sections
+    /// and search; the element type is dispatched below it.
+    pub enum IndexKind: "index kind" {
+        /// A static disk graph (DiskANN family): Vamana graph in a page
+        /// file, codes in RAM or in the records.
+        Graph = "graph",
+    }
+}
+
+crate::util::vocabulary! {
+    /// A named composition of components that built an index (one per seed
+    /// paper). `auto` is a request the planner resolves to one of these; it
+    /// is never stored.
+    pub enum Preset: "preset" {
+        /// DiskANN: ID layout, medoid entry, synchronous beam search.
+        Diskann = "diskann",
+        /// PipeANN: navigation-graph entry, pipelined search.
+        Pipeann = "pipeann",
+        /// Starling: shuffled blocks, navigation graph, block search.
+        Starling = "starling",
+    }
+}
+
+crate::util::vocabulary! {
+    /// Record placement in the page file.
+    pub enum LayoutKind: "layout" {
+        /// DiskANN's: node v in block v / records_per_block.
+        Id = "id",
+        /// Starling's block shuffling: a node shares its block with graph
+        /// neighbours; node → position map in the `id_to_location` section.
+        Shuffled = "shuffled",
+    }
+}
+
+crate::util::vocabulary! {
+    /// The sections an index directory may hold (keys of `sections`).
+    pub enum Section: "section" {
+        /// The page file: records in blocks with per-block CRC32C.
+        Pages = "pages",
+        /// The PQ codebook.
+        PqCodebook = "pq_codebook",
+        /// PQ codes, `n × pq_bytes`.
+        PqCodes = "pq_codes",
+        /// External ids, u64 little-endian per node.
+        Ids = "ids",
+        /// The in-memory navigation graph.
+        NavGraph = "nav_graph",
+        /// Centroid entry points.
+        EntryCentroids = "entry_centroids",
+        /// Node → position map of a shuffled layout (implicit for the ID layout).
+        IdToLocation = "id_to_location",
+    }
+}
+
+/// The parameters that built an index (kept so it can be rebuilt or inspected).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildSpec {
+    pub preset: Preset,
+    pub r: usize,
+    pub build_l: usize,
+    pub alpha: f32,
+    pub passes: usize,
+    /// Whether pruned lists were filled up to R (absent: false).
+    #[serde(default)]
+    pub saturate: bool,
+    pub pq_bytes: usize,
+    /// Search memory budget in bytes (sizes the node cache at open by default).
+    pub memory_budget: u64,
+    /// Build memory budget in bytes.
+    pub build_memory_budget: u64,
+    pub page_size: usize,
+    pub seed: u64,
+    pub threads: usize,
+    /// Sampling rate of the navigation graph (absent: 0, none; format 1.1).
+    #[serde(default)]
+    pub nav_sample: f64,
+    /// k-means centroids of the centroid entries (absent: 0, none; format 1.1).
+    #[serde(default)]
+    pub entry_clusters: usize,
+}
+
+/// How a shuffled layout was made (format 1.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShuffleInfo {
+    /// `"bnp"`, `"bnf"` or `"bns"`.
+    pub algorithm: String,
+    /// BNF's round limit β and gain threshold τ; BNS rounds.
+    pub bnf_iters: usize,
+    pub bnf_tau: f64,
+    pub bns_iters: usize,
+    /// Rounds actually run.
+    pub iterations: usize,
+    /// OR(G) the ID layout of the same graph would have.
+    pub id_overlap_ratio: f64,
+    pub seconds: f64,
+}
+
+/// Geometry of the page file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayoutInfo {
+    /// `id`: node v lives in block v / records_per_block; `shuffled`
+    /// (format 1.2): node v lives where the `id_to_location` section says.
+    pub kind: LayoutKind,
+    pub page_size: usize,
+    /// Bytes of one block (a page, or whole consecutive pages for big records).
+    pub block_size: usize,
+    pub record_size: usize,
+    pub records_per_block: usize,
+    pub n_blocks: u64,
+    pub max_degree: usize,
+    /// Starling's overlap ratio OR(G) of the layout (absent before 1.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_ratio: Option<f64>,
+    /// How the shuffled layout was made (absent for the ID layout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle: Option<ShuffleInfo>,
+}
+
+/// One typed section of the index directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SectionInfo {
+    /// File name inside the index directory (empty for implicit sections).
+    pub file: String,
+    /// What the section holds, e.g. `"pages"`, `"pq_codes"`, `"identity"`.
+    pub kind: String,
+    pub bytes: u64,
+    /// CRC32C of the whole file; `None` where each page carries its own.
+    pub crc32c: Option<u32>,
+}
+
+/// Build statistics kept for `info`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BuildStats {
+    pub seconds: f64,
+    pub graph_seconds: f64,
+    pub pq_seconds: f64,
+    pub mean_degree: f64,
+    pub shards: usize,
+    /// Seconds spent on the navigation graph and centroid entries.
+    #[serde(default)]
+    pub entry_seconds: f64,
+}
+
+/// The manifest of an index directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub format_major: u32,
+    pub format_minor: u32,
+    /// What the directory holds (absent before 1.3: a graph index).
+    #[serde(default = "default_kind")]
+    pub kind: IndexKind,
+    pub created_by: String,
+    pub spec: BuildSpec,
+    pub dtype: DType,
+    pub metric: Metric,
+    pub dim: usize,
+    pub n: usize,
+    pub medoid: u32,
+    pub layout: LayoutInfo,
+    /// Sequence number of the last write-ahead-log record applied (0: none).
+    pub wal_sequence: u64,
+    pub sections: BTreeMap<Section, SectionInfo>,
+    #[serde(default)]
+    pub build_stats: BuildStats,
+    /// `crc32c:XXXXXXXX` of the canonical manifest without this field
+    /// (format 1.3; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+}
+
+fn default_kind() -> IndexKind {
+    IndexKind::Graph
+}
+
+impl Manifest {
+    /// Parses manifest text; `path` is named in errors. Checks the format
+    /// name and version, the vocabulary (index kind, preset, layout,
+    /// sections: a name this version does not know is a version error), the
+    /// checksum (format ≥ 1.3) and the fields' consistency.
+    pub fn parse(path: &Path, text: &str) -> Result<Manifest> {
+        let mut v: serde_json::Value = serde_json::from_str(text)
+            .map_err(|e| Error::corrupt(path, format!("manifest is not valid JSON: {e}")))?;
+        let format = v.get("format").and_then(|f| f.as_str());
+        if format != Some(FORMAT_NAME) {
+            return Err(Error::format(
+                path,
+                format!("field \"format\" is {format:?}, expected {FORMAT_NAME:?}: not a nearline index"),
+            ));
+        }
+        let major = v
+            .get("format_major")
+            .and_then(|m| m.as_u64())
+            .ok_or_else(|| {
+                Error::corrupt(path, "field \"format_major\" is missing or not an integer")
+            })?;
+        if major > FORMAT_MAJOR as u64 {
+            return Err(Error::Version {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "index format version {major}.x is newer than this reader ({FORMAT_MAJOR}.{FORMAT_MINOR}); upgrade nearline to open it"
+                ),
+            });
+        }
+        let minor = v
+            .get("format_minor")
+            .and_then(|m| m.as_u64())
+            .ok_or_else(|| {
+                Error::corrupt(path, "field \"format_minor\" is missing or not an integer")
+            })?;
+        // The checksum first: an edited manifest is damage, whatever it says.
+        let stored = match v.as_object_mut().and_then(|o| o.remove("checksum")) {
+            Some(serde_json::Value::String(c)) => Some(c),
+            Some(other) => {
+                return Err(Error::corrupt(
+                    path,
+                    format!("field \"checksum\" is {other}, expected a string \"crc32c:XXXXXXXX\""),
+                ))
+            }
+            None => None,
+        };
+        match (&stored, minor >= CHECKSUM_MINOR as u64) {
+            (Some(c), _) => {
+                let want = checksum_of(&v);
+                if *c != want {
+                    return Err(Error::corrupt(
+                        path,
+                        format!(
+                            "manifest fails its checksum (stored {c}, computed {want}): it was edited or damaged; rebuild the index"
+                        ),
+                    ));
+                }
+            }
+            (None, true) => return Err(Error::corrupt(
+                path,
+                format!(
+                    "field \"checksum\" is missing (format {major}.{minor} manifests carry one)"
+                ),
+            )),
+            (None, false) => {}
+        }
+        check_vocabulary(path, &v)?;
+        let mut m: Manifest = serde_json::from_value(v)
+            .map_err(|e| Error::corrupt(path, format!("manifest field error: {e}")))?;
+        m.checksum = stored;
+        m.validate(path)?;
+        Ok(m)
+    }
+
+    fn validate(&self, path: &Path) -> Result<()> {
+        let l = &self.layout;
+        let bad = |msg: String| Err(Error::corrupt(path, msg));
+        if self.dim == 0 {
+            return bad("field \"dim\" is 0".into());
+        }
+        if ![4096, 8192, 16384].contains(&l.page_size) {
+            return bad(format!(
+                "field \"layout.page_size\" is {}, expected 4096, 8192 or 16384",
+                l.page_size
+            ));
+        }
+        let vector_bytes = self.dim.checked_mul(self.dtype.size()).ok_or_else(|| {
+            Error::corrupt(path, format!("field \"dim\" is {}: too large", self.dim))
+        })?;
+        let geo = super::page::PageGeometry::new(l.page_size, vector_bytes, l.max_degree, self.n)
+            .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        if geo.record_size != l.record_size
+            || geo.block_size != l.block_size
+            || geo.records_per_block != l.records_per_block
+            || geo.n_blocks != l.n_blocks
+        {
+            return bad(format!(
+                "layout fields disagree with dim={} dtype={} R={} n={}: manifest says record {} B, block {} B, {} per block, {} blocks; expected {} B, {} B, {}, {}",
+                self.dim, self.dtype, l.max_degree, self.n, l.record_size, l.block_size, l.records_per_block, l.n_blocks,
+                geo.record_size, geo.block_size, geo.records_per_block, geo.n_blocks
+            ));
+        }
+        if self.n > 0 && self.medoid as usize >= self.n {
+            return bad(format!(
+                "field \"medoid\" is {} but the index has {} points",
+                self.medoid, self.n
+            ));
+        }
+        for key in [Section::Pages, Section::PqCodebook, Section::PqCodes] {
+            if !self.sections.contains_key(&key) {
+                return bad(format!("section {key:?} is missing from \"sections\""));
+            }
+        }
+        if l.kind == LayoutKind::Shuffled && !self.sections.contains_key(&Section::IdToLocation) {
+            return bad("a shuffled layout needs section \"id_to_location\"".into());
+        }
+        Ok(())
+    }
+
+    /// The manifest as it is written: pretty JSON with its checksum.
+    pub fn to_text(&self, path: &Path) -> Result<String> {
+        let ser =
+            |e: serde_json::Error| Error::format(path, format!("cannot serialise manifest: {e}"));
+        let mut v = serde_json::to_value(self).map_err(ser)?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("checksum");
+            let c = checksum_of(&serde_json::Value::Object(o.clone()));
+            o.insert("checksum".into(), serde_json::Value::String(c));
+        }
+        serde_json::to_string_pretty(&v).map_err(ser)
+    }
+
+    /// Whether the manifest has section `s`.
+    pub fn has(&self, s: Section) -> bool {
+        self.sections.contains_key(&s)
+    }
+
+    /// A section by name, or a corruption error naming it.
+    pub fn section(&self, path: &Path, name: Section) -> Result<&SectionInfo> {
+        self.sections.get(&name).ok_or_else(|| {
+            Error::corrupt(
+                path,
+                format!("section {:?} is missing from the manifest", name.name()),
+            )
+        })
+    }
+}
+
+/// `crc32c:XXXXXXXX` of a manifest value in canonical form (sorted keys:
+/// `serde_json`'s map is ordered; compact).
+fn checksum_of(v: &serde_json::Value) -> String {
+    let text = v.to_string();
+    format!("crc32c:{:08x}", crc32c::crc32c(text.as_bytes()))
+}
+
+/// Refuses names this version does not know with a version error (they
+/// come from a newer nearline), before the typed parse would call them
+/// corrupt.
+fn check_vocabulary(path: &Path, v: &serde_json::Value) -> Result<()> {
+    fn known<T>(
+        path: &Path,
+        field: &str,
+        value: Option<&serde_json::Value>,
+        parse: impl Fn(&str) -> Result<T>,
+        names: Vec<&'static str>,
+    ) -> Result<()> {
+        if let Some(serde_json::Value::String(s)) = value {
+            if parse(s).is_err() {
+                return Err(Error::Version {
+                    path: path.to_path_buf(),
+                    msg: format!(
+                        "{field} {s:?} is not one this version of nearline knows ({}); the index was written by a newer version: upgrade nearline to open it",
+                        names.join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+    known(
+        path,
+        "index kind",
+        v.get("kind"),
+        IndexKind::parse,
+        IndexKind::names(),
+    )?;
+    let spec = v.get("spec");
+    known(
+        path,
+        "preset",
+        spec.and_then(|s| s.get("preset")),
+        Preset::parse,
+        Preset::names(),
+    )?;
+    let layout = v.get("layout");
+    known(
+        path,
+        "layout",
+        layout.and_then(|l| l.get("kind")),
+        LayoutKind::parse,
+        LayoutKind::names(),
+    )?;
+    if let Some(serde_json::Value::Object(sections)) = v.get("sections") {
+        for k in sections.keys() {
+            known(
+                path,
+                "section",
+                Some(&serde_json::Value::String(k.clone())),
+                Section::parse,
+                Section::names(),
+            )?;
+        }
+    }
+    Ok(())
+}

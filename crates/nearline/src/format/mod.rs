@@ -1,0 +1,19 @@
+//! Every on-disk byte of an index: the manifest (typed names, checksums),
+//! the page header and record codec, and the codecs of every section (PQ
+//! codebook, navigation graph, centroid entries, location map, external
+//! ids). Pure encoding and decoding: reading and writing files is `io`'s,
+//! placing records is `layout`'s.
+
+pub mod entries;
+pub mod location;
+pub mod manifest;
+pub mod nav;
+pub mod page;
+pub mod pq;
+pub mod section;
+
+pub use manifest::{
+    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, Preset, Section,
+    SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE,
+};
+pub use page::{PageGeometry, RecordView, PAGE_HEADER_BYTES};

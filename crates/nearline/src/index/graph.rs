@@ -1,0 +1,388 @@
+//! The static graph index kind (the DiskANN family): a Vamana graph in a
+//! page file, PQ codes in RAM, a cache and entry structures, searched by
+//! the executor. The element type is dispatched below this level.
+
+use crate::cache::{AnyCache, NodeCache};
+use crate::elem::Element;
+use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
+use crate::graph::nav::NavGraph;
+use crate::io::files::{read_section, read_section_huge, section_path};
+use crate::io::{open_direct, EngineKind};
+use crate::layout::{AnyLayout, IdLayout, ShuffledLayout};
+use crate::planner::{MemoryPlan, OpenPlan};
+use crate::search::entry::load_sampled_entries;
+use crate::search::{
+    AnyScorer, BatchResult, EntryPlan, EntryPoints, EntrySet, IndexData, PqScorer, SearchPlan,
+    WorkerPool,
+};
+use crate::{with_dtype, Error, Result};
+use serde::Serialize;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The search side of one element type.
+struct Engine<T: Element> {
+    data: IndexData<T>,
+    workers: WorkerPool<T>,
+}
+
+enum AnyEngine {
+    F32(Engine<f32>),
+    F16(Engine<half::f16>),
+    U8(Engine<u8>),
+    I8(Engine<i8>),
+}
+
+macro_rules! with_engine {
+    ($e:expr, $x:ident, $body:expr) => {
+        match $e {
+            AnyEngine::F32($x) => $body,
+            AnyEngine::F16($x) => $body,
+            AnyEngine::U8($x) => $body,
+            AnyEngine::I8($x) => $body,
+        }
+    };
+}
+
+trait Wrap {
+    fn wrap(self) -> AnyEngine;
+}
+impl Wrap for Engine<f32> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::F32(self)
+    }
+}
+impl Wrap for Engine<half::f16> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::F16(self)
+    }
+}
+impl Wrap for Engine<u8> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::U8(self)
+    }
+}
+impl Wrap for Engine<i8> {
+    fn wrap(self) -> AnyEngine {
+        AnyEngine::I8(self)
+    }
+}
+
+/// What an open graph index holds resident, measured, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MemoryAccount {
+    pub pq_codes: u64,
+    pub pq_codebook: u64,
+    pub ids: u64,
+    pub layout_map: u64,
+    /// The entry structure in use.
+    pub entry: u64,
+    pub cache: u64,
+    pub cache_nodes: u64,
+    /// What idle search workers hold now (buffers, query slots, rings).
+    pub worker_scratch: u64,
+}
+
+impl MemoryAccount {
+    /// Everything but the workers' scratch.
+    pub fn static_total(&self) -> u64 {
+        self.pq_codes + self.pq_codebook + self.ids + self.layout_map + self.entry + self.cache
+    }
+}
+
+/// An open static graph index.
+pub struct GraphIndex {
+    ids: Option<Vec<u64>>,
+    engine: AnyEngine,
+    account: MemoryAccount,
+    direct_io: bool,
+}
+
+impl GraphIndex {
+    /// Opens the graph index in `dir` (manifest `m`) as `plan` says.
+    pub fn open(dir: &Path, m: &Manifest, plan: &OpenPlan, io: EngineKind) -> Result<GraphIndex> {
+        let manifest_path = dir.join(crate::format::MANIFEST_FILE);
+        let geo = crate::planner::geometry(m)
+            .map_err(|e| Error::corrupt(&manifest_path, e.to_string()))?;
+        let pages = m.section(&manifest_path, Section::Pages)?;
+        let pages_path = dir.join(&pages.file);
+        let meta = std::fs::metadata(&pages_path).map_err(|e| Error::io(&pages_path, e))?;
+        if meta.len() != geo.file_bytes() || pages.bytes != geo.file_bytes() {
+            return Err(Error::corrupt(
+                &pages_path,
+                format!(
+                    "page file has {} bytes, expected {} ({} blocks of {} bytes): truncated or replaced",
+                    meta.len(),
+                    geo.file_bytes(),
+                    geo.n_blocks,
+                    geo.block_size
+                ),
+            ));
+        }
+        let cb_path = section_path(dir, m, Section::PqCodebook);
+        let codebook =
+            crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;
+        if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
+            return Err(Error::corrupt(
+                &cb_path,
+                format!(
+                    "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
+                    codebook.dim(),
+                    codebook.m(),
+                    m.dim,
+                    m.spec.pq_bytes
+                ),
+            ));
+        }
+        let codes = read_section_huge(dir, m, Section::PqCodes)?;
+        if Some(codes.len()) != m.n.checked_mul(codebook.m()) {
+            return Err(Error::corrupt(
+                section_path(dir, m, Section::PqCodes),
+                format!(
+                    "{} bytes of codes, expected n × m = {} × {}",
+                    codes.len(),
+                    m.n,
+                    codebook.m()
+                ),
+            ));
+        }
+        let ids = if m.has(Section::Ids) {
+            let path = section_path(dir, m, Section::Ids);
+            Some(crate::format::section::decode_ids(
+                &path,
+                &read_section(dir, m, Section::Ids)?,
+                m.n,
+            )?)
+        } else {
+            None
+        };
+        let layout = match m.layout.kind {
+            LayoutKind::Id => AnyLayout::Id(IdLayout::new(geo, m.n)),
+            LayoutKind::Shuffled => {
+                let b = read_section(dir, m, Section::IdToLocation)?;
+                let path = section_path(dir, m, Section::IdToLocation);
+                AnyLayout::Shuffled(ShuffledLayout::from_section(&path, &b, geo, m.n)?)
+            }
+        };
+        let mut account = MemoryAccount {
+            pq_codes: codes.memory_bytes() as u64,
+            pq_codebook: codebook.memory_bytes() as u64,
+            ids: ids.as_ref().map(|v| v.capacity() as u64 * 8).unwrap_or(0),
+            layout_map: layout.memory_bytes() as u64,
+            ..Default::default()
+        };
+        let (engine, direct_io) = with_dtype!(m.dtype, T, {
+            let entries = load_entries::<T>(dir, m, plan.entry, &pages_path, &layout)?;
+            account.entry = entries.memory_bytes() as u64;
+            let cache = NodeCache::load_bfs(
+                &pages_path,
+                &layout,
+                m.n,
+                m.medoid,
+                plan.memory.cache_nodes as usize,
+            )?;
+            account.cache = crate::cache::Cache::memory_bytes(&cache) as u64;
+            account.cache_nodes = crate::cache::Cache::len(&cache) as u64;
+            let (file, direct_io) = open_direct(&pages_path)?;
+            let data = IndexData::<T> {
+                geo: *layout.geometry(),
+                layout,
+                scorer: AnyScorer::Pq(PqScorer {
+                    codebook,
+                    codes,
+                    metric: m.metric,
+                }),
+                cache: AnyCache::Bfs(cache),
+                metric: m.metric,
+                dim: m.dim,
+                n: m.n,
+                medoid: m.medoid,
+                pages_path: pages_path.clone(),
+                file: Arc::new(file),
+                io_kind: io,
+                entries,
+                _elem: PhantomData,
+            };
+            (
+                Engine {
+                    data,
+                    workers: WorkerPool::default(),
+                }
+                .wrap(),
+                direct_io,
+            )
+        });
+        // Scratch of the load (BFS frontier, section buffers) is freed: give
+        // it back so the resident set is what the index holds.
+        crate::util::return_freed_memory();
+        Ok(GraphIndex {
+            ids,
+            engine,
+            account,
+            direct_io,
+        })
+    }
+
+    /// Runs a planned batch on `threads` workers; ids are internal.
+    pub fn search(
+        &self,
+        queries: &[f32],
+        nq: usize,
+        plan: &SearchPlan,
+        threads: usize,
+    ) -> Result<BatchResult> {
+        with_engine!(
+            &self.engine,
+            e,
+            e.workers.search_batch(&e.data, queries, nq, plan, threads)
+        )
+    }
+
+    /// The external id of internal id `i`.
+    #[inline]
+    pub fn external(&self, i: u32) -> i64 {
+        match &self.ids {
+            Some(ext) => ext[i as usize] as i64,
+            None => i as i64,
+        }
+    }
+
+    /// What the index holds now (the workers' scratch measured).
+    pub fn account(&self) -> MemoryAccount {
+        let scratch = with_engine!(&self.engine, e, e.workers.memory_bytes()) as u64;
+        MemoryAccount {
+            worker_scratch: scratch,
+            ..self.account.clone()
+        }
+    }
+
+    /// Whether the page file is read with O_DIRECT.
+    pub fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
+    /// Name of the I/O engine a worker uses.
+    pub fn engine_name(&self) -> &'static str {
+        with_engine!(
+            &self.engine,
+            e,
+            e.workers.engine_name(&e.data).unwrap_or("unavailable")
+        )
+    }
+
+    /// The entry points in use, as `info()` shows them.
+    pub fn entry_info(&self) -> serde_json::Value {
+        with_engine!(
+            &self.engine,
+            x,
+            match &x.data.entries {
+                EntryPoints::Nav { nav, l, seeds, .. } => serde_json::json!({
+                    "kind": "nav", "nav_nodes": nav.len(), "nav_R": nav.r(), "nav_L": l, "nav_seeds": seeds,
+                }),
+                EntryPoints::Centroids { set, .. } =>
+                    serde_json::json!({"kind": "centroids", "centroid_nodes": set.len()}),
+                EntryPoints::Sampled { set, .. } =>
+                    serde_json::json!({"kind": "sampled", "sampled_nodes": set.len()}),
+                EntryPoints::Medoid(_) => serde_json::json!({"kind": "medoid"}),
+            }
+        )
+    }
+
+    /// The cache in use, as `info()` shows it.
+    pub fn cache_info(&self) -> serde_json::Value {
+        with_engine!(
+            &self.engine,
+            x,
+            serde_json::json!({
+                "policy": x.data.cache.name(),
+                "nodes": x.data.cache.len(),
+                "bytes": x.data.cache.memory_bytes(),
+            })
+        )
+    }
+
+    /// The search data of a float32 index (tests drive workers directly).
+    pub fn data_f32(&self) -> Option<&IndexData<f32>> {
+        match &self.engine {
+            AnyEngine::F32(e) => Some(&e.data),
+            _ => None,
+        }
+    }
+}
+
+/// Loads the entry structure `plan` names.
+fn load_entries<T: Element>(
+    dir: &Path,
+    m: &Manifest,
+    plan: EntryPlan,
+    pages_path: &Path,
+    layout: &AnyLayout,
+) -> Result<EntryPoints<T>> {
+    Ok(match plan {
+        EntryPlan::Medoid => EntryPoints::Medoid(m.medoid),
+        EntryPlan::Sampled { count } => {
+            let (ids, vecs) =
+                load_sampled_entries::<T>(pages_path, layout, m.n, count, m.spec.seed)?;
+            EntryPoints::Sampled {
+                medoid: m.medoid,
+                set: EntrySet {
+                    dim: m.dim,
+                    ids,
+                    vecs,
+                },
+            }
+        }
+        EntryPlan::Nav { l, seeds } => {
+            let b = read_section(dir, m, Section::NavGraph)?;
+            let path = section_path(dir, m, Section::NavGraph);
+            let nav: NavGraph<T> = crate::format::nav::decode(&path, &b, m.dim, m.n)?;
+            EntryPoints::Nav {
+                medoid: m.medoid,
+                nav,
+                l,
+                seeds,
+            }
+        }
+        EntryPlan::Centroids => {
+            let b = read_section(dir, m, Section::EntryCentroids)?;
+            let path = section_path(dir, m, Section::EntryCentroids);
+            let (ids, vecs) = crate::format::entries::decode_centroids::<T>(&path, &b, m.dim, m.n)?;
+            EntryPoints::Centroids {
+                medoid: m.medoid,
+                set: EntrySet {
+                    dim: m.dim,
+                    ids,
+                    vecs,
+                },
+            }
+        }
+    })
+}
+
+/// The planned split next to what is held, as `info()["memory"]` shows it.
+pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount) -> serde_json::Value {
+    let total = held.static_total() + held.worker_scratch;
+    let reserved = held.static_total() + held.worker_scratch.max(plan.worker_scratch);
+    serde_json::json!({
+        "budget": plan.budget,
+        "minimum": plan.minimum,
+        "pq_codes": held.pq_codes,
+        "pq_codebook": held.pq_codebook,
+        "ids": held.ids,
+        "layout_map": held.layout_map,
+        "entry": held.entry,
+        "cache": held.cache,
+        "cache_nodes": held.cache_nodes,
+        "worker_scratch": held.worker_scratch,
+        "worker_scratch_reserved": plan.worker_scratch,
+        "total": total,
+        "within_budget": reserved <= plan.budget,
+        "plan": plan,
+    })
+}
+
+/// The geometry of the page file (for tools).
+pub fn page_geometry(m: &Manifest) -> Result<PageGeometry> {
+    crate::planner::geometry(m)
+}

@@ -1,0 +1,129 @@
+//! Whole-file reads and writes of an index directory's small files: the
+//! manifest and the sections, checked against the manifest (size, CRC32C)
+//! as they are read, written durably (fsynced) as they are written.
+
+use crate::format::manifest::{Manifest, Section, SectionInfo, MANIFEST_FILE};
+use crate::format::section;
+use crate::util::HugeBytes;
+use crate::{Error, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Reads and checks `dir/manifest.json`. A missing directory is an I/O
+/// error of kind `NotFound` naming it.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    if !dir.exists() {
+        return Err(Error::io(
+            dir,
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "index directory does not exist",
+            ),
+        ));
+    }
+    if !dir.is_dir() {
+        return Err(Error::format(
+            dir,
+            "not an index directory (it is a file, not a directory)",
+        ));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    Manifest::parse(&path, &text)
+}
+
+/// Whether `dir` holds a nearline index (a manifest that parses and checks).
+pub fn is_index(dir: &Path) -> bool {
+    read_manifest(dir).is_ok()
+}
+
+/// Writes `dir/manifest.json` durably: a temporary file, fsynced, renamed
+/// over the old one.
+pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<()> {
+    let path = dir.join(MANIFEST_FILE);
+    let tmp = dir.join(".manifest.json.tmp");
+    let text = m.to_text(&path)?;
+    write_durable(&tmp, text.as_bytes())?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    sync_dir(dir)
+}
+
+/// Writes `bytes` to `path` and fsyncs it.
+pub fn write_durable(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
+    f.write_all(bytes).map_err(|e| Error::io(path, e))?;
+    f.sync_all().map_err(|e| Error::io(path, e))
+}
+
+/// Fsyncs a directory (its entries: files created, renamed or removed).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+/// Writes a section file `file` into `dir` durably and returns its
+/// manifest entry (`kind` names its codec).
+pub fn write_section(dir: &Path, file: &str, kind: &str, bytes: &[u8]) -> Result<SectionInfo> {
+    write_durable(&dir.join(file), bytes)?;
+    Ok(SectionInfo {
+        file: file.into(),
+        kind: kind.into(),
+        bytes: bytes.len() as u64,
+        crc32c: Some(crc32c::crc32c(bytes)),
+    })
+}
+
+/// The file of section `s` (the manifest's path when it has none).
+pub fn section_path(dir: &Path, m: &Manifest, s: Section) -> PathBuf {
+    match m.sections.get(&s) {
+        Some(info) if !info.file.is_empty() => dir.join(&info.file),
+        _ => dir.join(MANIFEST_FILE),
+    }
+}
+
+/// Reads section `s` whole, checked against the manifest (size, CRC32C).
+pub fn read_section(dir: &Path, m: &Manifest, s: Section) -> Result<Vec<u8>> {
+    let info = m.section(&dir.join(MANIFEST_FILE), s)?;
+    let path = dir.join(&info.file);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    section::check(&path, s.name(), info, &bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_section`] into a table the search reads at random rows (in huge
+/// pages when it is large; see [`HugeBytes`]).
+pub fn read_section_huge(dir: &Path, m: &Manifest, s: Section) -> Result<HugeBytes> {
+    let info = m.section(&dir.join(MANIFEST_FILE), s)?;
+    let path = dir.join(&info.file);
+    let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    if len != info.bytes {
+        return Err(section::size_error(&path, s.name(), len, info.bytes));
+    }
+    let len = usize::try_from(len).map_err(|_| {
+        Error::corrupt(
+            &path,
+            format!("section {:?} is too large for this machine", s.name()),
+        )
+    })?;
+    let bytes = HugeBytes::read_from(file, len).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::corrupt(
+                &path,
+                format!("section {:?} was truncated while it was read", s.name()),
+            )
+        } else {
+            Error::io(&path, e)
+        }
+    })?;
+    section::check(&path, s.name(), info, &bytes)?;
+    Ok(bytes)
+}
+
+/// Fsyncs a file written by other code (the page file's writer).
+pub fn sync_file(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| Error::io(path, e))
+}

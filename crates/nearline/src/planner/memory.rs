@@ -1,0 +1,456 @@
+//! The memory model: what each resident structure of an open index costs,
+//! computed the way the structure itself counts its bytes, and the split of
+//! one memory budget among them.
+//!
+//! Order of the split: the fixed-size structures first (PQ codebook,
+//! external ids, layout map, entry structure, the workers' scratch), then
+//! the PQ codes (at build, DiskANN's rule on what the fixed structures
+//! leave), then the cache gets the rest.
+
+use super::Decision;
+use crate::cache::NodeCache;
+use crate::format::page::PageGeometry;
+use crate::format::LayoutKind;
+use crate::util::huge::{HUGE_MIN_BYTES, HUGE_PAGE};
+use crate::{Error, Result};
+use serde::Serialize;
+
+/// Bytes of the PQ codes of `n` vectors of `m` bytes, as held (in whole
+/// huge pages when the table is large; see `util::huge`).
+pub fn pq_codes_bytes(n: usize, m: usize) -> u64 {
+    let len = n as u64 * m as u64;
+    if len < HUGE_MIN_BYTES as u64 {
+        len
+    } else {
+        len.div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64
+    }
+}
+
+/// Bytes of a PQ codebook over `dim` dimensions in `m` chunks (centroids,
+/// their transposed copy, the centre and the chunk offsets).
+pub fn codebook_bytes(dim: usize, m: usize) -> u64 {
+    let words = (m + 1) + 2 * crate::quant::pq::PQ_CENTROIDS * dim + dim;
+    (std::mem::size_of::<crate::quant::pq::PqCodebook>() + 4 * words) as u64
+}
+
+/// Bytes of the external ids of `n` nodes.
+pub fn ids_bytes(n: usize) -> u64 {
+    8 * n as u64
+}
+
+/// Bytes of a layout's maps (a shuffled layout holds node → position and
+/// position → node; the ID layout none).
+pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
+    match layout {
+        LayoutKind::Id => 0,
+        LayoutKind::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
+    }
+}
+
+/// Bytes a navigation graph holds, from its section size (the section is
+/// its resident arrays after a 32-byte header).
+pub fn nav_bytes_from_section(section: u64) -> u64 {
+    section.saturating_sub(32)
+}
+
+/// Section size of a navigation graph of `count` nodes of degree bound `r`.
+pub fn nav_section_bytes(count: usize, r: usize, dim: usize, esz: usize) -> u64 {
+    32 + count as u64 * (4 * (2 + r as u64) + (dim * esz) as u64)
+}
+
+/// Bytes centroid entries hold, from their section size (24-byte header).
+pub fn centroid_bytes_from_section(section: u64) -> u64 {
+    section.saturating_sub(24)
+}
+
+/// Section size of `count` centroid entries.
+pub fn centroid_section_bytes(count: usize, dim: usize, esz: usize) -> u64 {
+    24 + count as u64 * (4 + (dim * esz) as u64)
+}
+
+/// Bytes of `count` sampled entry points.
+pub fn sampled_bytes(count: usize, dim: usize, esz: usize) -> u64 {
+    count as u64 * (4 + (dim * esz) as u64)
+}
+
+/// hashbrown's table for `entries` items of `slot` bytes: buckets (a power
+/// of two, 8/7 of the items) times the slot plus one control byte.
+fn table_bytes(entries: usize, slot: usize) -> u64 {
+    if entries == 0 {
+        return 0;
+    }
+    let buckets = (entries.saturating_mul(8) / 7 + 1)
+        .next_power_of_two()
+        .max(4);
+    (buckets * (slot + 1) + 16) as u64
+}
+
+/// What one query's scratch depends on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QueryShape {
+    /// Nodes in the index.
+    pub n: usize,
+    /// Vector dimension and element size.
+    pub dim: usize,
+    pub esz: usize,
+    /// Maximum degree.
+    pub r: usize,
+    /// PQ bytes (the lookup table is `m × 256` floats).
+    pub pq_m: usize,
+    pub block_size: usize,
+    pub records_per_block: usize,
+    /// The largest list the query may reach (L, or a range search's max L).
+    pub l: usize,
+    /// Reads in flight per query.
+    pub width: usize,
+    /// Block search's σ (it expands co-located records too).
+    pub sigma: Option<f32>,
+}
+
+/// Bytes of one query slot's scratch at its largest: the scorer's table,
+/// the candidate list, the visited set (bounded by `(2L + W)·R` scored
+/// neighbours, more with block search, and by `n`), the exact results,
+/// the read bookkeeping and its page buffers.
+pub fn query_bytes(s: &QueryShape) -> u64 {
+    let table = (s.pq_m * crate::quant::pq::PQ_CENTROIDS * 4) as u64;
+    let cand = (s.l + 1) as u64 * 12;
+    let expand_factor = match s.sigma {
+        Some(sig) => 1.0 + sig as f64 * s.records_per_block.saturating_sub(1) as f64,
+        None => 1.0,
+    };
+    let hops = ((2 * s.l + s.width) as f64 * expand_factor).ceil() as usize;
+    let visited = hops.saturating_mul(s.r).min(s.n);
+    let visited_bytes = table_bytes(visited, 4);
+    let exact = (hops.min(s.n) as u64) * 8;
+    let reads = s.width as u64 * (16 + 12 + 4);
+    let buffers = s.width as u64 * s.block_size as u64;
+    let query = (s.dim * (4 + s.esz)) as u64;
+    table + cand + visited_bytes + exact + reads + buffers + query + 1024
+}
+
+/// Bytes of an I/O engine for `depth` reads in flight.
+pub fn engine_bytes(depth: usize) -> u64 {
+    crate::io::IoEngine::bytes_for_depth(depth)
+}
+
+/// Bytes of one worker: `qif` query slots plus its engine.
+pub fn worker_bytes(s: &QueryShape, qif: usize) -> u64 {
+    let depth = (qif * s.width).clamp(
+        crate::search::MAX_BEAM_WIDTH,
+        crate::search::executor::MAX_ENGINE_DEPTH,
+    );
+    qif as u64 * query_bytes(s) + engine_bytes(depth.next_power_of_two())
+}
+
+/// The split of one memory budget, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MemoryPlan {
+    /// The budget.
+    pub budget: u64,
+    pub pq_codes: u64,
+    pub pq_codebook: u64,
+    /// External ids.
+    pub ids: u64,
+    /// A shuffled layout's maps.
+    pub layout_map: u64,
+    /// The entry structure in use (navigation graph, centroid or sampled
+    /// entries).
+    pub entry: u64,
+    /// What the search workers may hold (buffers, query slots, rings).
+    pub worker_scratch: u64,
+    /// The cache's share: what the budget leaves.
+    pub cache: u64,
+    /// Nodes the cache holds in that share.
+    pub cache_nodes: u64,
+    /// The smallest budget these structures fit in (no cache).
+    pub minimum: u64,
+}
+
+impl MemoryPlan {
+    /// Everything but the cache.
+    pub fn fixed(&self) -> u64 {
+        self.pq_codes
+            + self.pq_codebook
+            + self.ids
+            + self.layout_map
+            + self.entry
+            + self.worker_scratch
+    }
+}
+
+/// The structures whose sizes do not depend on the budget.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct FixedCosts {
+    pub pq_codebook: u64,
+    pub ids: u64,
+    pub layout_map: u64,
+    pub entry: u64,
+    pub worker_scratch: u64,
+}
+
+impl FixedCosts {
+    /// Their sum.
+    pub fn total(&self) -> u64 {
+        self.pq_codebook + self.ids + self.layout_map + self.entry + self.worker_scratch
+    }
+}
+
+/// The smallest fraction of `raw` bytes that is at least `bytes` (rounded
+/// up to 3 decimals), for messages.
+pub fn fraction_at_least(bytes: u64, raw: u64) -> f64 {
+    if raw == 0 {
+        return 1.0;
+    }
+    ((bytes as f64 / raw as f64) * 1000.0).ceil() / 1000.0
+}
+
+/// Names the structures of a minimum, for messages.
+fn minimum_message(
+    what: &str,
+    budget: u64,
+    minimum: u64,
+    raw: u64,
+    fixed: &FixedCosts,
+    codes: u64,
+) -> String {
+    format!(
+        "memory_budget={budget} bytes is below what {what} needs: at least {minimum} bytes \
+         (≈ {:.3} of the raw vectors' {raw} bytes) for PQ codes {codes}, codebook {}, ids {}, \
+         layout map {}, entry structure {}, search workers {}; give memory_budget of at least \
+         {minimum} (or a fraction of at least {:.3})",
+        minimum as f64 / raw.max(1) as f64,
+        fixed.pq_codebook,
+        fixed.ids,
+        fixed.layout_map,
+        fixed.entry,
+        fixed.worker_scratch,
+        fraction_at_least(minimum, raw),
+    )
+}
+
+/// Build-time split: PQ bytes by DiskANN's rule on what the fixed
+/// structures leave of `budget` (or `pq_bytes` when given), the cache the
+/// rest. `budget: None` takes `default_budget` raised to the minimum.
+#[allow(clippy::too_many_arguments)]
+pub fn split_at_build(
+    what: &str,
+    n: usize,
+    dim: usize,
+    raw: u64,
+    fixed: &FixedCosts,
+    pq_bytes: Option<usize>,
+    budget: Option<u64>,
+    default_budget: u64,
+    geo: &PageGeometry,
+    decisions: &mut Vec<Decision>,
+) -> Result<(usize, MemoryPlan)> {
+    let codebook_for = |m: usize| codebook_bytes(dim, m);
+    let fixed_without_codebook = fixed.total() - fixed.pq_codebook;
+    let need = |m: usize| fixed_without_codebook + codebook_for(m) + pq_codes_bytes(n, m);
+    let m_min = pq_bytes.unwrap_or(1);
+    let minimum = need(m_min);
+    let (budget, why) = match budget {
+        Some(b) => (b, "asked for".to_string()),
+        None if default_budget >= minimum => (
+            default_budget,
+            "default: 1/8 of the raw vectors (DiskANN's usual budget)".into(),
+        ),
+        None => (
+            minimum,
+            format!(
+                "default: 1/8 of the raw vectors ({default_budget} bytes) is below the minimum, \
+                 raised to it"
+            ),
+        ),
+    };
+    decisions.push(Decision::new("memory_budget", budget, why));
+    let fixed_here = FixedCosts {
+        pq_codebook: codebook_for(m_min),
+        ..*fixed
+    };
+    if budget < minimum {
+        return Err(Error::arg(minimum_message(
+            what,
+            budget,
+            minimum,
+            raw,
+            &fixed_here,
+            pq_codes_bytes(n, m_min),
+        )));
+    }
+    let m = match pq_bytes {
+        Some(m) => {
+            decisions.push(Decision::new("pq_bytes", m, "asked for"));
+            m
+        }
+        None => {
+            let left = budget - fixed_without_codebook - codebook_for(1);
+            let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
+            // The codebook grows by 4 bytes a chunk and large tables round
+            // to huge pages: step down until everything fits.
+            while m > 1 && need(m) > budget {
+                m -= 1;
+            }
+            decisions.push(Decision::new(
+                "pq_bytes",
+                m,
+                format!(
+                    "DiskANN's rule floor(left / n), clamped to [1, min(dim, 512)], on the \
+                     {left} bytes the fixed structures leave of the budget"
+                ),
+            ));
+            m
+        }
+    };
+    let pq_codes = pq_codes_bytes(n, m);
+    let mut plan = MemoryPlan {
+        budget,
+        pq_codes,
+        pq_codebook: codebook_for(m),
+        ids: fixed.ids,
+        layout_map: fixed.layout_map,
+        entry: fixed.entry,
+        worker_scratch: fixed.worker_scratch,
+        cache: 0,
+        cache_nodes: 0,
+        minimum,
+    };
+    plan.cache = budget.saturating_sub(plan.fixed());
+    plan.cache_nodes = NodeCache::capacity_for(geo, plan.cache) as u64;
+    Ok((m, plan))
+}
+
+/// Open-time split of `budget` for an index whose structures cost `fixed`
+/// and whose codes take `pq_codes`: the cache gets the rest, or exactly
+/// `cache_nodes` when asked (if they fit).
+#[allow(clippy::too_many_arguments)]
+pub fn split_at_open(
+    what: &str,
+    budget: u64,
+    raw: u64,
+    fixed: &FixedCosts,
+    pq_codes: u64,
+    cache_nodes: Option<usize>,
+    geo: &PageGeometry,
+    decisions: &mut Vec<Decision>,
+) -> Result<MemoryPlan> {
+    let minimum = fixed.total() + pq_codes;
+    if budget < minimum {
+        return Err(Error::arg(minimum_message(
+            what, budget, minimum, raw, fixed, pq_codes,
+        )));
+    }
+    let share = budget - minimum;
+    let nodes = match cache_nodes {
+        Some(c) => {
+            let need = NodeCache::bytes_for(geo, c);
+            if need > share {
+                return Err(Error::arg(format!(
+                    "cache_nodes={c} needs {need} bytes, but memory_budget={budget} leaves the \
+                     cache {share} bytes after the codes and fixed structures ({minimum} bytes); \
+                     give memory_budget of at least {} or fewer cache_nodes",
+                    minimum + need
+                )));
+            }
+            decisions.push(Decision::new("cache_nodes", c, "asked for"));
+            c
+        }
+        None => {
+            let c = NodeCache::capacity_for(geo, share);
+            decisions.push(Decision::new(
+                "cache_nodes",
+                c,
+                format!("what the {share} bytes left by the codes and fixed structures hold"),
+            ));
+            c
+        }
+    };
+    Ok(MemoryPlan {
+        budget,
+        pq_codes,
+        pq_codebook: fixed.pq_codebook,
+        ids: fixed.ids,
+        layout_map: fixed.layout_map,
+        entry: fixed.entry,
+        worker_scratch: fixed.worker_scratch,
+        cache: NodeCache::bytes_for(geo, nodes),
+        cache_nodes: nodes as u64,
+        minimum,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_to_huge_pages_only_when_large() {
+        assert_eq!(pq_codes_bytes(1000, 8), 8000);
+        let big = pq_codes_bytes(1_000_000, 32);
+        assert_eq!(big % HUGE_PAGE as u64, 0);
+        assert!(big >= 32_000_000 && big < 32_000_000 + HUGE_PAGE as u64);
+    }
+
+    #[test]
+    fn tables_grow_in_powers_of_two() {
+        assert_eq!(table_bytes(0, 4), 0);
+        assert_eq!(table_bytes(7, 4), 16 * 5 + 16);
+        assert_eq!(table_bytes(100, 4), 128 * 5 + 16);
+    }
+
+    #[test]
+    fn build_split_applies_diskann_rule_to_the_remainder() {
+        let geo = PageGeometry::new(4096, 512, 64, 100_000).unwrap();
+        let fixed = FixedCosts {
+            pq_codebook: 0,
+            ids: 0,
+            layout_map: 800_000,
+            entry: 300_000,
+            worker_scratch: 2_000_000,
+        };
+        let mut d = Vec::new();
+        let raw = 100_000 * 512;
+        let (m, plan) = split_at_build(
+            "test",
+            100_000,
+            128,
+            raw,
+            &fixed,
+            None,
+            Some(6_400_000),
+            0,
+            &geo,
+            &mut d,
+        )
+        .unwrap();
+        assert!(plan.fixed() + plan.cache <= 6_400_000, "{plan:?}");
+        // 6.4 MB less 3.1 MB of fixed structures and the codebook leaves
+        // ~32 bytes a vector.
+        assert!((29..=33).contains(&m), "{m}");
+        assert!(plan.fixed() <= plan.budget);
+        let e = split_at_build(
+            "test",
+            100_000,
+            128,
+            raw,
+            &fixed,
+            None,
+            Some(1_000_000),
+            0,
+            &geo,
+            &mut d,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("at least") && e.contains(&plan.minimum.to_string()),
+            "{e}"
+        );
+        // Default budget raised to the minimum.
+        let (_, p) = split_at_build(
+            "test", 100_000, 128, raw, &fixed, None, None, 10, &geo, &mut d,
+        )
+        .unwrap();
+        assert_eq!(p.budget, p.minimum);
+    }
+}

@@ -1,0 +1,808 @@
+//! The planner: the only place that knows the seed papers' decision rules
+//! and the presets. It turns what a user asks for (options), what an index
+//! is (its manifest) and what the data is (n, dim, element type) into typed
+//! plans — [`BuildPlan`], [`OpenPlan`], [`SearchPlan`] — with no `auto`
+//! left in them, and splits the one memory budget among every resident
+//! structure ([`memory`]). Each choice carries the rule that made it
+//! ([`Decision`]), so `nearline plan` and `info()` can show why.
+//!
+//! Build and search execute plans; neither consults the planner.
+
+pub mod memory;
+pub mod options;
+pub mod preset;
+pub mod rules;
+
+pub use memory::MemoryPlan;
+pub use options::{
+    BuildOptions, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice, RangeOptions,
+    SearchOptions, IO_ENGINES,
+};
+pub use preset::PresetDefaults;
+
+use crate::build::BuildPlan;
+use crate::distance::Metric;
+use crate::elem::DType;
+use crate::format::{LayoutKind, Manifest, PageGeometry, Preset, Section};
+use crate::graph::nav::{check_nav_sample, nav_graph_degree, nav_sample_size};
+use crate::layout::shuffle::ShuffleParams;
+use crate::search::entry::{MAX_NAV_L, MAX_NAV_SEEDS};
+use crate::search::{
+    BeamPlan, EntryPlan, ExecutorPlan, PagePlan, PipelinePlan, RangeParams, RefinePlan, SearchPlan,
+    MAX_LIST_SIZE,
+};
+use crate::{Error, Result};
+use memory::{FixedCosts, QueryShape};
+use preset::{defaults, DEFAULT_L, PIPELINE_START_WIDTH};
+use rules::{EntryKind, ExecutorKind};
+use serde::Serialize;
+
+/// Largest `entry_clusters` accepted.
+pub const MAX_ENTRY_CLUSTERS: usize = 65_536;
+
+/// One choice of a plan and the rule that made it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// The option decided.
+    pub what: &'static str,
+    /// Its value, as text.
+    pub value: String,
+    /// Why: "asked for", the preset's default, or the rule.
+    pub rule: String,
+}
+
+impl Decision {
+    /// A decision of `what` = `value` because of `rule`.
+    pub fn new(what: &'static str, value: impl std::fmt::Display, rule: impl Into<String>) -> Self {
+        Decision {
+            what,
+            value: value.to_string(),
+            rule: rule.into(),
+        }
+    }
+}
+
+/// Default thread count: the cores available to this process.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// What the planner knows of the data before a build.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DataFacts {
+    pub n: usize,
+    pub dim: usize,
+    pub dtype: DType,
+}
+
+impl DataFacts {
+    /// Bytes of the raw vectors.
+    pub fn raw_bytes(&self) -> u64 {
+        self.n as u64 * self.dim as u64 * self.dtype.size() as u64
+    }
+}
+
+/// A planned build: the plan the build runs, the memory split an open
+/// with default options gets, the default search, and the decisions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedBuild {
+    pub plan: BuildPlan,
+    /// The split of the search budget an open with default options gets.
+    pub memory: MemoryPlan,
+    /// The default search of the index (`k` 10), as planned for one batch.
+    pub search: SearchPlanView,
+    pub decisions: Vec<Decision>,
+}
+
+/// Checks the build options that are not the planner's to choose.
+fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
+    let n = f.n;
+    if n == 0 {
+        return Err(Error::arg("cannot build an index over 0 vectors"));
+    }
+    if n > u32::MAX as usize - 1 {
+        return Err(Error::arg(format!(
+            "{n} vectors exceed the 2^32 − 1 an index can hold"
+        )));
+    }
+    if let Some(r) = opts.r {
+        if r == 0 || r > 1024 {
+            return Err(Error::arg(format!("R={r} must be in 1..=1024")));
+        }
+    }
+    if opts.build_l == Some(0) {
+        return Err(Error::arg("build_L must be at least 1"));
+    }
+    if let Some(a) = opts.alpha {
+        if !a.is_finite() || a < 1.0 {
+            return Err(Error::arg(format!(
+                "alpha={a} must be a finite number ≥ 1.0"
+            )));
+        }
+    }
+    if let Some(p) = opts.passes {
+        if p == 0 || p > 4 {
+            return Err(Error::arg(format!("passes={p} must be in 1..=4")));
+        }
+    }
+    if let Some(p) = opts.page_size {
+        if ![4096, 8192, 16384].contains(&p) {
+            return Err(Error::arg(format!(
+                "page_size={p} is not supported: expected 4096, 8192 or 16384"
+            )));
+        }
+    }
+    if let Some(b) = opts.pq_bytes {
+        if b == 0 || b > f.dim {
+            return Err(Error::arg(format!(
+                "pq_bytes={b} must be in 1..={} (the dimension)",
+                f.dim
+            )));
+        }
+    }
+    if matches!(opts.threads, Some(0)) {
+        return Err(Error::arg("threads must be at least 1"));
+    }
+    if opts.metric == Metric::Cosine && !f.dtype.is_float() {
+        return Err(Error::arg(format!(
+            "the cosine metric needs float32 or float16 vectors (got {}); normalise the data and use \"ip\" instead",
+            f.dtype
+        )));
+    }
+    if let Some(ids) = &opts.ids {
+        if ids.len() != n {
+            return Err(Error::arg(format!(
+                "ids has {} entries, but there are {n} vectors",
+                ids.len()
+            )));
+        }
+        if let Some(&bad) = ids.iter().find(|&&x| x > i64::MAX as u64) {
+            return Err(Error::arg(format!(
+                "id {bad} does not fit in a signed 64-bit integer (ids must be in 0..2^63)"
+            )));
+        }
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::arg(format!(
+                "ids must be unique: {} appears more than once",
+                w[0]
+            )));
+        }
+    }
+    if let Some(s) = opts.nav_sample {
+        check_nav_sample(s)?;
+    }
+    if let Some(c) = opts.entry_clusters {
+        if c > n || c > MAX_ENTRY_CLUSTERS {
+            return Err(Error::arg(format!(
+                "entry_clusters={c} must be at most the number of vectors ({n}) and at most {MAX_ENTRY_CLUSTERS} (0 = none; AlayaLaser uses 300-500)"
+            )));
+        }
+    }
+    opts.shuffle.check()
+}
+
+/// Plans a build of `opts` over data described by `f`.
+pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
+    check_build(opts, f)?;
+    let mut d = Vec::new();
+    let (preset, why) = rules::resolve_preset(opts.preset);
+    d.push(Decision::new("preset", preset, why));
+    let pd = defaults(preset);
+    let pick = |d: &mut Vec<Decision>, what: &'static str, given: Option<String>, dflt: String| {
+        match given {
+            Some(v) => d.push(Decision::new(what, v, "asked for")),
+            None => d.push(Decision::new(what, dflt, format!("the {preset} preset's"))),
+        }
+    };
+    let r = opts.r.unwrap_or(pd.r);
+    pick(&mut d, "R", opts.r.map(|x| x.to_string()), r.to_string());
+    let build_l = opts.build_l.unwrap_or(pd.build_l);
+    pick(
+        &mut d,
+        "build_L",
+        opts.build_l.map(|x| x.to_string()),
+        build_l.to_string(),
+    );
+    let alpha = opts.alpha.unwrap_or(pd.alpha);
+    let passes = opts.passes.unwrap_or(pd.passes);
+    let page_size = opts.page_size.unwrap_or(pd.page_size);
+    pick(
+        &mut d,
+        "page_size",
+        opts.page_size.map(|x| x.to_string()),
+        page_size.to_string(),
+    );
+    let layout = opts.layout.unwrap_or(pd.layout);
+    pick(
+        &mut d,
+        "layout",
+        opts.layout.map(|x| x.to_string()),
+        layout.to_string(),
+    );
+    let nav_sample = opts.nav_sample.unwrap_or(pd.nav_sample);
+    pick(
+        &mut d,
+        "nav_sample",
+        opts.nav_sample.map(|x| x.to_string()),
+        nav_sample.to_string(),
+    );
+    let entry_clusters = opts.entry_clusters.unwrap_or(pd.entry_clusters);
+    let threads = opts.threads.unwrap_or_else(default_threads);
+    let esz = f.dtype.size();
+    let geo = PageGeometry::new(page_size, f.dim * esz, r, f.n)?;
+    let raw = f.raw_bytes();
+    // The entry structure an open with default options loads.
+    let nav_count = nav_sample_size(f.n, nav_sample);
+    let entry = if nav_count > 0 {
+        memory::nav_bytes_from_section(memory::nav_section_bytes(
+            nav_count,
+            nav_graph_degree(nav_count),
+            f.dim,
+            esz,
+        ))
+    } else if entry_clusters > 0 {
+        memory::centroid_bytes_from_section(memory::centroid_section_bytes(
+            entry_clusters,
+            f.dim,
+            esz,
+        ))
+    } else {
+        0
+    };
+    // Scratch for a default search on the default number of threads; the PQ
+    // table's size depends on the PQ bytes, so reserve for the largest the
+    // rule may give.
+    let open_threads = default_threads();
+    let search_width = pd.width;
+    let pq_hint = opts
+        .pq_bytes
+        .unwrap_or(f.dim.min(crate::quant::pq::PQ_MAX_BYTES));
+    let shape = QueryShape {
+        n: f.n,
+        dim: f.dim,
+        esz,
+        r,
+        pq_m: pq_hint,
+        block_size: geo.block_size,
+        records_per_block: geo.records_per_block,
+        l: DEFAULT_L,
+        width: search_width,
+        sigma: (layout == LayoutKind::Shuffled).then_some(pd.sigma),
+    };
+    let fixed = FixedCosts {
+        pq_codebook: 0,
+        ids: if opts.ids.is_some() {
+            memory::ids_bytes(f.n)
+        } else {
+            0
+        },
+        layout_map: memory::layout_map_bytes(layout, f.n, &geo),
+        entry,
+        worker_scratch: open_threads as u64
+            * memory::worker_bytes(&shape, preset::AUTO_QUERIES_IN_FLIGHT),
+    };
+    let default_budget = (raw as f64 * pd.budget_fraction).floor() as u64;
+    let (pq_bytes, mem) = memory::split_at_build(
+        &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
+        f.n,
+        f.dim,
+        raw,
+        &fixed,
+        opts.pq_bytes,
+        opts.memory_budget.map(|b| b.resolve(raw)),
+        default_budget,
+        &geo,
+        &mut d,
+    )?;
+    let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
+    let search = SearchPlanView::of(&plan_search_with(
+        &SearchOptions::new(10),
+        None,
+        &SearchFacts {
+            preset,
+            layout,
+            geo,
+            n: f.n,
+            dim: f.dim,
+            esz,
+            pq_m: pq_bytes,
+            threads: open_threads,
+            scratch_allowance: mem.worker_scratch,
+        },
+        10_000,
+    )?);
+    let plan = BuildPlan {
+        preset,
+        metric: opts.metric,
+        r,
+        build_l,
+        alpha,
+        passes,
+        saturate: opts.saturate.unwrap_or(false),
+        pq_bytes,
+        page_size,
+        threads,
+        seed: opts.seed,
+        layout,
+        shuffle: ShuffleParams {
+            seed: opts.seed,
+            ..opts.shuffle.clone()
+        },
+        nav_sample,
+        entry_clusters,
+        memory_budget: mem.budget,
+        build_memory_budget,
+    };
+    Ok(PlannedBuild {
+        plan,
+        memory: mem,
+        search,
+        decisions: d,
+    })
+}
+
+/// How an index is opened, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenPlan {
+    pub entry: EntryPlan,
+    pub memory: MemoryPlan,
+    /// Search threads by default (the workers whose scratch is reserved).
+    pub threads: usize,
+    pub decisions: Vec<Decision>,
+}
+
+/// The geometry of an index's page file, from its manifest.
+pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
+    PageGeometry::new(
+        m.layout.page_size,
+        m.dim * m.dtype.size(),
+        m.layout.max_degree,
+        m.n,
+    )
+}
+
+/// Plans opening the index of manifest `m` with `opts`. The memory split
+/// is computed from the manifest's section sizes: what each structure will
+/// hold once loaded.
+pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
+    let mut d = Vec::new();
+    if let Some(l) = opts.nav_l {
+        if l == 0 || l > MAX_NAV_L {
+            return Err(Error::arg(format!("nav_L={l} must be in 1..={MAX_NAV_L}")));
+        }
+    }
+    if let Some(s) = opts.nav_seeds {
+        if s == 0 || s > MAX_NAV_SEEDS {
+            return Err(Error::arg(format!(
+                "nav_seeds={s} must be in 1..={MAX_NAV_SEEDS}"
+            )));
+        }
+    }
+    if matches!(opts.threads, Some(0)) {
+        return Err(Error::arg("threads must be at least 1"));
+    }
+    let pd = defaults(m.spec.preset);
+    let nav_l = opts.nav_l.unwrap_or(pd.nav_l);
+    let nav_seeds = opts.nav_seeds.unwrap_or(pd.nav_seeds);
+    if nav_seeds > nav_l {
+        return Err(Error::arg(format!(
+            "nav_seeds={nav_seeds} must not exceed nav_L={nav_l}"
+        )));
+    }
+    let (kind, why) = rules::resolve_entry(
+        opts.entry,
+        m.has(Section::NavGraph),
+        m.has(Section::EntryCentroids),
+        opts.entry_points,
+    )?;
+    let esz = m.dtype.size();
+    let section = |s: Section| m.sections.get(&s).map_or(0, |i| i.bytes);
+    let (entry, entry_bytes) = match kind {
+        EntryKind::Medoid => (EntryPlan::Medoid, 0),
+        EntryKind::Sampled => {
+            let count = opts.entry_points.min(m.n);
+            (
+                EntryPlan::Sampled { count },
+                memory::sampled_bytes(count, m.dim, esz),
+            )
+        }
+        EntryKind::Nav => (
+            EntryPlan::Nav {
+                l: nav_l,
+                seeds: nav_seeds,
+            },
+            memory::nav_bytes_from_section(section(Section::NavGraph)),
+        ),
+        EntryKind::Centroids => (
+            EntryPlan::Centroids,
+            memory::centroid_bytes_from_section(section(Section::EntryCentroids)),
+        ),
+    };
+    d.push(Decision::new("entry", entry.name(), why));
+    let threads = opts.threads.unwrap_or_else(default_threads);
+    d.push(Decision::new(
+        "threads",
+        threads,
+        if opts.threads.is_some() {
+            "asked for"
+        } else {
+            "default: the cores available"
+        },
+    ));
+    let geo = geometry(m)?;
+    let raw = m.n as u64 * m.dim as u64 * esz as u64;
+    let budget = match opts.memory_budget {
+        Some(b) => {
+            let b = b.resolve(raw);
+            d.push(Decision::new("memory_budget", b, "asked for"));
+            b
+        }
+        None => {
+            d.push(Decision::new(
+                "memory_budget",
+                m.spec.memory_budget,
+                "the budget the index was built with",
+            ));
+            m.spec.memory_budget
+        }
+    };
+    let shape = query_shape(m, &geo, DEFAULT_L, pd.width, pd.sigma);
+    let fixed = FixedCosts {
+        pq_codebook: memory::codebook_bytes(m.dim, m.spec.pq_bytes),
+        ids: if m.has(Section::Ids) {
+            memory::ids_bytes(m.n)
+        } else {
+            0
+        },
+        layout_map: memory::layout_map_bytes(m.layout.kind, m.n, &geo),
+        entry: entry_bytes,
+        worker_scratch: threads as u64
+            * memory::worker_bytes(&shape, preset::AUTO_QUERIES_IN_FLIGHT),
+    };
+    let mem = memory::split_at_open(
+        &format!("this {} index opened with {threads} threads", m.spec.preset),
+        budget,
+        raw,
+        &fixed,
+        memory::pq_codes_bytes(m.n, m.spec.pq_bytes),
+        opts.cache_nodes,
+        &geo,
+        &mut d,
+    )?;
+    Ok(OpenPlan {
+        entry,
+        memory: mem,
+        threads,
+        decisions: d,
+    })
+}
+
+/// The query shape of a default search on the index of manifest `m`.
+fn query_shape(m: &Manifest, geo: &PageGeometry, l: usize, width: usize, sigma: f32) -> QueryShape {
+    QueryShape {
+        n: m.n,
+        dim: m.dim,
+        esz: m.dtype.size(),
+        r: m.layout.max_degree,
+        pq_m: m.spec.pq_bytes,
+        block_size: geo.block_size,
+        records_per_block: geo.records_per_block,
+        l,
+        width,
+        sigma: (m.layout.kind == LayoutKind::Shuffled).then_some(sigma),
+    }
+}
+
+/// What the planner knows of an open index when it plans a search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchFacts {
+    pub preset: Preset,
+    pub layout: LayoutKind,
+    pub geo: PageGeometry,
+    pub n: usize,
+    pub dim: usize,
+    pub esz: usize,
+    pub pq_m: usize,
+    /// The index's default search threads.
+    pub threads: usize,
+    /// Bytes the search workers may hold: the budget less everything else
+    /// resident.
+    pub scratch_allowance: u64,
+}
+
+impl SearchFacts {
+    /// The facts of the index of manifest `m`, opened with `threads`
+    /// default threads and `allowance` bytes for its workers.
+    pub fn of(m: &Manifest, threads: usize, allowance: u64) -> Result<Self> {
+        Ok(SearchFacts {
+            preset: m.spec.preset,
+            layout: m.layout.kind,
+            geo: geometry(m)?,
+            n: m.n,
+            dim: m.dim,
+            esz: m.dtype.size(),
+            pq_m: m.spec.pq_bytes,
+            threads,
+            scratch_allowance: allowance,
+        })
+    }
+}
+
+/// A planned batch: the plan, the workers it runs on and the decisions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedSearch {
+    pub plan: SearchPlan,
+    pub threads: usize,
+    /// Bytes the workers are expected to hold at most.
+    pub scratch: u64,
+    pub decisions: Vec<Decision>,
+}
+
+/// Plans a batch of `nq` queries (a range search when `range` holds the
+/// internal radius and its options).
+pub fn plan_search(
+    opts: &SearchOptions,
+    range: Option<(f32, RangeOptions)>,
+    f: &SearchFacts,
+    nq: usize,
+) -> Result<PlannedSearch> {
+    plan_search_with(opts, range, f, nq)
+}
+
+fn plan_search_with(
+    opts: &SearchOptions,
+    range: Option<(f32, RangeOptions)>,
+    f: &SearchFacts,
+    nq: usize,
+) -> Result<PlannedSearch> {
+    let mut d = Vec::new();
+    let pd = defaults(f.preset);
+    let threads = opts.threads.unwrap_or(f.threads);
+    if threads == 0 {
+        return Err(Error::arg("threads must be at least 1"));
+    }
+    let k = if range.is_some() { 1 } else { opts.k };
+    if k == 0 {
+        return Err(Error::arg("k must be at least 1"));
+    }
+    let l = match opts.l {
+        Some(l) => {
+            d.push(Decision::new("L", l, "asked for"));
+            l
+        }
+        None => {
+            let l = k.max(DEFAULT_L);
+            d.push(Decision::new(
+                "L",
+                l,
+                format!("default: max(k, {DEFAULT_L})"),
+            ));
+            l
+        }
+    };
+    if l < k {
+        return Err(Error::arg(format!("L={l} must be at least k={k}")));
+    }
+    if l > MAX_LIST_SIZE {
+        return Err(Error::arg(format!(
+            "L={l} exceeds the maximum list size {MAX_LIST_SIZE}"
+        )));
+    }
+    let beam_options = opts.adaptive_beam || opts.early_dispatch.is_some();
+    let (kind, why) = rules::choose_executor(
+        opts.executor,
+        pd.executor,
+        f.geo.records_per_block,
+        beam_options,
+    )?;
+    d.push(Decision::new(
+        "executor",
+        match kind {
+            ExecutorKind::Beam => "beam",
+            ExecutorKind::Pipeline => "pipeline",
+        },
+        why,
+    ));
+    let w = match opts.w {
+        Some(w) => {
+            d.push(Decision::new("W", w, "asked for"));
+            w
+        }
+        None => {
+            d.push(Decision::new(
+                "W",
+                pd.width,
+                format!("the {} preset's", f.preset),
+            ));
+            pd.width
+        }
+    };
+    let executor = match kind {
+        ExecutorKind::Beam => ExecutorPlan::Beam(BeamPlan {
+            width: w,
+            adaptive: opts.adaptive_beam,
+            early_dispatch: opts.early_dispatch,
+        }),
+        ExecutorKind::Pipeline => ExecutorPlan::Pipeline(PipelinePlan {
+            max_width: w,
+            start_width: PIPELINE_START_WIDTH.min(w).max(1),
+        }),
+    };
+    let (block, why) = rules::choose_block_search(opts.page_search, f.layout);
+    let sigma = opts.sigma.unwrap_or(pd.sigma);
+    let page = if block {
+        PagePlan::Block { sigma }
+    } else {
+        PagePlan::Targets
+    };
+    d.push(Decision::new("page_search", page.name(), why));
+    let range = match range {
+        None => None,
+        Some((radius, o)) => {
+            let max_l = o
+                .max_l
+                .unwrap_or_else(|| l.saturating_mul(1024).clamp(l, MAX_LIST_SIZE));
+            Some(RangeParams {
+                radius,
+                ratio: o.ratio.unwrap_or(preset::DEFAULT_RANGE_RATIO),
+                max_l,
+                entry_cutoff: o.entry_cutoff,
+            })
+        }
+    };
+    let (mut qif, why) = rules::choose_queries_in_flight(opts.queries_in_flight, nq, threads);
+    let mut plan = SearchPlan {
+        k,
+        l,
+        executor,
+        page,
+        refine: RefinePlan::None,
+        queries_in_flight: qif,
+        range,
+    };
+    plan.check()?;
+    // The workers' scratch must fit what the budget leaves them.
+    let shape = QueryShape {
+        n: f.n,
+        dim: f.dim,
+        esz: f.esz,
+        r: f.geo.max_degree,
+        pq_m: f.pq_m,
+        block_size: f.geo.block_size,
+        records_per_block: f.geo.records_per_block,
+        l: range.map_or(l, |r| r.max_l),
+        width: w,
+        sigma: block.then_some(sigma),
+    };
+    let workers = threads.min(nq.max(1)) as u64;
+    let need = |q: usize| workers * memory::worker_bytes(&shape, q);
+    let mut why = why;
+    if need(qif) > f.scratch_allowance && opts.queries_in_flight.is_none() {
+        while qif > 1 && need(qif) > f.scratch_allowance {
+            qif -= 1;
+        }
+        why = format!(
+            "auto, lowered to {qif} per worker: the budget leaves the workers {} bytes",
+            f.scratch_allowance
+        );
+    }
+    let scratch = need(qif);
+    if scratch > f.scratch_allowance {
+        return Err(Error::arg(format!(
+            "this search needs about {scratch} bytes of worker scratch ({workers} workers × \
+             {qif} queries in flight, L={}, W={w}), but the memory budget leaves the workers \
+             {} bytes; open the index with a larger memory_budget or fewer cache_nodes, or \
+             search with fewer threads, a smaller L or fewer queries_in_flight",
+            shape.l, f.scratch_allowance
+        )));
+    }
+    d.push(Decision::new("queries_in_flight", qif, why));
+    plan.queries_in_flight = qif;
+    Ok(PlannedSearch {
+        plan,
+        threads,
+        scratch,
+        decisions: d,
+    })
+}
+
+/// A search plan as `info()` and `nearline plan` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchPlanView {
+    pub k: usize,
+    #[serde(rename = "L")]
+    pub l: usize,
+    pub executor: &'static str,
+    #[serde(rename = "W")]
+    pub w: usize,
+    pub adaptive_beam: bool,
+    pub early_dispatch: Option<f32>,
+    pub page_search: &'static str,
+    pub sigma: Option<f32>,
+    pub refine: &'static str,
+    pub queries_in_flight: usize,
+    pub threads: usize,
+    pub scratch: u64,
+    pub decisions: Vec<Decision>,
+}
+
+impl SearchPlanView {
+    /// The view of a planned search.
+    pub fn of(p: &PlannedSearch) -> Self {
+        let (adaptive_beam, early_dispatch) = match p.plan.executor {
+            ExecutorPlan::Beam(b) => (b.adaptive, b.early_dispatch),
+            ExecutorPlan::Pipeline(_) => (false, None),
+        };
+        SearchPlanView {
+            k: p.plan.k,
+            l: p.plan.l,
+            executor: p.plan.executor.name(),
+            w: p.plan.executor.width(),
+            adaptive_beam,
+            early_dispatch,
+            page_search: p.plan.page.name(),
+            sigma: match p.plan.page {
+                PagePlan::Block { sigma } => Some(sigma),
+                PagePlan::Targets => None,
+            },
+            refine: match p.plan.refine {
+                RefinePlan::None => "none",
+                RefinePlan::Rerank { .. } => "rerank",
+            },
+            queries_in_flight: p.plan.queries_in_flight,
+            threads: p.threads,
+            scratch: p.scratch,
+            decisions: p.decisions.clone(),
+        }
+    }
+}
+
+/// The names every API accepts, from one source (Python and the CLI take
+/// their choice lists from here).
+pub fn vocabulary() -> serde_json::Value {
+    serde_json::json!({
+        "presets": PresetChoice::names(),
+        "executors": ExecutorChoice::names(),
+        "page_searches": PageChoice::names(),
+        "entry_kinds": EntryChoice::names(),
+        "layouts": LayoutKind::names(),
+        "shuffles": crate::layout::shuffle::ShuffleAlgo::names(),
+        "metrics": ["l2", "ip", "cosine"],
+        "dtypes": ["float32", "float16", "uint8", "int8"],
+        "io_engines": IO_ENGINES,
+        "page_sizes": [4096, 8192, 16384],
+        "index_kinds": crate::format::IndexKind::names(),
+    })
+}
+
+/// The defaults every API uses when an option is left open.
+pub fn defaults_json() -> serde_json::Value {
+    let p = |x: Preset| {
+        let d = defaults(x);
+        serde_json::json!({
+            "R": d.r, "build_L": d.build_l, "alpha": d.alpha, "passes": d.passes,
+            "page_size": d.page_size, "layout": d.layout.name(), "nav_sample": d.nav_sample,
+            "entry_clusters": d.entry_clusters, "W": d.width, "nav_L": d.nav_l,
+            "nav_seeds": d.nav_seeds, "sigma": d.sigma, "memory_budget": d.budget_fraction,
+            "executor": match d.executor {
+                preset::PresetExecutor::ByRule => "auto",
+                preset::PresetExecutor::Beam => "beam",
+                preset::PresetExecutor::Pipeline => "pipeline",
+            },
+        })
+    };
+    let mut presets = serde_json::Map::new();
+    for &x in Preset::ALL {
+        presets.insert(x.name().into(), p(x));
+    }
+    serde_json::json!({
+        "L": DEFAULT_L,
+        "queries_in_flight": "auto",
+        "range_ratio": preset::DEFAULT_RANGE_RATIO,
+        "presets": presets,
+    })
+}

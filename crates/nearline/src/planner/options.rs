@@ -1,0 +1,267 @@
+//! What a user asks for: build, open and search options as they come from
+//! the APIs, where `None` or `Auto` leaves the choice to the preset or to
+//! the planner's rules. The planner turns them into typed plans.
+
+use crate::distance::Metric;
+use crate::format::{LayoutKind, Preset};
+use crate::io::EngineKind;
+use crate::layout::shuffle::ShuffleParams;
+use crate::util::{vocabulary, Budget};
+
+/// The preset a build asks for: a named preset, or `auto` (the planner
+/// chooses). The names are [`Preset`]'s, plus `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PresetChoice {
+    /// The planner chooses (today: `diskann`).
+    #[default]
+    Auto,
+    Named(Preset),
+}
+
+impl PresetChoice {
+    /// Parses `auto` or a preset name.
+    pub fn parse(s: &str) -> crate::Result<Self> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            return Ok(PresetChoice::Auto);
+        }
+        Preset::parse(s).map(PresetChoice::Named).map_err(|_| {
+            crate::Error::arg(format!(
+                "unknown preset {s:?}: expected one of {}",
+                Self::names().join(", ")
+            ))
+        })
+    }
+
+    /// `auto` and every preset name.
+    pub fn names() -> Vec<&'static str> {
+        let mut v = vec!["auto"];
+        v.extend(Preset::names());
+        v
+    }
+
+    /// The name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PresetChoice::Auto => "auto",
+            PresetChoice::Named(p) => p.name(),
+        }
+    }
+}
+
+vocabulary! {
+    /// The executor a search asks for.
+    pub enum ExecutorChoice: "executor" {
+        /// The preset's executor, else the records-per-page rule.
+        Auto = "auto",
+        /// DiskANN's synchronous beam.
+        Beam = "beam",
+        /// PipeANN's pipelined search.
+        Pipeline = "pipeline",
+    }
+}
+
+vocabulary! {
+    /// What a search asks to do with an arrived page.
+    pub enum PageChoice: "page_search" {
+        /// Block search on a shuffled layout, the target records otherwise.
+        Auto = "auto",
+        /// DiskANN: only the records the page was read for.
+        Targets = "targets",
+        /// Starling's block search.
+        Block = "block",
+    }
+}
+
+vocabulary! {
+    /// Where queries start, as an open asks for it.
+    pub enum EntryChoice: "entry kind" {
+        /// The navigation graph if the index has one, else its centroid
+        /// entries, else sampled entries when `entry_points > 0`, else the
+        /// medoid.
+        Auto = "auto",
+        Medoid = "medoid",
+        Sampled = "sampled",
+        Nav = "nav",
+        Centroids = "centroids",
+    }
+}
+
+/// Names the I/O engines accept (`EngineKind::parse` also takes aliases).
+pub const IO_ENGINES: &[&str] = &["auto", "uring", "uring-poll", "pread"];
+
+/// Everything a build needs besides the data; `None` takes the preset's
+/// value or the planner's rule.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    pub metric: Metric,
+    pub preset: PresetChoice,
+    /// Maximum graph degree (default 64).
+    pub r: Option<usize>,
+    /// Build candidate list size (default 100).
+    pub build_l: Option<usize>,
+    /// Pruning parameter ≥ 1 (default 1.2).
+    pub alpha: Option<f32>,
+    /// Vamana passes (default 2).
+    pub passes: Option<usize>,
+    /// Fill pruned adjacency lists up to R (DiskANN's disk builds do).
+    pub saturate: Option<bool>,
+    /// PQ bytes per vector; `None`: DiskANN's rule on what the budget leaves.
+    pub pq_bytes: Option<usize>,
+    /// Search memory budget; `None`: 1/8 of the raw vectors, raised to the
+    /// preset's minimum when that is more.
+    pub memory_budget: Option<Budget>,
+    /// `None`: unlimited (a one-shot build).
+    pub build_memory_budget: Option<Budget>,
+    /// Page size (default 4096).
+    pub page_size: Option<usize>,
+    /// Build threads (default: all cores).
+    pub threads: Option<usize>,
+    pub seed: u64,
+    /// External ids, one per row (default 0..n).
+    pub ids: Option<Vec<u64>>,
+    pub overwrite: bool,
+    /// Sampling rate of the in-memory navigation graph in `[0, 0.5]`
+    /// (0: none); `None`: the preset's.
+    pub nav_sample: Option<f64>,
+    /// k-means centroids whose nearest nodes become entry points (0: none);
+    /// `None`: the preset's.
+    pub entry_clusters: Option<usize>,
+    /// Record placement; `None`: the preset's.
+    pub layout: Option<LayoutKind>,
+    /// How a shuffled layout is made (the seed is the build's).
+    pub shuffle: ShuffleParams,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            metric: Metric::L2,
+            preset: PresetChoice::Auto,
+            r: None,
+            build_l: None,
+            alpha: None,
+            passes: None,
+            saturate: None,
+            pq_bytes: None,
+            memory_budget: None,
+            build_memory_budget: None,
+            page_size: None,
+            threads: None,
+            seed: 0,
+            ids: None,
+            overwrite: false,
+            nav_sample: None,
+            entry_clusters: None,
+            layout: None,
+            shuffle: ShuffleParams::default(),
+        }
+    }
+}
+
+/// Options of opening an index.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Search memory budget; `None`: the budget the index was built with.
+    /// What the fixed structures and the codes leave of it holds the cache.
+    pub memory_budget: Option<Budget>,
+    /// Cache exactly this many nodes instead (within the budget).
+    pub cache_nodes: Option<usize>,
+    /// Search threads by default (and the workers whose scratch the budget
+    /// reserves); `None`: all cores.
+    pub threads: Option<usize>,
+    /// Vectors of this many sampled nodes held in memory as entry points.
+    pub entry_points: usize,
+    /// Which entry points to use.
+    pub entry: EntryChoice,
+    /// List size of the navigation-graph search; `None`: the preset's.
+    pub nav_l: Option<usize>,
+    /// Navigation-graph seeds per query; `None`: the preset's.
+    pub nav_seeds: Option<usize>,
+    pub io: EngineKind,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            memory_budget: None,
+            cache_nodes: None,
+            threads: None,
+            entry_points: 0,
+            entry: EntryChoice::Auto,
+            nav_l: None,
+            nav_seeds: None,
+            io: EngineKind::Auto,
+        }
+    }
+}
+
+/// Options of one search batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SearchOptions {
+    /// Results per query.
+    pub k: usize,
+    /// Candidate list size; `None`: max(k, 100).
+    pub l: Option<usize>,
+    /// Beam width / most reads in flight; `None`: the preset's.
+    pub w: Option<usize>,
+    pub executor: ExecutorChoice,
+    /// Beam only: width min(2^i, W) at hop i.
+    pub adaptive_beam: bool,
+    /// Beam only: the next hop once this fraction of the current hop's
+    /// pages is processed.
+    pub early_dispatch: Option<f32>,
+    /// Queries each worker interleaves; `None`: the planner's choice.
+    pub queries_in_flight: Option<usize>,
+    pub page_search: PageChoice,
+    /// Block search's σ; `None`: 0.3.
+    pub sigma: Option<f32>,
+    /// Search threads; `None`: the index's.
+    pub threads: Option<usize>,
+}
+
+impl SearchOptions {
+    /// Options with `k` results and every other choice left open.
+    pub fn new(k: usize) -> Self {
+        SearchOptions {
+            k,
+            l: None,
+            w: None,
+            executor: ExecutorChoice::Auto,
+            adaptive_beam: false,
+            early_dispatch: None,
+            queries_in_flight: None,
+            page_search: PageChoice::Auto,
+            sigma: None,
+            threads: None,
+        }
+    }
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        Self::new(10)
+    }
+}
+
+/// Options of a range search besides the radius and the search options.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RangeOptions {
+    /// φ: the list doubles while the results within the radius fill at
+    /// least this fraction of it (default 0.5).
+    pub ratio: Option<f32>,
+    /// Largest list size the doubling may reach (default 1024 × L, capped).
+    pub max_l: Option<usize>,
+    /// `Some(c)`: end a query unread when its nearest entry point lies
+    /// beyond `c · radius` (c ≥ 1).
+    pub entry_cutoff: Option<f32>,
+}
+
+impl Default for RangeOptions {
+    fn default() -> Self {
+        RangeOptions {
+            ratio: None,
+            max_l: None,
+            entry_cutoff: None,
+        }
+    }
+}

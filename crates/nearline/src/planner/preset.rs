@@ -1,0 +1,125 @@
+//! The presets: one composition of components per seed paper, with the
+//! defaults each paper uses. Explicit options always win over a preset's.
+
+use crate::format::{LayoutKind, Preset};
+
+/// Which executor a preset runs when a search leaves it open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresetExecutor {
+    /// Seed 002's records-per-page rule decides.
+    ByRule,
+    /// DiskANN's synchronous beam.
+    Beam,
+    /// PipeANN's pipeline.
+    Pipeline,
+}
+
+/// What a preset sets when the caller leaves it open.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PresetDefaults {
+    /// Maximum graph degree R.
+    pub r: usize,
+    /// Build candidate list size.
+    pub build_l: usize,
+    /// Pruning parameter α.
+    pub alpha: f32,
+    /// Vamana passes.
+    pub passes: usize,
+    /// Page size in bytes.
+    pub page_size: usize,
+    /// Record placement.
+    pub layout: LayoutKind,
+    /// Navigation-graph sample rate (0: none).
+    pub nav_sample: f64,
+    /// Centroid entries (0: none).
+    pub entry_clusters: usize,
+    /// Executor a search with `executor = auto` runs.
+    pub executor: PresetExecutor,
+    /// Beam / pipeline width when the search gives none.
+    pub width: usize,
+    /// Navigation-graph search list size.
+    pub nav_l: usize,
+    /// Navigation-graph seeds per query.
+    pub nav_seeds: usize,
+    /// Block search's σ.
+    pub sigma: f32,
+    /// Default search memory budget as a fraction of the raw vector bytes.
+    pub budget_fraction: f64,
+}
+
+/// Default search list size: `max(k, DEFAULT_L)`.
+pub const DEFAULT_L: usize = 100;
+/// Most queries a worker interleaves when the planner chooses.
+pub const AUTO_QUERIES_IN_FLIGHT: usize = 4;
+/// Width a pipelined query starts with (PipeANN: min(4, W)).
+pub const PIPELINE_START_WIDTH: usize = 4;
+/// Default φ of Starling's range search (0.5 in the paper).
+pub use crate::search::DEFAULT_RANGE_RATIO;
+
+const BASE: PresetDefaults = PresetDefaults {
+    r: 64,
+    build_l: 100,
+    alpha: 1.2,
+    passes: 2,
+    page_size: 4096,
+    layout: LayoutKind::Id,
+    nav_sample: 0.0,
+    entry_clusters: 0,
+    executor: PresetExecutor::ByRule,
+    width: 4,
+    // Chosen on a 50k × 128 clustered set (docs/benchmarks.md, entry points).
+    nav_l: 32,
+    nav_seeds: 1,
+    sigma: crate::search::DEFAULT_SIGMA,
+    budget_fraction: 0.125,
+};
+
+/// The defaults of `preset`.
+pub fn defaults(preset: Preset) -> PresetDefaults {
+    match preset {
+        // DiskANN: ID layout, medoid entry, beam W 4 (or the pipeline for
+        // records that fill a page, by seed 002's rule).
+        Preset::Diskann => BASE,
+        // PipeANN: in-memory index over a ~1% sample, pipelined search whose
+        // width grows to 32.
+        Preset::Pipeann => PresetDefaults {
+            nav_sample: 0.01,
+            executor: PresetExecutor::Pipeline,
+            width: 32,
+            ..BASE
+        },
+        // Starling: shuffled blocks, in-memory navigation graph over ~1%,
+        // block search overlapped with the next reads, width 8.
+        Preset::Starling => PresetDefaults {
+            layout: LayoutKind::Shuffled,
+            nav_sample: 0.01,
+            executor: PresetExecutor::Pipeline,
+            width: 8,
+            ..BASE
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_follow_their_papers() {
+        let d = defaults(Preset::Pipeann);
+        assert_eq!(
+            (d.nav_sample, d.executor, d.width),
+            (0.01, PresetExecutor::Pipeline, 32)
+        );
+        let d = defaults(Preset::Starling);
+        assert_eq!(
+            (d.nav_sample, d.executor, d.layout, d.width),
+            (0.01, PresetExecutor::Pipeline, LayoutKind::Shuffled, 8)
+        );
+        let d = defaults(Preset::Diskann);
+        assert_eq!(
+            (d.nav_sample, d.executor, d.width, d.layout),
+            (0.0, PresetExecutor::ByRule, 4, LayoutKind::Id)
+        );
+    }
+}

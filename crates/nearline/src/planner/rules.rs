@@ -1,0 +1,301 @@
+//! The seed papers' decision rules, each a small function that returns its
+//! choice and the reason, so a plan can say why it is what it is.
+
+use super::options::{EntryChoice, ExecutorChoice, PageChoice, PresetChoice};
+use super::preset::{PresetExecutor, AUTO_QUERIES_IN_FLIGHT};
+use crate::format::{LayoutKind, Preset};
+use crate::quant::pq::PQ_MAX_BYTES;
+use crate::{Error, Result};
+
+/// `auto` → the preset the planner picks. Until the automatic planner
+/// weighs the data, it is DiskANN (the baseline every seed builds on).
+pub fn resolve_preset(choice: PresetChoice) -> (Preset, String) {
+    match choice {
+        PresetChoice::Named(p) => (p, "asked for".into()),
+        PresetChoice::Auto => (
+            Preset::Diskann,
+            "auto: diskann, the baseline every seed paper builds on".into(),
+        ),
+    }
+}
+
+/// DiskANN's rule for PQ bytes per vector: `floor(bytes / n)` (the codes
+/// fill what the budget leaves them), clamped to `[1, min(dim, 512)]`.
+pub fn pq_bytes_for_budget(n: usize, dim: usize, bytes: u64) -> usize {
+    let hi = dim.clamp(1, PQ_MAX_BYTES);
+    if n == 0 {
+        return hi;
+    }
+    let per = bytes / n as u64;
+    (per.min(hi as u64) as usize).max(1)
+}
+
+/// The executor kinds a plan can resolve to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecutorKind {
+    Beam,
+    Pipeline,
+}
+
+/// The executor a search runs, never `Auto`.
+///
+/// Asked for explicitly: that one (beam-only options with the pipeline are
+/// an error). `Auto` with a beam-only option (adaptive width, early
+/// dispatch): the beam, which those options configure. Otherwise the
+/// preset's executor when it names one; else seed 002's rule: with fewer
+/// than two records per block a search is I/O-driven (each read yields one
+/// record, so keeping the device busy matters most) and the pipeline wins;
+/// with two or more it is compute-driven and the synchronous beam wins.
+pub fn choose_executor(
+    choice: ExecutorChoice,
+    preset: PresetExecutor,
+    records_per_block: usize,
+    beam_options: bool,
+) -> Result<(ExecutorKind, String)> {
+    Ok(match choice {
+        ExecutorChoice::Beam => (ExecutorKind::Beam, "asked for".into()),
+        ExecutorChoice::Pipeline if beam_options => {
+            return Err(Error::arg(
+                "adaptive_beam and early_dispatch apply to the beam executor, not to \
+                 executor=\"pipeline\" (the pipeline adapts its width by itself)",
+            ))
+        }
+        ExecutorChoice::Pipeline => (ExecutorKind::Pipeline, "asked for".into()),
+        ExecutorChoice::Auto if beam_options => (
+            ExecutorKind::Beam,
+            "a beam-only option (adaptive_beam, early_dispatch) was given".into(),
+        ),
+        ExecutorChoice::Auto => match preset {
+            PresetExecutor::Beam => (ExecutorKind::Beam, "the preset's".into()),
+            PresetExecutor::Pipeline => (ExecutorKind::Pipeline, "the preset's".into()),
+            PresetExecutor::ByRule if records_per_block < 2 => (
+                ExecutorKind::Pipeline,
+                format!(
+                    "seed 002: {records_per_block} record per page makes the search I/O-bound, \
+                     where the pipeline wins"
+                ),
+            ),
+            PresetExecutor::ByRule => (
+                ExecutorKind::Beam,
+                format!(
+                    "seed 002: {records_per_block} records per page make the search \
+                     compute-bound, where the synchronous beam wins"
+                ),
+            ),
+        },
+    })
+}
+
+/// Whether a search expands the other records of a page (block search).
+/// `Auto`: block search on a shuffled layout, whose pages hold a node's
+/// neighbours (Starling); the target records on the ID layout.
+pub fn choose_block_search(choice: PageChoice, layout: LayoutKind) -> (bool, String) {
+    match choice {
+        PageChoice::Targets => (false, "asked for".into()),
+        PageChoice::Block => (true, "asked for".into()),
+        PageChoice::Auto => match layout {
+            LayoutKind::Shuffled => (
+                true,
+                "Starling: a shuffled page holds the node's neighbours".into(),
+            ),
+            LayoutKind::Id => (
+                false,
+                "DiskANN: an ID-layout page holds unrelated nodes".into(),
+            ),
+        },
+    }
+}
+
+/// Queries each of `threads` workers interleaves for a batch of `nq`:
+/// `requested` when given, else [`AUTO_QUERIES_IN_FLIGHT`], fewer when the
+/// batch does not give every worker that many.
+///
+/// A batch call returns when its last query ends, so the latency of one
+/// query inside it is not the caller's to see; what interleaving buys is
+/// throughput: one worker with one query leaves the device idle while it
+/// computes, and a beam of W = 4 keeps only 4 reads in flight; four queries
+/// per worker keep 16 and let one query compute while the others wait
+/// (measured in docs/benchmarks.md, "queries in flight"). A lone query (or
+/// one per worker) gets 1: no interleaving, lowest latency.
+pub fn choose_queries_in_flight(
+    requested: Option<usize>,
+    nq: usize,
+    threads: usize,
+) -> (usize, String) {
+    match requested {
+        Some(q) => (q, "asked for".into()),
+        None => {
+            let per_worker = nq.div_ceil(threads.max(1));
+            let q = per_worker.clamp(1, AUTO_QUERIES_IN_FLIGHT);
+            let why = if q == AUTO_QUERIES_IN_FLIGHT {
+                format!("auto: {AUTO_QUERIES_IN_FLIGHT} per worker keep the device busy")
+            } else {
+                format!("auto: the batch gives each of {threads} workers {q}")
+            };
+            (q, why)
+        }
+    }
+}
+
+/// The entry-point kinds an open resolves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Medoid,
+    Sampled,
+    Nav,
+    Centroids,
+}
+
+/// Resolves `choice` for an index that has (or lacks) a navigation graph
+/// and centroid entries; asking for a kind the index lacks is an error
+/// naming the option that provides it.
+pub fn resolve_entry(
+    choice: EntryChoice,
+    has_nav: bool,
+    has_centroids: bool,
+    entry_points: usize,
+) -> Result<(EntryKind, String)> {
+    let resolved = match choice {
+        EntryChoice::Auto if has_nav => (
+            EntryKind::Nav,
+            "auto: the index has a navigation graph (Starling, PipeANN)".to_string(),
+        ),
+        EntryChoice::Auto if has_centroids => (
+            EntryKind::Centroids,
+            "auto: the index has centroid entries (AlayaLaser)".into(),
+        ),
+        EntryChoice::Auto if entry_points > 0 => (
+            EntryKind::Sampled,
+            format!("auto: entry_points={entry_points} asks for sampled entries"),
+        ),
+        EntryChoice::Auto => (
+            EntryKind::Medoid,
+            "auto: the index has no in-memory entry structure (DiskANN)".into(),
+        ),
+        EntryChoice::Nav if !has_nav => {
+            return Err(Error::arg(
+                "entry=\"nav\": this index has no navigation graph; rebuild it with nav_sample > 0 (CLI: --nav-sample, e.g. 0.01)",
+            ))
+        }
+        EntryChoice::Centroids if !has_centroids => {
+            return Err(Error::arg(
+                "entry=\"centroids\": this index has no centroid entries; rebuild it with entry_clusters > 0 (CLI: --entry-clusters, e.g. 300)",
+            ))
+        }
+        EntryChoice::Sampled if entry_points == 0 => {
+            return Err(Error::arg(
+                "entry=\"sampled\" needs entry_points > 0 (the number of sampled nodes held in memory)",
+            ))
+        }
+        EntryChoice::Medoid => (EntryKind::Medoid, "asked for".into()),
+        EntryChoice::Sampled => (EntryKind::Sampled, "asked for".into()),
+        EntryChoice::Nav => (EntryKind::Nav, "asked for".into()),
+        EntryChoice::Centroids => (EntryKind::Centroids, "asked for".into()),
+    };
+    if entry_points > 0 && resolved.0 != EntryKind::Sampled && choice != EntryChoice::Auto {
+        return Err(Error::arg(format!(
+            "entry_points={entry_points} applies to entry=\"sampled\" only, not entry={:?}",
+            choice.name()
+        )));
+    }
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_resolve() {
+        assert_eq!(resolve_preset(PresetChoice::Auto).0, Preset::Diskann);
+        assert_eq!(
+            PresetChoice::parse("DiskANN").unwrap(),
+            PresetChoice::Named(Preset::Diskann)
+        );
+        assert_eq!(
+            PresetChoice::parse("PipeANN").unwrap(),
+            PresetChoice::Named(Preset::Pipeann)
+        );
+        let e = PresetChoice::parse("bogus").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown preset") && e.contains("diskann, pipeann"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn pq_bytes_follow_diskann_rule() {
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
+        assert_eq!(pq_bytes_for_budget(1_000_000, 128, 1), 1);
+        assert_eq!(pq_bytes_for_budget(10, 2048, u64::MAX), 512);
+        assert_eq!(pq_bytes_for_budget(10, 64, u64::MAX), 64);
+    }
+
+    #[test]
+    fn auto_queries_in_flight_follows_the_batch() {
+        let q = |r, nq, t| choose_queries_in_flight(r, nq, t).0;
+        // Explicit values are kept.
+        assert_eq!(q(Some(1), 10_000, 2), 1);
+        assert_eq!(q(Some(9), 1, 1), 9);
+        // Auto: a full batch interleaves 4 per worker...
+        assert_eq!(q(None, 10_000, 2), 4);
+        assert_eq!(q(None, 8, 2), 4);
+        // ...fewer when the batch cannot fill every worker's slots...
+        assert_eq!(q(None, 5, 2), 3);
+        assert_eq!(q(None, 2, 2), 1);
+        // ...and a single query never interleaves.
+        assert_eq!(q(None, 1, 1), 1);
+        assert_eq!(q(None, 1, 0), 1);
+        assert_eq!(q(None, 0, 4), 1);
+    }
+
+    #[test]
+    fn auto_executor_follows_records_per_block() {
+        use ExecutorChoice::*;
+        use ExecutorKind::{Beam as B, Pipeline as P};
+        let by = PresetExecutor::ByRule;
+        let c = |ch, pre, rpb, opt| choose_executor(ch, pre, rpb, opt).unwrap().0;
+        assert_eq!(c(Auto, by, 1, false), P);
+        assert_eq!(c(Auto, by, 2, false), B);
+        assert_eq!(c(Auto, by, 30, false), B);
+        assert_eq!(c(Auto, by, 1, true), B);
+        assert_eq!(c(Auto, PresetExecutor::Pipeline, 30, false), P);
+        assert_eq!(c(Auto, PresetExecutor::Pipeline, 30, true), B);
+        assert_eq!(c(Beam, by, 1, false), B);
+        assert_eq!(c(Pipeline, by, 30, false), P);
+        let e = choose_executor(Pipeline, by, 30, true).unwrap_err();
+        assert!(e.to_string().contains("adaptive_beam"), "{e}");
+    }
+
+    #[test]
+    fn entry_kinds_resolve() {
+        use EntryChoice::*;
+        let r = |c, nav, cen, ep| resolve_entry(c, nav, cen, ep).map(|x| x.0);
+        assert_eq!(r(Auto, true, true, 0).unwrap(), EntryKind::Nav);
+        assert_eq!(r(Auto, false, true, 0).unwrap(), EntryKind::Centroids);
+        assert_eq!(r(Auto, false, false, 0).unwrap(), EntryKind::Medoid);
+        assert_eq!(r(Auto, false, false, 8).unwrap(), EntryKind::Sampled);
+        assert_eq!(r(Medoid, true, true, 0).unwrap(), EntryKind::Medoid);
+        assert_eq!(r(Sampled, true, true, 8).unwrap(), EntryKind::Sampled);
+        let e = r(Nav, false, true, 0).unwrap_err().to_string();
+        assert!(e.contains("nav_sample"), "{e}");
+        let e = r(Centroids, true, false, 0).unwrap_err().to_string();
+        assert!(e.contains("entry_clusters"), "{e}");
+        let e = r(Sampled, true, true, 0).unwrap_err().to_string();
+        assert!(e.contains("entry_points"), "{e}");
+        let e = r(Nav, true, true, 5).unwrap_err().to_string();
+        assert!(e.contains("entry_points"), "{e}");
+        assert!(EntryChoice::parse("bogus")
+            .unwrap_err()
+            .to_string()
+            .contains("centroids"));
+    }
+
+    #[test]
+    fn page_policy_follows_the_layout() {
+        assert!(choose_block_search(PageChoice::Auto, LayoutKind::Shuffled).0);
+        assert!(!choose_block_search(PageChoice::Auto, LayoutKind::Id).0);
+        assert!(choose_block_search(PageChoice::Block, LayoutKind::Id).0);
+        assert!(!choose_block_search(PageChoice::Targets, LayoutKind::Shuffled).0);
+    }
+}

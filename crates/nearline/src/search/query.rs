@@ -1,0 +1,442 @@
+//! The core state of one query, shared by every executor and page policy:
+//! the candidate list, the visited set, the exact results, the reads in
+//! flight and their target nodes, and the operations on them (exact
+//! distance, expansion, issuing a read). What a particular executor or page
+//! policy keeps per query lives in that executor's or policy's own state.
+
+use super::candidates::CandidateList;
+use super::index_data::IndexData;
+use super::plan::SearchPlan;
+use super::range::RangeState;
+use super::scorer::Scorer;
+use super::stats::QueryStats;
+use crate::cache::Cache;
+use crate::elem::Element;
+use crate::format::page::RecordView;
+use crate::io::{BufferPool, IoEngine};
+use crate::layout::Layout;
+use crate::util::IdMap;
+use crate::{Error, Result};
+use std::time::Instant;
+
+/// What one search loop runs with: the index and its concrete components
+/// (chosen once per batch, so the loop is monomorphic) and the plan.
+pub struct Env<'a, T: Element, L: Layout, S: Scorer, C: Cache> {
+    pub data: &'a IndexData<T>,
+    pub layout: &'a L,
+    pub scorer: &'a S,
+    pub cache: &'a C,
+    pub plan: &'a SearchPlan,
+}
+
+/// A worker's engine and buffers.
+pub struct Io {
+    pub engine: IoEngine,
+    pub pool: BufferPool,
+}
+
+/// One read of a query in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Read {
+    pub block: u64,
+    /// What the issuer tagged it with (the beam: its hop).
+    pub tag: u32,
+    pub live: bool,
+}
+
+/// Tag of the reads the refine stage issues.
+pub const REFINE_TAG: u32 = u32::MAX;
+
+/// A node waiting for its block: routed distance and read id.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    pub node: u32,
+    pub dist: f32,
+    pub read: u16,
+}
+
+/// Whether a query can continue now, must wait for reads, is refining its
+/// results, or has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    Waiting,
+    /// The post-traversal stage: waiting for its own reads.
+    Refining,
+    Done,
+}
+
+/// One query's core state in a worker slot. Its buffers are reused from
+/// query to query, so a search allocates nothing once the slot is warm.
+pub struct Query<T: Element> {
+    pub gen: u32,
+    pub phase: Phase,
+    /// Index of the query in the batch.
+    pub qi: usize,
+    pub qf: Vec<f32>,
+    pub qt: Vec<T>,
+    /// The scorer's per-query state (for PQ: the lookup table).
+    pub table: Vec<f32>,
+    pub cand: CandidateList,
+    pub visited: IdMap<()>,
+    /// (exact internal distance, node) of every node whose record was used.
+    pub exact: Vec<(f32, u32)>,
+    pub frontier: Vec<u32>,
+    /// Unvisited neighbours of the node being expanded (scratch).
+    fresh: Vec<u32>,
+    pub reads: Vec<Read>,
+    free_reads: Vec<u16>,
+    /// Reads of this query in flight.
+    pub live: usize,
+    pub targets: Vec<Target>,
+    /// Target nodes of the page being processed (scratch).
+    pub page_nodes: Vec<u32>,
+    /// Nodes expanded from a page read for another node (block search)
+    /// or from memory: never read for themselves.
+    pub colocated: IdMap<()>,
+    /// Nodes expanded from memory without their vector: their exact
+    /// distance is the refine stage's to compute.
+    pub unrefined: IdMap<()>,
+    /// Range search: the kicked set and doubling state.
+    pub range: RangeState,
+    /// Own completions needed before the query can continue (when waiting).
+    pub need: usize,
+    /// Refine reads still in flight.
+    pub refining: usize,
+    pub started: Instant,
+    /// Statistics of the query.
+    pub stats: QueryStats,
+}
+
+impl<T: Element> Default for Query<T> {
+    fn default() -> Self {
+        Query {
+            gen: 0,
+            phase: Phase::Done,
+            qi: 0,
+            qf: Vec::new(),
+            qt: Vec::new(),
+            table: Vec::new(),
+            cand: CandidateList::default(),
+            visited: IdMap::default(),
+            exact: Vec::new(),
+            frontier: Vec::new(),
+            fresh: Vec::new(),
+            reads: Vec::new(),
+            free_reads: Vec::new(),
+            live: 0,
+            targets: Vec::new(),
+            page_nodes: Vec::new(),
+            colocated: IdMap::default(),
+            unrefined: IdMap::default(),
+            range: RangeState::default(),
+            need: 0,
+            refining: 0,
+            started: Instant::now(),
+            stats: QueryStats::default(),
+        }
+    }
+}
+
+impl<T: Element> Query<T> {
+    /// Whether the query is running (not ended).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.phase != Phase::Done
+    }
+
+    /// Clears the state for a new query with list size `l`.
+    pub fn reset(&mut self, l: usize) {
+        self.gen = self.gen.wrapping_add(1);
+        self.phase = Phase::Idle;
+        self.started = Instant::now();
+        self.stats = QueryStats::default();
+        self.cand.reset(l);
+        self.visited.clear();
+        self.exact.clear();
+        self.reads.clear();
+        self.free_reads.clear();
+        self.live = 0;
+        self.targets.clear();
+        self.colocated.clear();
+        self.unrefined.clear();
+        self.range.clear();
+        self.need = 0;
+        self.refining = 0;
+        self.frontier.clear();
+    }
+
+    /// Bytes of scratch this slot holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.qf.capacity() * 4
+            + self.qt.capacity() * std::mem::size_of::<T>()
+            + self.table.capacity() * 4
+            + std::mem::size_of_val(self.cand.items())
+            + self.visited.capacity() * 5
+            + self.exact.capacity() * 8
+            + self.frontier.capacity() * 4
+            + self.fresh.capacity() * 4
+            + self.reads.capacity() * std::mem::size_of::<Read>()
+            + self.targets.capacity() * std::mem::size_of::<Target>()
+            + self.page_nodes.capacity() * 4
+            + self.colocated.capacity() * 5
+            + self.unrefined.capacity() * 5
+            + self.range.memory_bytes()
+    }
+
+    /// Marks `v` expanded from a page read for another node: it is never
+    /// read for itself, and its list entry (if any) counts as expanded.
+    #[inline]
+    pub fn mark_colocated<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+    ) {
+        self.colocated.insert(v, ());
+        if self.visited.insert(v, ()).is_some() {
+            let d = env.scorer.score(&self.table, v);
+            self.cand.mark_expanded(d, v);
+        }
+    }
+
+    /// Exact distance of node `v` from its stored vector's bytes (kept for
+    /// the result).
+    #[inline]
+    pub fn exact<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        vector: &[u8],
+    ) -> Result<f32> {
+        let x: &[T] = bytemuck::try_cast_slice(vector).map_err(|_| {
+            Error::corrupt(
+                &env.data.pages_path,
+                format!("record of node {v} is misaligned"),
+            )
+        })?;
+        let d = env.data.metric.distance(&self.qt, x);
+        self.stats.exact_distances += 1;
+        // A range search reports only what lies within the radius; keeping
+        // nothing else spares sorting the rest at every doubling.
+        if env.plan.range.is_none_or(|r| d <= r.radius) {
+            self.exact.push((d, v));
+        }
+        Ok(d)
+    }
+
+    /// Expands node `v` from its neighbour list: scores its unvisited
+    /// neighbours and inserts them into the candidate list.
+    #[inline]
+    pub fn expand<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        neighbours: &[u32],
+    ) -> Result<()> {
+        let n = env.data.n;
+        self.stats.hops += 1;
+        // Two passes: the first finds the unvisited neighbours and starts
+        // fetching their codes, so that the memory misses overlap; the
+        // second scores them (one miss after another took most of the
+        // expansion's time on a 1M-node index).
+        self.fresh.clear();
+        for &u in neighbours {
+            if u as usize >= n {
+                return Err(Error::corrupt(
+                    &env.data.pages_path,
+                    format!("node {v} lists neighbour {u}, but the index has {n} nodes"),
+                ));
+            }
+            if self.visited.insert(u, ()).is_none() {
+                env.scorer.prefetch(u);
+                self.fresh.push(u);
+            }
+        }
+        let range = env.plan.range.is_some();
+        for i in 0..self.fresh.len() {
+            let u = self.fresh[i];
+            let du = env.scorer.score(&self.table, u);
+            self.stats.pq_distances += 1;
+            if range {
+                if let Some(k) = self.cand.insert_kick(du, u) {
+                    self.range.kicked(k);
+                }
+            } else {
+                self.cand.insert(du, u);
+            }
+        }
+        Ok(())
+    }
+
+    /// Exact distance and expansion of node `v` from its record (what
+    /// DiskANN does with every record it reads).
+    #[inline]
+    pub fn expand_record<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        rec: RecordView<'_>,
+    ) -> Result<()> {
+        self.exact(env, v, rec.vector)?;
+        self.expand(env, v, rec.neighbours)
+    }
+
+    /// Serves node `v` from the cache if it holds it: expands it (with its
+    /// exact distance when the cache keeps its vector; otherwise the node
+    /// waits for the refine stage). Returns whether the cache held it.
+    #[inline]
+    pub fn try_cache<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+    ) -> Result<bool> {
+        let Some(node) = env.cache.get(v) else {
+            return Ok(false);
+        };
+        self.stats.cache_hits += 1;
+        match node.vector {
+            Some(vector) => {
+                self.exact(env, v, vector)?;
+            }
+            None => {
+                self.unrefined.insert(v, ());
+            }
+        }
+        self.expand(env, v, node.neighbours)?;
+        Ok(true)
+    }
+
+    /// The record of node `v` at `slot` of a verified page.
+    #[inline]
+    pub fn record<'p, L: Layout, S: Scorer, C: Cache>(
+        &self,
+        env: &Env<'_, T, L, S, C>,
+        page: &'p [u8],
+        v: u32,
+        slot: usize,
+    ) -> Result<RecordView<'p>> {
+        env.layout
+            .record(page, slot)
+            .map_err(|m| Error::corrupt(&env.data.pages_path, format!("record of node {v}: {m}")))
+    }
+
+    /// A read id for a new read (reusing finished ones).
+    #[inline]
+    fn alloc_read(&mut self, block: u64, tag: u32) -> u16 {
+        let r = Read {
+            block,
+            tag,
+            live: true,
+        };
+        self.live += 1;
+        match self.free_reads.pop() {
+            Some(i) => {
+                self.reads[i as usize] = r;
+                i
+            }
+            None => {
+                self.reads.push(r);
+                (self.reads.len() - 1) as u16
+            }
+        }
+    }
+
+    /// Reads node `v`'s block: attaches `v` to a read of this query already
+    /// in flight for the block, or submits a new one tagged `tag`. Returns
+    /// whether a new read was submitted.
+    pub fn issue<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        io: &mut Io,
+        slot: usize,
+        v: u32,
+        dist: f32,
+        tag: u32,
+    ) -> Result<bool> {
+        let (b, _) = env.layout.locate(v);
+        for t in 0..self.targets.len() {
+            let r = self.targets[t].read;
+            let read = self.reads[r as usize];
+            // Refine reads never share with the traversal's (whose late
+            // pages the refine stage ignores).
+            if read.block == b && (read.tag == REFINE_TAG) == (tag == REFINE_TAG) {
+                self.targets.push(Target {
+                    node: v,
+                    dist,
+                    read: r,
+                });
+                return Ok(false);
+            }
+        }
+        let geo = env.layout.geometry();
+        let r = self.alloc_read(b, tag);
+        let buf = io.pool.get();
+        if let Err(e) = io
+            .engine
+            .submit(token(slot, self.gen, r), geo.block_offset(b), buf)
+        {
+            // Nothing reached the engine: the read id is free again.
+            self.reads[r as usize].live = false;
+            self.free_reads.push(r);
+            self.live -= 1;
+            return Err(e);
+        }
+        self.targets.push(Target {
+            node: v,
+            dist,
+            read: r,
+        });
+        self.stats.reads += 1;
+        self.stats.bytes_read += geo.block_size as u64;
+        Ok(true)
+    }
+
+    /// Marks read `r` arrived and returns it (`None` if it is not live: an
+    /// engine error the caller reports).
+    #[inline]
+    pub fn arrived(&mut self, r: u16) -> Option<Read> {
+        let read = self.reads.get_mut(r as usize)?;
+        if !read.live {
+            return None;
+        }
+        read.live = false;
+        let read = *read;
+        self.free_reads.push(r);
+        self.live -= 1;
+        Some(read)
+    }
+
+    /// Moves the targets of read `r` into `page_nodes`.
+    #[inline]
+    pub fn take_targets(&mut self, r: u16) {
+        self.page_nodes.clear();
+        let mut i = 0;
+        while i < self.targets.len() {
+            if self.targets[i].read == r {
+                self.page_nodes.push(self.targets[i].node);
+                self.targets.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Whether a read in flight serves a node still in the candidate list.
+    pub fn waits_for_listed(&self) -> bool {
+        self.targets
+            .iter()
+            .any(|t| self.cand.contains(t.dist, t.node))
+    }
+}
+
+/// The token of read `read` of the query in `slot` at generation `gen`.
+#[inline]
+pub fn token(slot: usize, gen: u32, read: u16) -> u64 {
+    ((slot as u64) << 48) | ((gen as u64) << 16) | read as u64
+}
+
+/// Slot, generation and read id of a token.
+#[inline]
+pub fn untoken(t: u64) -> (usize, u32, u16) {
+    ((t >> 48) as usize, (t >> 16) as u32, t as u16)
+}
