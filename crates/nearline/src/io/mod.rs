@@ -23,6 +23,7 @@ pub mod ceiling;
 pub mod engine;
 pub mod fake;
 pub mod pread;
+pub mod staging;
 #[cfg(target_os = "linux")]
 pub mod uring;
 
