@@ -25,6 +25,7 @@ pub mod layout;
 pub mod planner;
 pub mod quant;
 pub mod search;
+pub mod update;
 pub mod util;
 
 pub use data::dtype::{DType, Element};
