@@ -29,6 +29,7 @@ pub mod layout;
 pub mod planner;
 pub mod quant;
 pub mod search;
+pub mod update;
 pub mod util;
 
 pub use distance::Metric;
