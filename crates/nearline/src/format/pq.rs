@@ -34,7 +34,7 @@ pub fn encode(cb: &PqCodebook) -> Vec<u8> {
     for &o in cb.chunk_offsets() {
         b.extend_from_slice(&o.to_le_bytes());
     }
-    for &v in cb.center().iter().chain(cb.centroids()) {
+    for &v in cb.center().iter().chain(&cb.centroids()) {
         b.extend_from_slice(&v.to_le_bytes());
     }
     b

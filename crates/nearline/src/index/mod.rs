@@ -340,3 +340,6 @@ impl Index {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -27,9 +27,9 @@ pub fn pq_codes_bytes(n: usize, m: usize) -> u64 {
 }
 
 /// Bytes of a PQ codebook over `dim` dimensions in `m` chunks (centroids,
-/// their transposed copy, the centre and the chunk offsets).
+/// the centre and the chunk offsets).
 pub fn codebook_bytes(dim: usize, m: usize) -> u64 {
-    let words = (m + 1) + 2 * crate::quant::pq::PQ_CENTROIDS * dim + dim;
+    let words = (m + 1) + crate::quant::pq::PQ_CENTROIDS * dim + dim;
     (std::mem::size_of::<crate::quant::pq::PqCodebook>() + 4 * words) as u64
 }
 
@@ -178,21 +178,39 @@ impl MemoryPlan {
     }
 }
 
-/// The structures whose sizes do not depend on the budget.
+/// The structures whose sizes depend on neither the budget nor the PQ
+/// bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct FixedCosts {
-    pub pq_codebook: u64,
     pub ids: u64,
     pub layout_map: u64,
     pub entry: u64,
-    pub worker_scratch: u64,
 }
 
 impl FixedCosts {
     /// Their sum.
     pub fn total(&self) -> u64 {
-        self.pq_codebook + self.ids + self.layout_map + self.entry + self.worker_scratch
+        self.ids + self.layout_map + self.entry
     }
+}
+
+/// The share of the budget the search workers may take for interleaving
+/// several queries (one query per worker is always reserved).
+pub const SCRATCH_SHARE: f64 = 0.10;
+
+/// Bytes one worker needs with `qif` queries in flight and `m` PQ bytes.
+pub type WorkerCost<'a> = &'a dyn Fn(usize, usize) -> u64;
+
+/// Queries in flight per worker the budget reserves scratch for: the most
+/// (up to [`preset::AUTO_QUERIES_IN_FLIGHT`]) whose scratch on `threads`
+/// workers stays within [`SCRATCH_SHARE`] of `budget` and within
+/// `available`; at least one.
+fn reserved_qif(budget: u64, available: u64, threads: usize, m: usize, worker: WorkerCost<'_>) -> usize {
+    let cap = ((budget as f64 * SCRATCH_SHARE) as u64).min(available);
+    (1..=super::preset::AUTO_QUERIES_IN_FLIGHT)
+        .rev()
+        .find(|&q| threads as u64 * worker(q, m) <= cap)
+        .unwrap_or(1)
 }
 
 /// The smallest fraction of `raw` bytes that is at least `bytes` (rounded
@@ -204,33 +222,39 @@ pub fn fraction_at_least(bytes: u64, raw: u64) -> f64 {
     ((bytes as f64 / raw as f64) * 1000.0).ceil() / 1000.0
 }
 
-/// Names the structures of a minimum, for messages.
-fn minimum_message(
-    what: &str,
-    budget: u64,
-    minimum: u64,
-    raw: u64,
-    fixed: &FixedCosts,
+/// The parts of a minimum, for messages.
+struct Minimum {
+    total: u64,
     codes: u64,
-) -> String {
+    codebook: u64,
+    scratch: u64,
+    threads: usize,
+}
+
+fn minimum_message(what: &str, budget: u64, raw: u64, fixed: &FixedCosts, min: &Minimum) -> String {
+    let minimum = min.total;
     format!(
         "memory_budget={budget} bytes is below what {what} needs: at least {minimum} bytes \
-         (≈ {:.3} of the raw vectors' {raw} bytes) for PQ codes {codes}, codebook {}, ids {}, \
-         layout map {}, entry structure {}, search workers {}; give memory_budget of at least \
-         {minimum} (or a fraction of at least {:.3})",
+         (≈ {:.3} of the raw vectors' {raw} bytes) for PQ codes {}, codebook {}, ids {}, \
+         layout map {}, entry structure {}, search workers {} ({} threads, one query each); \
+         give memory_budget of at least {minimum} (or a fraction of at least {:.3})",
         minimum as f64 / raw.max(1) as f64,
-        fixed.pq_codebook,
+        min.codes,
+        min.codebook,
         fixed.ids,
         fixed.layout_map,
         fixed.entry,
-        fixed.worker_scratch,
+        min.scratch,
+        min.threads,
         fraction_at_least(minimum, raw),
     )
 }
 
-/// Build-time split: PQ bytes by DiskANN's rule on what the fixed
-/// structures leave of `budget` (or `pq_bytes` when given), the cache the
-/// rest. `budget: None` takes `default_budget` raised to the minimum.
+/// Build-time split. The workers' scratch is reserved first (see
+/// [`reserved_qif`]), then the PQ bytes come from DiskANN's rule on what
+/// the fixed structures and the workers leave (or are `pq_bytes` when
+/// given), and the cache gets the rest. `budget: None` takes
+/// `default_budget` raised to the minimum.
 #[allow(clippy::too_many_arguments)]
 pub fn split_at_build(
     what: &str,
@@ -238,25 +262,34 @@ pub fn split_at_build(
     dim: usize,
     raw: u64,
     fixed: &FixedCosts,
+    threads: usize,
+    worker: WorkerCost<'_>,
     pq_bytes: Option<usize>,
     budget: Option<u64>,
     default_budget: u64,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
-    let codebook_for = |m: usize| codebook_bytes(dim, m);
-    let fixed_without_codebook = fixed.total() - fixed.pq_codebook;
-    let need = |m: usize| fixed_without_codebook + codebook_for(m) + pq_codes_bytes(n, m);
+    let t = threads as u64;
+    let need = |m: usize, q: usize| {
+        fixed.total() + codebook_bytes(dim, m) + pq_codes_bytes(n, m) + t * worker(q, m)
+    };
     let m_min = pq_bytes.unwrap_or(1);
-    let minimum = need(m_min);
+    let min = Minimum {
+        total: need(m_min, 1),
+        codes: pq_codes_bytes(n, m_min),
+        codebook: codebook_bytes(dim, m_min),
+        scratch: t * worker(1, m_min),
+        threads,
+    };
     let (budget, why) = match budget {
         Some(b) => (b, "asked for".to_string()),
-        None if default_budget >= minimum => (
+        None if default_budget >= min.total => (
             default_budget,
             "default: 1/8 of the raw vectors (DiskANN's usual budget)".into(),
         ),
         None => (
-            minimum,
+            min.total,
             format!(
                 "default: 1/8 of the raw vectors ({default_budget} bytes) is below the minimum, \
                  raised to it"
@@ -264,31 +297,23 @@ pub fn split_at_build(
         ),
     };
     decisions.push(Decision::new("memory_budget", budget, why));
-    let fixed_here = FixedCosts {
-        pq_codebook: codebook_for(m_min),
-        ..*fixed
-    };
-    if budget < minimum {
-        return Err(Error::arg(minimum_message(
-            what,
-            budget,
-            minimum,
-            raw,
-            &fixed_here,
-            pq_codes_bytes(n, m_min),
-        )));
+    if budget < min.total {
+        return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
+    // The workers first: interleaving within its share of the budget.
+    let q = reserved_qif(budget, budget - need(m_min, 1) + t * worker(1, m_min), threads, m_min, worker);
     let m = match pq_bytes {
         Some(m) => {
             decisions.push(Decision::new("pq_bytes", m, "asked for"));
             m
         }
         None => {
-            let left = budget - fixed_without_codebook - codebook_for(1);
+            let left = budget.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
             let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
-            // The codebook grows by 4 bytes a chunk and large tables round
-            // to huge pages: step down until everything fits.
-            while m > 1 && need(m) > budget {
+            // The codebook grows by 4 bytes a chunk, the workers' tables by
+            // 1 KiB, and large code tables round to huge pages: step down
+            // until everything fits.
+            while m > 1 && need(m, q) > budget {
                 m -= 1;
             }
             decisions.push(Decision::new(
@@ -296,60 +321,115 @@ pub fn split_at_build(
                 m,
                 format!(
                     "DiskANN's rule floor(left / n), clamped to [1, min(dim, 512)], on the \
-                     {left} bytes the fixed structures leave of the budget"
+                     {left} bytes the fixed structures and the workers leave of the budget"
                 ),
             ));
             m
         }
     };
-    let pq_codes = pq_codes_bytes(n, m);
+    let q = (1..=q).rev().find(|&q| need(m, q) <= budget).unwrap_or(1);
+    decisions.push(Decision::new(
+        "worker_scratch",
+        t * worker(q, m),
+        format!(
+            "{threads} workers × {q} queries in flight (interleaving may take up to {:.0}% of \
+             the budget; one query per worker always fits)",
+            SCRATCH_SHARE * 100.0
+        ),
+    ));
     let mut plan = MemoryPlan {
         budget,
-        pq_codes,
-        pq_codebook: codebook_for(m),
+        pq_codes: pq_codes_bytes(n, m),
+        pq_codebook: codebook_bytes(dim, m),
         ids: fixed.ids,
         layout_map: fixed.layout_map,
         entry: fixed.entry,
-        worker_scratch: fixed.worker_scratch,
+        worker_scratch: t * worker(q, m),
         cache: 0,
         cache_nodes: 0,
-        minimum,
+        minimum: min.total,
     };
     plan.cache = budget.saturating_sub(plan.fixed());
     plan.cache_nodes = NodeCache::capacity_for(geo, plan.cache) as u64;
     Ok((m, plan))
 }
 
-/// Open-time split of `budget` for an index whose structures cost `fixed`
-/// and whose codes take `pq_codes`: the cache gets the rest, or exactly
-/// `cache_nodes` when asked (if they fit).
+/// Open-time split of `budget` for an index whose fixed structures cost
+/// `fixed`, with `m` PQ bytes and `codebook` bytes of codebook. Threads:
+/// `threads` when given, else the most up to `cores` whose workers fit
+/// (one query each). The workers' reserve is [`reserved_qif`]'s; the cache
+/// gets the rest, or exactly `cache_nodes` when asked (if they fit).
 #[allow(clippy::too_many_arguments)]
 pub fn split_at_open(
     what: &str,
     budget: u64,
     raw: u64,
+    n: usize,
+    m: usize,
+    codebook: u64,
     fixed: &FixedCosts,
-    pq_codes: u64,
+    threads: Option<usize>,
+    cores: usize,
+    worker: WorkerCost<'_>,
     cache_nodes: Option<usize>,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
-) -> Result<MemoryPlan> {
-    let minimum = fixed.total() + pq_codes;
-    if budget < minimum {
-        return Err(Error::arg(minimum_message(
-            what, budget, minimum, raw, fixed, pq_codes,
-        )));
+) -> Result<(usize, MemoryPlan)> {
+    let codes = pq_codes_bytes(n, m);
+    let base = fixed.total() + codebook + codes;
+    let available = budget.saturating_sub(base);
+    let threads = match threads {
+        Some(t) => {
+            decisions.push(Decision::new("threads", t, "asked for"));
+            t
+        }
+        None => {
+            let fit = (available / worker(1, m).max(1)).min(cores as u64).max(1) as usize;
+            decisions.push(Decision::new(
+                "threads",
+                fit,
+                if fit < cores {
+                    format!("the workers of {fit} of the {cores} cores fit the budget")
+                } else {
+                    "default: the cores available".to_string()
+                },
+            ));
+            fit
+        }
+    };
+    let t = threads as u64;
+    let min = Minimum {
+        total: base + t * worker(1, m),
+        codes,
+        codebook,
+        scratch: t * worker(1, m),
+        threads,
+    };
+    if budget < min.total {
+        return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
-    let share = budget - minimum;
+    let q = reserved_qif(budget, available, threads, m, worker);
+    let scratch = t * worker(q, m);
+    decisions.push(Decision::new(
+        "worker_scratch",
+        scratch,
+        format!(
+            "{threads} workers × {q} queries in flight (interleaving may take up to {:.0}% of \
+             the budget; one query per worker always fits)",
+            SCRATCH_SHARE * 100.0
+        ),
+    ));
+    let share = available - scratch;
     let nodes = match cache_nodes {
         Some(c) => {
             let need = NodeCache::bytes_for(geo, c);
             if need > share {
                 return Err(Error::arg(format!(
                     "cache_nodes={c} needs {need} bytes, but memory_budget={budget} leaves the \
-                     cache {share} bytes after the codes and fixed structures ({minimum} bytes); \
-                     give memory_budget of at least {} or fewer cache_nodes",
-                    minimum + need
+                     cache {share} bytes after the codes, the fixed structures and the workers \
+                     ({} bytes); give memory_budget of at least {} or fewer cache_nodes",
+                    budget - share,
+                    budget - share + need
                 )));
             }
             decisions.push(Decision::new("cache_nodes", c, "asked for"));
@@ -360,23 +440,26 @@ pub fn split_at_open(
             decisions.push(Decision::new(
                 "cache_nodes",
                 c,
-                format!("what the {share} bytes left by the codes and fixed structures hold"),
+                format!("what the {share} bytes left by everything else hold (BFS from the medoid)"),
             ));
             c
         }
     };
-    Ok(MemoryPlan {
-        budget,
-        pq_codes,
-        pq_codebook: fixed.pq_codebook,
-        ids: fixed.ids,
-        layout_map: fixed.layout_map,
-        entry: fixed.entry,
-        worker_scratch: fixed.worker_scratch,
-        cache: NodeCache::bytes_for(geo, nodes),
-        cache_nodes: nodes as u64,
-        minimum,
-    })
+    Ok((
+        threads,
+        MemoryPlan {
+            budget,
+            pq_codes: codes,
+            pq_codebook: codebook,
+            ids: fixed.ids,
+            layout_map: fixed.layout_map,
+            entry: fixed.entry,
+            worker_scratch: scratch,
+            cache: NodeCache::bytes_for(geo, nodes),
+            cache_nodes: nodes as u64,
+            minimum: min.total,
+        },
+    ))
 }
 
 #[cfg(test)]
@@ -402,55 +485,54 @@ mod tests {
     fn build_split_applies_diskann_rule_to_the_remainder() {
         let geo = PageGeometry::new(4096, 512, 64, 100_000).unwrap();
         let fixed = FixedCosts {
-            pq_codebook: 0,
             ids: 0,
             layout_map: 800_000,
             entry: 300_000,
-            worker_scratch: 2_000_000,
         };
+        let worker = |q: usize, m: usize| (q * (50_000 + 1024 * m)) as u64;
         let mut d = Vec::new();
         let raw = 100_000 * 512;
-        let (m, plan) = split_at_build(
-            "test",
-            100_000,
-            128,
-            raw,
-            &fixed,
-            None,
-            Some(6_400_000),
-            0,
-            &geo,
-            &mut d,
-        )
-        .unwrap();
+        let split = |budget: Option<u64>, d: &mut Vec<Decision>| {
+            split_at_build("test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, &geo, d)
+        };
+        let (m, plan) = split(Some(6_400_000), &mut d).unwrap();
         assert!(plan.fixed() + plan.cache <= 6_400_000, "{plan:?}");
-        // 6.4 MB less 3.1 MB of fixed structures and the codebook leaves
-        // ~32 bytes a vector.
-        assert!((29..=33).contains(&m), "{m}");
         assert!(plan.fixed() <= plan.budget);
-        let e = split_at_build(
-            "test",
-            100_000,
-            128,
-            raw,
-            &fixed,
-            None,
-            Some(1_000_000),
-            0,
-            &geo,
-            &mut d,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("at least") && e.contains(&plan.minimum.to_string()),
-            "{e}"
-        );
+        // 6.4 MB less 1.1 MB of fixed structures, the codebook and the
+        // workers leaves ~45 bytes a vector.
+        assert!((40..=52).contains(&m), "{m}");
+        // Interleaving takes at most a tenth of the budget.
+        assert!(plan.worker_scratch <= 640_000, "{plan:?}");
+        let e = split(Some(1_000_000), &mut d).unwrap_err().to_string();
+        assert!(e.contains("at least") && e.contains(&plan.minimum.to_string()), "{e}");
         // Default budget raised to the minimum.
-        let (_, p) = split_at_build(
-            "test", 100_000, 128, raw, &fixed, None, None, 10, &geo, &mut d,
-        )
-        .unwrap();
+        let (_, p) = split(None, &mut d).unwrap();
         assert_eq!(p.budget, p.minimum);
+    }
+
+    #[test]
+    fn open_split_fits_threads_and_cache_in_the_budget() {
+        let geo = PageGeometry::new(4096, 512, 64, 100_000).unwrap();
+        let fixed = FixedCosts::default();
+        let worker = |q: usize, _m: usize| (q * 100_000) as u64;
+        let mut d = Vec::new();
+        let codes = pq_codes_bytes(100_000, 16);
+        let open = |budget, threads, cache, d: &mut Vec<Decision>| {
+            split_at_open(
+                "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, &geo, d,
+            )
+        };
+        // Room for eight one-query workers: all eight cores, a cache.
+        let (t, p) = open(codes + 1000 + 2_000_000, None, None, &mut d).unwrap();
+        assert_eq!(t, 8);
+        assert!(p.fixed() + p.cache <= p.budget && p.cache_nodes > 0, "{p:?}");
+        // Room for three: three threads by default, an error when asked for eight.
+        let (t, _) = open(codes + 1000 + 350_000, None, None, &mut d).unwrap();
+        assert_eq!(t, 3);
+        let e = open(codes + 1000 + 350_000, Some(8), None, &mut d).unwrap_err();
+        assert!(e.to_string().contains("8 threads"), "{e}");
+        // An explicit cache that does not fit is refused.
+        let e = open(codes + 1000 + 350_000, Some(1), Some(100_000), &mut d).unwrap_err();
+        assert!(e.to_string().contains("cache_nodes=100000"), "{e}");
     }
 }

@@ -253,28 +253,24 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         0
     };
-    // Scratch for a default search on the default number of threads; the PQ
-    // table's size depends on the PQ bytes, so reserve for the largest the
-    // rule may give.
+    // Scratch for a default search on the default number of threads (the
+    // PQ table's size depends on the PQ bytes the split chooses).
     let open_threads = default_threads();
     let search_width = pd.width;
-    let pq_hint = opts
-        .pq_bytes
-        .unwrap_or(f.dim.min(crate::quant::pq::PQ_MAX_BYTES));
-    let shape = QueryShape {
+    let shape = |m: usize| QueryShape {
         n: f.n,
         dim: f.dim,
         esz,
         r,
-        pq_m: pq_hint,
+        pq_m: m,
         block_size: geo.block_size,
         records_per_block: geo.records_per_block,
         l: DEFAULT_L,
         width: search_width,
         sigma: (layout == LayoutKind::Shuffled).then_some(pd.sigma),
     };
+    let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
     let fixed = FixedCosts {
-        pq_codebook: 0,
         ids: if opts.ids.is_some() {
             memory::ids_bytes(f.n)
         } else {
@@ -282,8 +278,6 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         },
         layout_map: memory::layout_map_bytes(layout, f.n, &geo),
         entry,
-        worker_scratch: open_threads as u64
-            * memory::worker_bytes(&shape, preset::AUTO_QUERIES_IN_FLIGHT),
     };
     let default_budget = (raw as f64 * pd.budget_fraction).floor() as u64;
     let (pq_bytes, mem) = memory::split_at_build(
@@ -292,6 +286,8 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         f.dim,
         raw,
         &fixed,
+        open_threads,
+        &worker,
         opts.pq_bytes,
         opts.memory_budget.map(|b| b.resolve(raw)),
         default_budget,
@@ -423,22 +419,47 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         ),
     };
     d.push(Decision::new("entry", entry.name(), why));
-    let threads = opts.threads.unwrap_or_else(default_threads);
-    d.push(Decision::new(
-        "threads",
-        threads,
-        if opts.threads.is_some() {
-            "asked for"
-        } else {
-            "default: the cores available"
-        },
-    ));
     let geo = geometry(m)?;
     let raw = m.n as u64 * m.dim as u64 * esz as u64;
+    let fixed = FixedCosts {
+        ids: if m.has(Section::Ids) {
+            memory::ids_bytes(m.n)
+        } else {
+            0
+        },
+        layout_map: memory::layout_map_bytes(m.layout.kind, m.n, &geo),
+        entry: entry_bytes,
+    };
+    let pq_m = m.spec.pq_bytes;
+    let codebook = memory::codebook_bytes(m.dim, pq_m);
+    let shape = |pq: usize| QueryShape {
+        pq_m: pq,
+        ..query_shape(m, &geo, DEFAULT_L, pd.width, pd.sigma)
+    };
+    let worker = |q: usize, pq: usize| memory::worker_bytes(&shape(pq), q);
+    let cores = default_threads();
     let budget = match opts.memory_budget {
         Some(b) => {
             let b = b.resolve(raw);
             d.push(Decision::new("memory_budget", b, "asked for"));
+            b
+        }
+        None if m.format_minor < crate::format::manifest::CHECKSUM_MINOR => {
+            // Before format 1.3 the recorded budget sized the PQ codes only.
+            let floor = fixed.total()
+                + codebook
+                + memory::pq_codes_bytes(m.n, pq_m)
+                + opts.threads.unwrap_or(cores) as u64 * worker(1, pq_m);
+            let b = m.spec.memory_budget.max(floor);
+            d.push(Decision::new(
+                "memory_budget",
+                b,
+                format!(
+                    "a format {}.{} index records a budget for its PQ codes only ({} bytes); \
+                     at least what it needs",
+                    m.format_major, m.format_minor, m.spec.memory_budget
+                ),
+            ));
             b
         }
         None => {
@@ -450,25 +471,17 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
             m.spec.memory_budget
         }
     };
-    let shape = query_shape(m, &geo, DEFAULT_L, pd.width, pd.sigma);
-    let fixed = FixedCosts {
-        pq_codebook: memory::codebook_bytes(m.dim, m.spec.pq_bytes),
-        ids: if m.has(Section::Ids) {
-            memory::ids_bytes(m.n)
-        } else {
-            0
-        },
-        layout_map: memory::layout_map_bytes(m.layout.kind, m.n, &geo),
-        entry: entry_bytes,
-        worker_scratch: threads as u64
-            * memory::worker_bytes(&shape, preset::AUTO_QUERIES_IN_FLIGHT),
-    };
-    let mem = memory::split_at_open(
-        &format!("this {} index opened with {threads} threads", m.spec.preset),
+    let (threads, mem) = memory::split_at_open(
+        &format!("this {} index", m.spec.preset),
         budget,
         raw,
+        m.n,
+        pq_m,
+        codebook,
         &fixed,
-        memory::pq_codes_bytes(m.n, m.spec.pq_bytes),
+        opts.threads,
+        cores,
+        &worker,
         opts.cache_nodes,
         &geo,
         &mut d,

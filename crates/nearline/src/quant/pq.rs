@@ -49,13 +49,12 @@ pub struct PqCodebook {
     m: usize,
     /// `m + 1` chunk boundaries over `0..dim`.
     chunk_offsets: Vec<u32>,
-    /// For chunk j: 256 rows of `chunk_dim(j)` floats, chunks one after another.
-    centroids: Vec<f32>,
     /// Subtracted before encoding (the data mean for L2, zeros otherwise).
     center: Vec<f32>,
-    /// `centroids` transposed per chunk: for chunk j, `chunk_dim(j)` rows of
-    /// 256 floats (dimension-major), so that distances from one sub-vector to
-    /// all 256 centroids vectorise. Derived from `centroids`.
+    /// The centroids transposed per chunk: for chunk j, `chunk_dim(j)` rows
+    /// of 256 floats (dimension-major), so that distances from one
+    /// sub-vector to all 256 centroids vectorise. The only copy held (the
+    /// row-major form is derived when it is written).
     centroids_t: Vec<f32>,
 }
 
@@ -73,7 +72,8 @@ fn make_offsets(dim: usize, m: usize) -> Vec<u32> {
     off
 }
 
-/// Per-chunk transposition of `centroids` (see `PqCodebook::centroids_t`).
+/// Per-chunk transposition of row-major centroids (see
+/// `PqCodebook::centroids_t`); [`untranspose`] inverts it.
 fn transpose(offsets: &[u32], centroids: &[f32]) -> Vec<f32> {
     let mut t = vec![0.0f32; centroids.len()];
     for w in offsets.windows(2) {
@@ -87,6 +87,22 @@ fn transpose(offsets: &[u32], centroids: &[f32]) -> Vec<f32> {
         }
     }
     t
+}
+
+/// Row-major centroids from their per-chunk transposition.
+fn untranspose(offsets: &[u32], t: &[f32]) -> Vec<f32> {
+    let mut c = vec![0.0f32; t.len()];
+    for w in offsets.windows(2) {
+        let (lo, hi) = (w[0] as usize, w[1] as usize);
+        let cd = hi - lo;
+        let base = lo * PQ_CENTROIDS;
+        for k in 0..PQ_CENTROIDS {
+            for d in 0..cd {
+                c[base + k * cd + d] = t[base + d * PQ_CENTROIDS + k];
+            }
+        }
+    }
+    c
 }
 
 /// SplitMix64 finaliser: independent per-chunk seeds from one seed.
@@ -234,7 +250,6 @@ impl PqCodebook {
             dim,
             m,
             chunk_offsets,
-            centroids,
             center,
             centroids_t,
         })
@@ -257,17 +272,16 @@ impl PqCodebook {
         &self.center
     }
     /// All centroids: for chunk j, 256 rows of `chunk_offsets[j+1] - chunk_offsets[j]`
-    /// floats, chunk after chunk.
-    pub fn centroids(&self) -> &[f32] {
-        &self.centroids
+    /// floats, chunk after chunk (computed: the codebook holds them transposed).
+    pub fn centroids(&self) -> Vec<f32> {
+        untranspose(&self.chunk_offsets, &self.centroids_t)
     }
     /// Heap and inline bytes held by the codebook.
     pub fn memory_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + 4 * (self.chunk_offsets.len()
-                + self.centroids.len()
-                + self.center.len()
-                + self.centroids_t.len())
+            + 4 * (self.chunk_offsets.capacity()
+                + self.center.capacity()
+                + self.centroids_t.capacity())
     }
 
     #[inline]
@@ -341,10 +355,9 @@ impl PqCodebook {
         assert_eq!(out.len(), self.dim, "PqCodebook::decode: output length");
         for (j, &c) in code.iter().enumerate() {
             let (lo, hi) = self.chunk(j);
-            let cd = hi - lo;
-            let cent = &self.centroids[lo * PQ_CENTROIDS + c as usize * cd..][..cd];
-            for ((o, &x), &z) in out[lo..hi].iter_mut().zip(cent).zip(&self.center[lo..hi]) {
-                *o = x + z;
+            let t = &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS];
+            for (d, (o, &z)) in out[lo..hi].iter_mut().zip(&self.center[lo..hi]).enumerate() {
+                *o = t[d * PQ_CENTROIDS + c as usize] + z;
             }
         }
     }
@@ -631,7 +644,9 @@ mod tests {
         let pq = PqCodebook::train(&data, 10, 3, Metric::L2, 0).unwrap();
         assert_eq!(pq.chunk_offsets(), &[0, 4, 7, 10]);
         assert_eq!(pq.centroids().len(), 256 * 10);
-        assert!(pq.memory_bytes() >= 2 * 256 * 10 * 4);
+        // One copy of the centroids (transposed), the centre and the offsets.
+        assert!(pq.memory_bytes() >= 256 * 10 * 4 + 10 * 4 + 4 * 4);
+        assert!(pq.memory_bytes() < 2 * 256 * 10 * 4);
     }
 
     #[test]
@@ -673,6 +688,7 @@ mod tests {
         let data = clustered(n, dim, 30, 3.0, 3);
         let pq = PqCodebook::train(&data, dim, 5, Metric::L2, 1).unwrap();
         let mut code = vec![0u8; 5];
+        let centroids = pq.centroids();
         for x in data.chunks_exact(dim).take(100) {
             pq.encode(x, &mut code);
             for j in 0..5 {
@@ -680,7 +696,7 @@ mod tests {
                 let cd = hi - lo;
                 let sub: Vec<f32> = (lo..hi).map(|d| x[d] - pq.center()[d]).collect();
                 let dists: Vec<f32> = (0..256)
-                    .map(|c| l2_f32(&sub, &pq.centroids()[lo * 256 + c * cd..][..cd]))
+                    .map(|c| l2_f32(&sub, &centroids[lo * 256 + c * cd..][..cd]))
                     .collect();
                 let best = dists.iter().cloned().fold(f32::INFINITY, f32::min);
                 assert!(dists[code[j] as usize] <= best * (1.0 + 1e-5) + 1e-6);

@@ -87,7 +87,7 @@
 //! One process appends at a time: opening takes an exclusive `flock` on the
 //! file and a second writer is refused.
 
-use crate::data::dtype::DType;
+use crate::elem::DType;
 use crate::error::{Error, Result};
 use std::borrow::Cow;
 use std::fs::{self, File, OpenOptions};
