@@ -1,5 +1,8 @@
-//! Quantizers: k-means (k-means++ seeding, Elkan iterations) and product quantization.
+//! Quantizers: k-means (k-means++ seeding, Elkan iterations), product
+//! quantization, PCA and random rotations, RaBitQ codes and the FastScan
+//! kernel that scores them.
 
+pub mod fastscan;
 pub mod kmeans;
 pub mod pq;
 
