@@ -4,6 +4,7 @@
 
 pub mod fastscan;
 pub mod kmeans;
+pub mod pca;
 pub mod pq;
 
 pub use kmeans::{kmeans, KMeansParams, KMeansResult};
