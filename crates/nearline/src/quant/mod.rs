@@ -6,6 +6,7 @@ pub mod fastscan;
 pub mod kmeans;
 pub mod pca;
 pub mod pq;
+pub mod rabitq;
 
 pub use kmeans::{kmeans, KMeansParams, KMeansResult};
 pub use pq::PqCodebook;
