@@ -448,6 +448,26 @@ impl RabitqQuery {
         Ok(())
     }
 
+    /// Scores a record's packed codes in one call: [`fastscan::scan`] into
+    /// the caller's `sums` (32 per block of `packed`), then
+    /// [`Self::distances`] for the `factors.len()` codes into `out`.
+    pub fn estimate_packed(
+        &self,
+        packed: &[u8],
+        factors: &[RabitqFactors],
+        qc_sq: f32,
+        sums: &mut [u32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        check_qc(qc_sq)?;
+        self.check_batch(sums, factors, out, "estimate_packed")?;
+        fastscan::scan(packed, self.n_groups(), self.luts(), sums)?;
+        for ((o, &s), f) in out.iter_mut().zip(sums.iter()).zip(factors) {
+            *o = self.distance(s, f, qc_sq);
+        }
+        Ok(())
+    }
+
     /// [`Self::error_bound`] of `factors.len()` codes into `out`.
     pub fn error_bounds(
         &self,
@@ -650,9 +670,14 @@ mod tests {
                 .collect();
             for (qx, pq) in queries.iter().zip(&prepared) {
                 let q_rot = rotated(&q, qx);
-                scan(&packed, q.n_groups(), pq.luts(), &mut sums).unwrap();
                 let qc = l2(qx, &centre) as f32;
-                pq.distances(&sums, &factors, qc, &mut est).unwrap();
+                if r % 2 == 0 {
+                    scan(&packed, q.n_groups(), pq.luts(), &mut sums).unwrap();
+                    pq.distances(&sums, &factors, qc, &mut est).unwrap();
+                } else {
+                    pq.estimate_packed(&packed, &factors, qc, &mut sums, &mut est)
+                        .unwrap();
+                }
                 pq.error_bounds(&factors, qc, 1.9, &mut b19).unwrap();
                 pq.error_bounds(&factors, qc, 3.0, &mut b3).unwrap();
                 for (i, o) in nbrs.iter().enumerate() {
@@ -855,6 +880,13 @@ mod tests {
         // D = 3: u = cos θ.
         let a = 0.9 / 2f64.sqrt();
         assert!((p(0.9, 3) - (1.0 - a.asin() * std::f64::consts::FRAC_2_PI)).abs() < 1e-12);
+        // D = 5: density ∝ sqrt(1 − t²); D = 6: ∝ 1 − t² (u = t, a = ε0/√(D−1)).
+        let a = 1.3f64 / 2.0;
+        let want5 = 1.0 - (a * (1.0 - a * a).sqrt() + a.asin()) * std::f64::consts::FRAC_2_PI;
+        assert!((p(1.3, 5) - want5).abs() < 1e-6, "{} vs {want5}", p(1.3, 5));
+        let a = 1.3 / 5f64.sqrt();
+        let want6 = 1.0 - (3.0 * a - a * a * a) / 2.0;
+        assert!((p(1.3, 6) - want6).abs() < 1e-9, "{} vs {want6}", p(1.3, 6));
         assert_eq!(p(0.5, 2), 1.0);
         assert_eq!(p(1.0, 2), 0.0);
         assert_eq!(p(0.0, 50), 1.0);
@@ -931,6 +963,20 @@ mod tests {
         assert!(pq.distances(&[0; 2], &f, 1.0, &mut out).is_err());
         assert!(pq.distances(&[0; 32], &f, 1.0, &mut out[..2]).is_err());
         assert!(pq.distances(&[0; 32], &f, f32::INFINITY, &mut out).is_err());
+        let packed = vec![0u8; 6 * 16];
+        let mut sums = [0u32; 32];
+        assert!(pq
+            .estimate_packed(&packed, &f, 1.0, &mut sums, &mut out)
+            .is_ok());
+        assert!(pq
+            .estimate_packed(&packed[..16], &f, 1.0, &mut sums, &mut out)
+            .is_err());
+        assert!(pq
+            .estimate_packed(&packed, &f, 1.0, &mut sums[..31], &mut out)
+            .is_err());
+        assert!(pq
+            .estimate_packed(&packed, &f, f32::NAN, &mut sums, &mut out)
+            .is_err());
         assert!(pq.error_bounds(&f, 1.0, 1.9, &mut out).is_ok());
         assert!(pq.error_bounds(&f, 1.0, f32::NAN, &mut out).is_err());
         assert!(pq.error_bounds(&f, 1.0, 1.9, &mut out[..1]).is_err());
@@ -945,6 +991,54 @@ mod tests {
                 error: 0.5
             }
         );
+    }
+
+    /// Speed check, not run by default:
+    /// `cargo test -p nearline --lib rabitq_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn rabitq_speed() {
+        let mut rng = ChaCha8Rng::seed_from_u64(8);
+        for (r, dim) in [(64usize, 256usize), (128, 256), (64, 128)] {
+            let q = RaBitQ::new(dim, 1).unwrap();
+            let records = 512;
+            let data: Vec<Vec<f32>> = (0..records * (r + 1))
+                .map(|_| (0..dim).map(|_| gauss(&mut rng)).collect())
+                .collect();
+            let recs: Vec<(Vec<u8>, Vec<RabitqFactors>)> = data
+                .chunks_exact(r + 1)
+                .map(|g| {
+                    let flat: Vec<f32> = g[1..].iter().flat_map(|x| rotated(&q, x)).collect();
+                    q.encode_packed_rotated(&flat, &rotated(&q, &g[0])).unwrap()
+                })
+                .collect();
+            let queries: Vec<Vec<f32>> = (0..200)
+                .map(|_| (0..dim).map(|_| gauss(&mut rng)).collect())
+                .collect();
+            let t = std::time::Instant::now();
+            let prepared: Vec<RabitqQuery> = queries
+                .iter()
+                .map(|x| q.prepare_query(x).unwrap())
+                .collect();
+            let prep = t.elapsed() / queries.len() as u32;
+            let mut sums = vec![0u32; r];
+            let mut out = vec![0f32; r];
+            let t = std::time::Instant::now();
+            let mut check = 0f64;
+            for pq in &prepared {
+                for (packed, f) in &recs {
+                    pq.estimate_packed(packed, f, 1.0, &mut sums, &mut out)
+                        .unwrap();
+                    check += out[5] as f64;
+                }
+            }
+            let per = t.elapsed().as_secs_f64() / (prepared.len() * records) as f64;
+            println!(
+                "R = {r:3}, D = {dim}: prepare_query {prep:.2?}, estimate_packed {:.1} ns per record ({:.2} ns per neighbour) [{check:.0}]",
+                per * 1e9,
+                per * 1e9 / r as f64
+            );
+        }
     }
 
     proptest! {
