@@ -140,8 +140,12 @@ fn check_orthonormal(m: &[f32], dim: usize, what: &str, field: &str) -> Result<(
 
 /// Largest `|(M Mᵀ − I)_{ij}|` of a row-major `dim × dim` matrix, in f64
 /// (`O(d³)`): 0 for an exactly orthonormal matrix, about `1e-7` for one
-/// rounded to f32.
-pub fn orthonormality_error(m: &[f32], dim: usize) -> f64 {
+/// rounded to f32. Fails if `m` does not hold `dim²` values.
+pub fn orthonormality_error(m: &[f32], dim: usize) -> Result<f64> {
+    let want = dim
+        .checked_mul(dim)
+        .ok_or_else(|| Error::arg(format!("orthonormality_error: dim = {dim} is too large")))?;
+    check_len(m.len(), want, "orthonormality_error", "matrix")?;
     let mut worst = 0f64;
     for i in 0..dim {
         let a = &m[i * dim..(i + 1) * dim];
@@ -152,7 +156,7 @@ pub fn orthonormality_error(m: &[f32], dim: usize) -> f64 {
             worst = worst.max((d - want).abs());
         }
     }
-    worst
+    Ok(worst)
 }
 
 /// `out = M x` for a row-major `dim × dim` matrix (one SIMD dot per row).
@@ -976,7 +980,7 @@ mod tests {
         let (data, axes) = anisotropic(3000, &scales, 5.0, 1);
         let pca = Pca::fit(&data, dim, 12).unwrap();
         assert_eq!((pca.dim(), pca.principal(), pca.residual()), (48, 12, 36));
-        assert!(orthonormality_error(pca.basis(), dim) < 1e-6);
+        assert!(orthonormality_error(pca.basis(), dim).unwrap() < 1e-6);
         let v = pca.variances();
         assert!(v.windows(2).all(|w| w[0] >= w[1]), "{v:?}");
         assert!(v.iter().all(|&x| x >= 0.0));
@@ -1034,14 +1038,14 @@ mod tests {
         // One row, constant columns, rank-deficient data.
         let pca = Pca::fit(&[1.0, 2.0, 3.0], 3, 2).unwrap();
         assert_eq!(pca.variances(), &[0.0, 0.0, 0.0]);
-        assert!(orthonormality_error(pca.basis(), 3) < 1e-6);
+        assert!(orthonormality_error(pca.basis(), 3).unwrap() < 1e-6);
         let rank1: Vec<f32> = (0..200)
             .flat_map(|i| [i as f32, 2.0 * i as f32, 7.0, 0.0])
             .collect();
         let pca = Pca::fit(&rank1, 4, 1).unwrap();
         assert!(pca.variances()[1] < 1e-6 * pca.variances()[0]);
         assert!((pca.explained_variance_ratio() - 1.0).abs() < 1e-6);
-        assert!(orthonormality_error(pca.basis(), 4) < 1e-6);
+        assert!(orthonormality_error(pca.basis(), 4).unwrap() < 1e-6);
     }
 
     #[test]
@@ -1063,7 +1067,10 @@ mod tests {
         for dim in [1, 2, 7, 64, 129] {
             let r = Rotation::random(dim, 42).unwrap();
             assert_eq!(r.dim(), dim);
-            assert!(orthonormality_error(r.matrix(), dim) < 1e-6, "dim {dim}");
+            assert!(
+                orthonormality_error(r.matrix(), dim).unwrap() < 1e-6,
+                "dim {dim}"
+            );
             assert_eq!(r, Rotation::random(dim, 42).unwrap());
             if dim > 1 {
                 assert_ne!(r, Rotation::random(dim, 43).unwrap());
@@ -1194,6 +1201,9 @@ mod tests {
         assert!(pca.transform_batch(&[1.0, f32::NAN]).is_err());
         assert!(pca.inverse_transform(&[1.0], &mut out).is_err());
 
+        assert!(orthonormality_error(&[1.0, 0.0, 0.0], 2).is_err());
+        assert!(orthonormality_error(&[], usize::MAX).is_err());
+        assert_eq!(orthonormality_error(&[0.0, 1.0, 1.0, 0.0], 2).unwrap(), 0.0);
         assert!(Rotation::random(0, 1).is_err());
         assert!(Rotation::random(PCA_MAX_DIM + 1, 1).is_err());
         assert!(Rotation::from_parts(2, vec![1.0, 0.0, 0.0]).is_err());
@@ -1228,7 +1238,7 @@ mod tests {
                 "d = {dim}, n = {n}: fit {fit:.2?}, transform {:.2?} per row, rotation {:.2?} (err {:.1e}) [{}]",
                 tr / n as u32,
                 t.elapsed(),
-                orthonormality_error(r.matrix(), dim),
+                orthonormality_error(r.matrix(), dim).unwrap(),
                 y[7]
             );
         }
@@ -1247,7 +1257,7 @@ mod tests {
             let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-50.0..50.0)).collect();
             let principal = 1 + ((dim - 1) as f64 * principal_frac) as usize;
             let pca = Pca::fit(&data, dim, principal).unwrap();
-            prop_assert!(orthonormality_error(pca.basis(), dim) < 1e-5);
+            prop_assert!(orthonormality_error(pca.basis(), dim).unwrap() < 1e-5);
             prop_assert!(pca.variances().windows(2).all(|w| w[0] >= w[1]));
             let y = pca.transform_batch(&data).unwrap();
             for i in 0..n.min(10) {
