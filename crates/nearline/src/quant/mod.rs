@@ -1,6 +1,4 @@
-//! Quantizers: k-means (k-means++ seeding, Elkan iterations), product
-//! quantization, PCA and random rotations, RaBitQ codes and the FastScan
-//! kernel that scores them.
+//! Quantizers: k-means (k-means++ seeding, Elkan iterations) and product quantization.
 
 pub mod fastscan;
 pub mod kmeans;
