@@ -268,12 +268,14 @@ impl Manifest {
                     ));
                 }
             }
-            (None, true) => return Err(Error::corrupt(
-                path,
-                format!(
+            (None, true) => {
+                return Err(Error::corrupt(
+                    path,
+                    format!(
                     "field \"checksum\" is missing (format {major}.{minor} manifests carry one)"
                 ),
-            )),
+                ))
+            }
             (None, false) => {}
         }
         check_vocabulary(path, &v)?;

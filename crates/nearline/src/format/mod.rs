@@ -10,6 +10,7 @@ pub mod manifest;
 pub mod nav;
 pub mod page;
 pub mod pq;
+pub mod quant;
 pub mod section;
 
 pub use manifest::{

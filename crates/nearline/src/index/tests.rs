@@ -155,7 +155,10 @@ fn build_is_deterministic_for_a_seed() {
     let (b, _) = small_index(&tmp.path().join("b"));
     let pa = std::fs::read(tmp.path().join("a/pages.bin")).unwrap();
     let pb = std::fs::read(tmp.path().join("b/pages.bin")).unwrap();
-    assert!(pa == pb, "same seed and threads must give the same page file");
+    assert!(
+        pa == pb,
+        "same seed and threads must give the same page file"
+    );
     assert_eq!(a.manifest().medoid, b.manifest().medoid);
 }
 
@@ -310,7 +313,10 @@ fn entry_structures_are_counted_in_the_budget() {
     // Budgets below what the structures need are refused with the minimum.
     let min = nav.open_plan().memory.minimum;
     let e = open(EntryChoice::Nav, min - 1).err().unwrap().to_string();
-    assert!(e.contains(&min.to_string()) && e.contains("at least"), "{e}");
+    assert!(
+        e.contains(&min.to_string()) && e.contains("at least"),
+        "{e}"
+    );
     open(EntryChoice::Nav, min).unwrap();
     let info = nav.info();
     assert_eq!(info["memory"]["entry"], nm.entry);
@@ -508,7 +514,12 @@ fn indexes_of_format_1_2_open_and_answer_as_they_did() {
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
             .collect();
         let nq = queries.len() / 8;
         let out = idx
@@ -532,10 +543,18 @@ fn indexes_of_format_1_2_open_and_answer_as_they_did() {
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32))
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+            })
             .collect();
         for (a, b) in out.distances.iter().zip(&dist) {
-            assert!((a - b).abs() <= 1e-5 * b.abs().max(1.0), "{name}: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs().max(1.0),
+                "{name}: {a} vs {b}"
+            );
         }
     }
 }
@@ -589,16 +608,29 @@ fn every_preset_keeps_its_budget() {
                 },
             )
             .unwrap();
-            let out = idx
-                .search(&queries, 200, &SearchOptions::new(10))
-                .unwrap();
+            let out = idx.search(&queries, 200, &SearchOptions::new(10)).unwrap();
             assert!(out.ids.iter().all(|&i| i >= 0));
             let plan = &idx.open_plan().memory;
             let held = idx.memory();
-            assert!(plan.fixed() + plan.cache <= budget, "{preset} {frac}: {plan:?}");
+            assert!(
+                plan.fixed() + plan.cache <= budget,
+                "{preset} {frac}: {plan:?}"
+            );
             assert_eq!(
-                (held.pq_codes, held.pq_codebook, held.entry, held.layout_map, held.cache),
-                (plan.pq_codes, plan.pq_codebook, plan.entry, plan.layout_map, plan.cache),
+                (
+                    held.pq_codes,
+                    held.pq_codebook,
+                    held.entry,
+                    held.layout_map,
+                    held.cache
+                ),
+                (
+                    plan.pq_codes,
+                    plan.pq_codebook,
+                    plan.entry,
+                    plan.layout_map,
+                    plan.cache
+                ),
                 "{preset} {frac}"
             );
             assert!(
@@ -606,7 +638,10 @@ fn every_preset_keeps_its_budget() {
                 "{preset} {frac}: {held:?} over {budget}"
             );
             let info = idx.info();
-            assert_eq!(info["memory"]["within_budget"], true, "{preset} {frac}: {info}");
+            assert_eq!(
+                info["memory"]["within_budget"], true,
+                "{preset} {frac}: {info}"
+            );
             // Below the minimum: a clear error naming it.
             let min = plan.minimum;
             let e = Index::open(
@@ -644,13 +679,22 @@ fn build_budgets_below_the_minimum_are_refused_with_it() {
         .unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
         let msg = e.to_string();
-        assert!(msg.contains("at least") && msg.contains("memory_budget"), "{msg}");
+        assert!(
+            msg.contains("at least") && msg.contains("memory_budget"),
+            "{msg}"
+        );
     }
     assert!(!tmp.path().join("x").exists());
     // The default budget is raised to what the index needs.
     let m = Matrix::from_vec(data, 2000, 16).unwrap();
-    let man = build(m, &tmp.path().join("d"), &BuildOptions::default(), &|_, _, _| {}, &never())
-        .unwrap();
+    let man = build(
+        m,
+        &tmp.path().join("d"),
+        &BuildOptions::default(),
+        &|_, _, _| {},
+        &never(),
+    )
+    .unwrap();
     let idx = Index::open(&tmp.path().join("d"), &OpenOptions::default()).unwrap();
     assert_eq!(idx.info()["memory"]["within_budget"], true);
     assert!(man.spec.memory_budget >= idx.open_plan().memory.minimum);
@@ -669,7 +713,10 @@ fn overwrite_replaces_only_an_index() {
     let m = Matrix::from_vec(clustered(300, 8, 2), 300, 8).unwrap();
     let e = build(m, &dir, &opts, &|_, _, _| {}, &never()).unwrap_err();
     assert!(e.to_string().contains("not a nearline index"), "{e}");
-    assert_eq!(std::fs::read_to_string(dir.join("notes.txt")).unwrap(), "notes");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.txt")).unwrap(),
+        "notes"
+    );
     // An index is replaced.
     let idx_dir = tmp.path().join("i");
     build_small(&idx_dir, &small_opts());

@@ -205,7 +205,13 @@ pub type WorkerCost<'a> = &'a dyn Fn(usize, usize) -> u64;
 /// (up to [`preset::AUTO_QUERIES_IN_FLIGHT`]) whose scratch on `threads`
 /// workers stays within [`SCRATCH_SHARE`] of `budget` and within
 /// `available`; at least one.
-fn reserved_qif(budget: u64, available: u64, threads: usize, m: usize, worker: WorkerCost<'_>) -> usize {
+fn reserved_qif(
+    budget: u64,
+    available: u64,
+    threads: usize,
+    m: usize,
+    worker: WorkerCost<'_>,
+) -> usize {
     let cap = ((budget as f64 * SCRATCH_SHARE) as u64).min(available);
     (1..=super::preset::AUTO_QUERIES_IN_FLIGHT)
         .rev()
@@ -301,7 +307,13 @@ pub fn split_at_build(
         return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
     // The workers first: interleaving within its share of the budget.
-    let q = reserved_qif(budget, budget - need(m_min, 1) + t * worker(1, m_min), threads, m_min, worker);
+    let q = reserved_qif(
+        budget,
+        budget - need(m_min, 1) + t * worker(1, m_min),
+        threads,
+        m_min,
+        worker,
+    );
     let m = match pq_bytes {
         Some(m) => {
             decisions.push(Decision::new("pq_bytes", m, "asked for"));
@@ -440,7 +452,9 @@ pub fn split_at_open(
             decisions.push(Decision::new(
                 "cache_nodes",
                 c,
-                format!("what the {share} bytes left by everything else hold (BFS from the medoid)"),
+                format!(
+                    "what the {share} bytes left by everything else hold (BFS from the medoid)"
+                ),
             ));
             c
         }
@@ -493,7 +507,9 @@ mod tests {
         let mut d = Vec::new();
         let raw = 100_000 * 512;
         let split = |budget: Option<u64>, d: &mut Vec<Decision>| {
-            split_at_build("test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, &geo, d)
+            split_at_build(
+                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, &geo, d,
+            )
         };
         let (m, plan) = split(Some(6_400_000), &mut d).unwrap();
         assert!(plan.fixed() + plan.cache <= 6_400_000, "{plan:?}");
@@ -504,7 +520,10 @@ mod tests {
         // Interleaving takes at most a tenth of the budget.
         assert!(plan.worker_scratch <= 640_000, "{plan:?}");
         let e = split(Some(1_000_000), &mut d).unwrap_err().to_string();
-        assert!(e.contains("at least") && e.contains(&plan.minimum.to_string()), "{e}");
+        assert!(
+            e.contains("at least") && e.contains(&plan.minimum.to_string()),
+            "{e}"
+        );
         // Default budget raised to the minimum.
         let (_, p) = split(None, &mut d).unwrap();
         assert_eq!(p.budget, p.minimum);
@@ -525,7 +544,10 @@ mod tests {
         // Room for eight one-query workers: all eight cores, a cache.
         let (t, p) = open(codes + 1000 + 2_000_000, None, None, &mut d).unwrap();
         assert_eq!(t, 8);
-        assert!(p.fixed() + p.cache <= p.budget && p.cache_nodes > 0, "{p:?}");
+        assert!(
+            p.fixed() + p.cache <= p.budget && p.cache_nodes > 0,
+            "{p:?}"
+        );
         // Room for three: three threads by default, an error when asked for eight.
         let (t, _) = open(codes + 1000 + 350_000, None, None, &mut d).unwrap();
         assert_eq!(t, 3);

@@ -52,7 +52,7 @@
 //! all groups and a per-group offset, so `Σ_g float_lut = delta·sum + bias`
 //! within `max_error`.
 
-use crate::distance::kernels::{selected_level, SimdLevel};
+use crate::kernels::{selected_level, SimdLevel};
 use crate::{Error, Result};
 
 /// Vectors scored together: one block of the packed layout.

@@ -28,13 +28,11 @@
 //! | PCA      | `NLPC`  | u32 dim, u32 principal, f32 mean[dim], f32 variances[dim], f32 basis[dim²] |
 //! | rotation | `NLRT`  | u32 dim, f32 matrix[dim²]                                   |
 
-use crate::distance::kernels::dot_f32;
-use crate::layout::section::{SectionReader, SectionWriter};
+use crate::kernels::dot_f32;
 use crate::{Error, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
-use std::path::Path;
 
 /// Largest dimension [`Pca::fit`] and [`Rotation::random`] accept.
 pub const PCA_MAX_DIM: usize = 4096;
@@ -42,14 +40,13 @@ pub const PCA_MAX_DIM: usize = 4096;
 /// Largest `|‖M u‖² − 1|` (and row-norm deviation) [`Pca::from_parts`] and
 /// [`Rotation::from_parts`] accept for their matrices.
 pub const ORTHONORMAL_TOLERANCE: f64 = 1e-3;
-
-/// Magic of a serialised [`Pca`].
+/// Magic of a serialised PCA (see [`crate::format::quant`]).
 pub const PCA_MAGIC: &[u8; 4] = b"NLPC";
-/// Version written by [`Pca::to_bytes`].
+/// Version written by [`crate::format::quant`].
 pub const PCA_VERSION: u32 = 1;
-/// Magic of a serialised [`Rotation`].
+/// Magic of a serialised rotation.
 pub const ROTATION_MAGIC: &[u8; 4] = b"NLRT";
-/// Version written by [`Rotation::to_bytes`].
+/// Version written by [`crate::format::quant`].
 pub const ROTATION_VERSION: u32 = 1;
 
 /// QL iterations allowed per eigenvalue before giving up (30 in EISPACK;
@@ -406,34 +403,6 @@ impl Pca {
         }
         Ok(())
     }
-
-    /// Serialised section (see the module documentation).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = SectionWriter::new(PCA_MAGIC, PCA_VERSION);
-        w.u32(self.dim as u32);
-        w.u32(self.principal as u32);
-        w.elems(&self.mean);
-        w.elems(&self.variances);
-        w.elems(&self.basis);
-        w.bytes
-    }
-
-    /// Parses [`Self::to_bytes`] output with every [`Self::from_parts`]
-    /// check; `path` is named in errors.
-    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let (mut r, _) = SectionReader::open(path, "PCA", bytes, PCA_MAGIC, PCA_VERSION)?;
-        let dim = r.u32("dim")? as usize;
-        let principal = r.u32("principal")? as usize;
-        if dim == 0 || dim > PCA_MAX_DIM {
-            return Err(r.err(format!("dim is {dim}, expected 1..={PCA_MAX_DIM}")));
-        }
-        r.expect_len(Some(16 + 4 * (2 * dim + dim * dim)))?;
-        let mean = r.elems::<f32>(dim, "mean")?;
-        let variances = r.elems::<f32>(dim, "variances")?;
-        let basis = r.elems::<f32>(dim * dim, "basis")?;
-        r.finish()?;
-        Pca::from_parts(dim, principal, mean, basis, variances).map_err(|e| r.err(e.to_string()))
-    }
 }
 
 /// A random orthogonal `dim × dim` matrix (see the module documentation).
@@ -559,29 +528,6 @@ impl Rotation {
         let mut out = vec![0f32; data.len()];
         mat_vec_batch(&self.matrix, dim, data, &mut out);
         Ok(out)
-    }
-
-    /// Serialised section (see the module documentation).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = SectionWriter::new(ROTATION_MAGIC, ROTATION_VERSION);
-        w.u32(self.dim as u32);
-        w.elems(&self.matrix);
-        w.bytes
-    }
-
-    /// Parses [`Self::to_bytes`] output with every [`Self::from_parts`]
-    /// check; `path` is named in errors.
-    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let (mut r, _) =
-            SectionReader::open(path, "rotation", bytes, ROTATION_MAGIC, ROTATION_VERSION)?;
-        let dim = r.u32("dim")? as usize;
-        if dim == 0 || dim > PCA_MAX_DIM {
-            return Err(r.err(format!("dim is {dim}, expected 1..={PCA_MAX_DIM}")));
-        }
-        r.expect_len(Some(12 + 4 * dim * dim))?;
-        let matrix = r.elems::<f32>(dim * dim, "matrix")?;
-        r.finish()?;
-        Rotation::from_parts(dim, matrix).map_err(|e| r.err(e.to_string()))
     }
 }
 
@@ -1059,7 +1005,7 @@ mod tests {
                 .unwrap()
                 .install(|| Pca::fit(&data, 20, 5).unwrap())
         };
-        assert_eq!(fit(1).to_bytes(), fit(3).to_bytes());
+        assert_eq!(fit(1), fit(3));
     }
 
     #[test]
@@ -1108,47 +1054,19 @@ mod tests {
     }
 
     #[test]
-    fn parts_and_bytes_round_trip() {
+    fn parts_round_trip() {
         let scales: Vec<f32> = (0..10).map(|i| 1.0 + i as f32).collect();
         let (data, _) = anisotropic(500, &scales, 1.0, 3);
         let pca = Pca::fit(&data, 10, 4).unwrap();
         let (d, p, mean, basis, var) = pca.clone().into_parts();
         let back = Pca::from_parts(d, p, mean, basis, var).unwrap();
         assert_eq!(back, pca);
-        let path = Path::new("pca.bin");
-        let bytes = pca.to_bytes();
-        assert_eq!(&bytes[..4], PCA_MAGIC);
-        assert_eq!(Pca::from_bytes(path, &bytes).unwrap(), pca);
         assert_eq!(pca.clone().with_principal(10).unwrap().principal(), 10);
         assert!(pca.clone().with_principal(0).is_err());
         assert!(pca.clone().with_principal(11).is_err());
-
         let rot = Rotation::random(9, 5).unwrap();
         let (d, m) = rot.clone().into_parts();
         assert_eq!(Rotation::from_parts(d, m).unwrap(), rot);
-        let rb = rot.to_bytes();
-        assert_eq!(Rotation::from_bytes(path, &rb).unwrap(), rot);
-
-        // Damaged sections: truncated, longer, bad magic, NaN, non-orthonormal.
-        for len in [0, 4, 8, 11, 12, bytes.len() - 1] {
-            assert!(Pca::from_bytes(path, &bytes[..len]).is_err(), "len {len}");
-        }
-        assert!(Pca::from_bytes(path, &[bytes.clone(), vec![0]].concat()).is_err());
-        assert!(Rotation::from_bytes(path, &rb[..rb.len() - 4]).is_err());
-        assert!(Rotation::from_bytes(path, &bytes).is_err());
-        let patch = |b: &[u8], at: usize, v: f32| {
-            let mut b = b.to_vec();
-            b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-            b
-        };
-        let e = Pca::from_bytes(path, &patch(&bytes, 16 + 4, f32::NAN)).unwrap_err();
-        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
-        assert!(e.to_string().contains("mean[1]"), "{e}");
-        let e = Rotation::from_bytes(path, &patch(&rb, 12 + 4 * 20, 0.9)).unwrap_err();
-        assert!(e.to_string().contains("orthonormal"), "{e}");
-        let mut big = rb.clone();
-        big[8..12].copy_from_slice(&(PCA_MAX_DIM as u32 + 1).to_le_bytes());
-        assert!(Rotation::from_bytes(path, &big).is_err());
     }
 
     #[test]

@@ -65,11 +65,9 @@
 //! Serialised form: section `NLRQ`, version 1, u32 dim, u32 bits (= 1), then
 //! the rotation matrix (f32, `dim²`, row-major).
 
-use crate::layout::section::{SectionReader, SectionWriter};
 use crate::quant::fastscan::{self, QuantizedLuts, LUT_ENTRIES};
 use crate::quant::pca::{Rotation, PCA_MAX_DIM};
 use crate::{Error, Result};
-use std::path::Path;
 
 /// The paper's default confidence parameter ε0.
 pub const RABITQ_DEFAULT_EPS0: f32 = 1.9;
@@ -258,35 +256,6 @@ impl RaBitQ {
             ip_error: (2.0 * luts.max_error() as f64 / sqrt_d) as f32,
             luts,
         })
-    }
-
-    /// Serialised section (see the module documentation).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut w = SectionWriter::new(RABITQ_MAGIC, RABITQ_VERSION);
-        w.u32(self.dim() as u32);
-        w.u32(1);
-        w.elems(self.rotation.matrix());
-        w.bytes
-    }
-
-    /// Parses [`Self::to_bytes`] output (checking the rotation); `path` is
-    /// named in errors.
-    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Self> {
-        let (mut r, _) = SectionReader::open(path, "RaBitQ", bytes, RABITQ_MAGIC, RABITQ_VERSION)?;
-        let dim = r.u32("dim")? as usize;
-        let bits = r.u32("bits")?;
-        if !(2..=PCA_MAX_DIM).contains(&dim) {
-            return Err(r.err(format!("dim is {dim}, expected 2..={PCA_MAX_DIM}")));
-        }
-        if bits != 1 {
-            return Err(r.err(format!("{bits} bits per dimension, this build reads 1")));
-        }
-        r.expect_len(Some(16 + 4 * dim * dim))?;
-        let matrix = r.elems::<f32>(dim * dim, "rotation")?;
-        r.finish()?;
-        Rotation::from_parts(dim, matrix)
-            .and_then(RaBitQ::from_parts)
-            .map_err(|e| r.err(e.to_string()))
     }
 }
 
@@ -913,28 +882,10 @@ mod tests {
     }
 
     #[test]
-    fn parts_bytes_and_bad_input() {
+    fn parts_and_bad_input() {
         let q = RaBitQ::new(24, 9).unwrap();
         let back = RaBitQ::from_parts(q.clone().into_parts()).unwrap();
         assert_eq!(back, q);
-        let path = Path::new("rabitq.bin");
-        let bytes = q.to_bytes();
-        assert_eq!(&bytes[..4], RABITQ_MAGIC);
-        assert_eq!(RaBitQ::from_bytes(path, &bytes).unwrap(), q);
-        for len in [0, 8, 12, 16, bytes.len() - 1] {
-            assert!(RaBitQ::from_bytes(path, &bytes[..len]).is_err());
-        }
-        let patch = |at: usize, v: &[u8]| {
-            let mut b = bytes.clone();
-            b[at..at + v.len()].copy_from_slice(v);
-            b
-        };
-        assert!(RaBitQ::from_bytes(path, &patch(12, &2u32.to_le_bytes())).is_err());
-        assert!(RaBitQ::from_bytes(path, &patch(8, &1u32.to_le_bytes())).is_err());
-        let e = RaBitQ::from_bytes(path, &patch(20, &f32::NAN.to_le_bytes())).unwrap_err();
-        assert!(matches!(e, Error::Corrupt { .. }), "{e}");
-        assert!(RaBitQ::from_bytes(path, &patch(20, &3f32.to_le_bytes())).is_err());
-
         assert!(RaBitQ::new(1, 0).is_err());
         assert!(RaBitQ::new(PCA_MAX_DIM + 1, 0).is_err());
         assert!(RaBitQ::from_parts(Rotation::identity(1).unwrap()).is_err());
