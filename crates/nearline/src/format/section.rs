@@ -199,49 +199,6 @@ pub fn check_finite_elems<T: Element>(r: &SectionReader<'_>, vecs: &[T], dim: us
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trip_and_errors() {
-        let mut w = SectionWriter::new(b"TEST", 1);
-        w.u32(7);
-        w.u32s(&[1, 2, 3]);
-        w.elems(&[1.5f32, -2.0]);
-        let p = Path::new("x.bin");
-        let (mut r, v) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
-        assert_eq!(v, 1);
-        assert_eq!(r.u32("a").unwrap(), 7);
-        assert_eq!(r.u32s(3, "b").unwrap(), vec![1, 2, 3]);
-        assert_eq!(r.elems::<f32>(2, "c").unwrap(), vec![1.5, -2.0]);
-        r.finish().unwrap();
-        let e = r.u32("d").unwrap_err().to_string();
-        assert!(e.contains("truncated") && e.contains("\"d\""), "{e}");
-
-        let e = SectionReader::open(p, "test", &w.bytes, b"NOPE", 1)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("magic"), "{e}");
-        let e = SectionReader::open(p, "test", &w.bytes[..6], b"TEST", 1)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("truncated"), "{e}");
-        let w2 = SectionWriter::new(b"TEST", 9);
-        let e = SectionReader::open(p, "test", &w2.bytes, b"TEST", 1)
-            .err()
-            .unwrap();
-        assert!(matches!(e, Error::Version { .. }), "{e}");
-        let (mut r, _) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
-        r.u32("a").unwrap();
-        assert!(r.finish().unwrap_err().to_string().contains("trailing"));
-        let (mut r, _) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
-        assert!(r.u32s(usize::MAX / 2, "huge").is_err());
-    }
-}
-
 /// The external-ids section (`ids.bin`): one u64 little-endian per node.
 pub fn encode_ids(ids: &[u64]) -> Vec<u8> {
     ids.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -292,4 +249,47 @@ pub fn size_error(path: &Path, name: &str, got: u64, want: u64) -> Error {
             "section {name:?} has {got} bytes, the manifest says {want} (truncated or replaced)"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_errors() {
+        let mut w = SectionWriter::new(b"TEST", 1);
+        w.u32(7);
+        w.u32s(&[1, 2, 3]);
+        w.elems(&[1.5f32, -2.0]);
+        let p = Path::new("x.bin");
+        let (mut r, v) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
+        assert_eq!(v, 1);
+        assert_eq!(r.u32("a").unwrap(), 7);
+        assert_eq!(r.u32s(3, "b").unwrap(), vec![1, 2, 3]);
+        assert_eq!(r.elems::<f32>(2, "c").unwrap(), vec![1.5, -2.0]);
+        r.finish().unwrap();
+        let e = r.u32("d").unwrap_err().to_string();
+        assert!(e.contains("truncated") && e.contains("\"d\""), "{e}");
+
+        let e = SectionReader::open(p, "test", &w.bytes, b"NOPE", 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("magic"), "{e}");
+        let e = SectionReader::open(p, "test", &w.bytes[..6], b"TEST", 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("truncated"), "{e}");
+        let w2 = SectionWriter::new(b"TEST", 9);
+        let e = SectionReader::open(p, "test", &w2.bytes, b"TEST", 1)
+            .err()
+            .unwrap();
+        assert!(matches!(e, Error::Version { .. }), "{e}");
+        let (mut r, _) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
+        r.u32("a").unwrap();
+        assert!(r.finish().unwrap_err().to_string().contains("trailing"));
+        let (mut r, _) = SectionReader::open(p, "test", &w.bytes, b"TEST", 1).unwrap();
+        assert!(r.u32s(usize::MAX / 2, "huge").is_err());
+    }
 }

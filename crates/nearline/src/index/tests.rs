@@ -476,7 +476,8 @@ fn names_of_a_newer_version_are_refused_not_guessed() {
     let dir = tmp.path().join("m");
     build_small(&dir, &small_opts());
     let original = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
-    let cases: [(&str, fn(&mut serde_json::Value)); 4] = [
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit); 4] = [
         ("preset", |v| v["spec"]["preset"] = "gorgeous".into()),
         ("layout", |v| v["layout"]["kind"] = "replicated".into()),
         ("index kind", |v| v["kind"] = "partition".into()),

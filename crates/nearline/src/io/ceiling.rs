@@ -24,7 +24,8 @@
 //! two-thread latency tail comes from").
 
 use super::buffer::{AlignedBuf, ALIGN};
-use super::engine::{open_direct, Completion, EngineKind, IoEngine};
+use super::completion::Completion;
+use super::engine::{open_direct, EngineKind, IoEngine};
 use crate::{Error, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -2,7 +2,7 @@
 //! order after random delays, and can fail chosen or random reads.
 
 use super::buffer::{AlignedBuf, ALIGN};
-use super::engine::{Completion, IoCounters};
+use super::completion::{Completion, IoCounters};
 use crate::Result;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

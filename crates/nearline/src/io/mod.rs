@@ -23,6 +23,7 @@
 pub mod blocks;
 pub mod buffer;
 pub mod ceiling;
+pub mod completion;
 pub mod engine;
 pub mod fake;
 pub mod files;
@@ -34,5 +35,6 @@ pub mod uring;
 pub use blocks::BlockReader;
 pub use buffer::{AlignedBuf, BufferPool, ALIGN};
 pub use ceiling::{measure_read_ceiling, CeilingOptions, CeilingReport};
-pub use engine::{open_direct, Completion, EngineKind, IoEngine};
+pub use completion::{Completion, IoCounters};
+pub use engine::{open_direct, EngineKind, IoEngine};
 pub use fake::{FakeEngine, FakeOptions};

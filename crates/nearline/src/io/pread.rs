@@ -1,7 +1,7 @@
 //! Synchronous pread fallback: `submit` performs the read, `poll` hands it back.
 
 use super::buffer::AlignedBuf;
-use super::engine::{Completion, IoCounters};
+use super::completion::{Completion, IoCounters};
 use crate::Result;
 use std::collections::VecDeque;
 use std::fs::File;

@@ -19,7 +19,7 @@
 //! low-latency serving with spare cores, never chosen automatically.
 
 use super::buffer::AlignedBuf;
-use super::engine::{Completion, IoCounters};
+use super::completion::{Completion, IoCounters};
 use crate::{Error, Result};
 use io_uring::{opcode, types, IoUring};
 use std::collections::VecDeque;

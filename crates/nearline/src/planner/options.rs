@@ -244,7 +244,7 @@ impl Default for SearchOptions {
 }
 
 /// Options of a range search besides the radius and the search options.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RangeOptions {
     /// φ: the list doubles while the results within the radius fill at
     /// least this fraction of it (default 0.5).
@@ -254,14 +254,4 @@ pub struct RangeOptions {
     /// `Some(c)`: end a query unread when its nearest entry point lies
     /// beyond `c · radius` (c ≥ 1).
     pub entry_cutoff: Option<f32>,
-}
-
-impl Default for RangeOptions {
-    fn default() -> Self {
-        RangeOptions {
-            ratio: None,
-            max_l: None,
-            entry_cutoff: None,
-        }
-    }
 }

@@ -159,6 +159,39 @@ impl CandidateList {
     }
 }
 
+/// Candidates that left (or never entered) a bounded list unexpanded: a
+/// range search's kicked set P, brought back when the list grows.
+#[derive(Debug, Default)]
+pub struct KickedSet {
+    kicked: Vec<Candidate>,
+}
+
+impl KickedSet {
+    /// Forgets everything (a new query).
+    pub fn clear(&mut self) {
+        self.kicked.clear();
+    }
+
+    /// Keeps a candidate that left (or never entered) the list, unless it
+    /// was already expanded.
+    #[inline]
+    pub fn kicked(&mut self, c: Candidate) {
+        if !c.expanded {
+            self.kicked.push(c);
+        }
+    }
+
+    /// Bytes held.
+    pub fn memory_bytes(&self) -> usize {
+        self.kicked.capacity() * std::mem::size_of::<Candidate>()
+    }
+
+    /// The candidates kept (a range search sorts and drains them).
+    pub fn items_mut(&mut self) -> &mut Vec<Candidate> {
+        &mut self.kicked
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,10 +4,9 @@
 //! distance, expansion, issuing a read). What a particular executor or page
 //! policy keeps per query lives in that executor's or policy's own state.
 
-use super::candidates::CandidateList;
+use super::candidates::{CandidateList, KickedSet};
 use super::index_data::IndexData;
 use super::plan::SearchPlan;
-use super::range::RangeState;
 use super::scorer::Scorer;
 use super::stats::QueryStats;
 use crate::cache::Cache;
@@ -98,7 +97,7 @@ pub struct Query<T: Element> {
     /// distance is the refine stage's to compute.
     pub unrefined: IdMap<()>,
     /// Range search: the kicked set and doubling state.
-    pub range: RangeState,
+    pub range: KickedSet,
     /// Own completions needed before the query can continue (when waiting).
     pub need: usize,
     /// Refine reads still in flight.
@@ -129,7 +128,7 @@ impl<T: Element> Default for Query<T> {
             page_nodes: Vec::new(),
             colocated: IdMap::default(),
             unrefined: IdMap::default(),
-            range: RangeState::default(),
+            range: KickedSet::default(),
             need: 0,
             refining: 0,
             started: Instant::now(),

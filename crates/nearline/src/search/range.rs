@@ -3,39 +3,11 @@
 //! fill at least φ of it; candidates pushed off the list (the kicked set P)
 //! come back when it grows.
 
-use super::candidates::Candidate;
 use super::query::{Env, Query};
 use super::scorer::Scorer;
 use crate::cache::Cache;
 use crate::elem::Element;
 use crate::layout::Layout;
-
-/// The per-query state of a range search: the kicked set.
-#[derive(Debug, Default)]
-pub struct RangeState {
-    kicked: Vec<Candidate>,
-}
-
-impl RangeState {
-    /// Forgets everything (a new query).
-    pub fn clear(&mut self) {
-        self.kicked.clear();
-    }
-
-    /// Keeps a candidate that left (or never entered) the list, unless it
-    /// was already expanded.
-    #[inline]
-    pub fn kicked(&mut self, c: Candidate) {
-        if !c.expanded {
-            self.kicked.push(c);
-        }
-    }
-
-    /// Bytes held.
-    pub fn memory_bytes(&self) -> usize {
-        self.kicked.capacity() * std::mem::size_of::<Candidate>()
-    }
-}
 
 /// Sorts (distance, id) pairs and keeps one per id (they are equal: the
 /// exact distance of a node does not depend on the page it came from).
@@ -68,7 +40,7 @@ pub fn widen<T: Element, L: Layout, S: Scorer, C: Cache>(
     q.cand.grow((cap * 2).min(r.max_l));
     q.stats.doublings += 1;
     // The closest kicked candidates that were not expanded since.
-    let kicked = &mut q.range.kicked;
+    let kicked = q.range.items_mut();
     kicked.sort_unstable_by(|a, b| b.dist.total_cmp(&a.dist).then(b.id.cmp(&a.id)));
     let mut added = false;
     while let Some(c) = kicked.pop() {

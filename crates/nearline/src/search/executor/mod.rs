@@ -393,7 +393,7 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
         loop {
             // Admit queries into free slots.
             let mut active = 0;
-            for i in 0..nslots {
+            for (i, st) in states.iter_mut().enumerate() {
                 // A query served entirely from memory ends at admission:
                 // keep admitting until the slot holds a running query.
                 while !s.slots[i].active() && !exhausted {
@@ -403,17 +403,7 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
                                 Error::arg(format!("query {qi} is outside the batch"))
                             })?;
                             let slot = &mut s.slots[i];
-                            start(
-                                env,
-                                x,
-                                slot,
-                                &mut states[i].x,
-                                &mut s.io,
-                                i,
-                                qi,
-                                q,
-                                &mut mark,
-                            )?;
+                            start(env, x, slot, &mut st.x, &mut s.io, i, qi, q, &mut mark)?;
                             charge(slot, &mut mark);
                             if slot.phase == Phase::Done {
                                 finish(env, slot, job.emit);
