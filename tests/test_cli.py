@@ -26,8 +26,14 @@ class FakeIndex:
                               "build": {"seconds": 1.5}}
         self.closed = False
 
-    def search(self, queries, k=10, *, L=None, W=4, threads=None, return_stats=False, executor="auto",
-               adaptive_beam=False, early_dispatch=None, queries_in_flight="auto", page_search="auto", sigma=0.3):
+    def plan_search(self, nq=1, **opts):
+        self.last_plan = opts
+        return {"L": opts.get("L") or max(opts.get("k", 10), 100), "W": opts.get("W") or 4,
+                "executor": opts.get("executor") or "beam", "page_search": opts.get("page_search") or "targets",
+                "queries_in_flight": opts.get("queries_in_flight") or 4, "threads": opts.get("threads") or 2}
+
+    def search(self, queries, k=10, *, L=None, W=None, threads=None, return_stats=False, executor=None,
+               adaptive_beam=None, early_dispatch=None, queries_in_flight=None, page_search=None, sigma=None):
         self.last_search = {"executor": executor, "adaptive_beam": adaptive_beam,
                             "early_dispatch": early_dispatch, "queries_in_flight": queries_in_flight,
                             "page_search": page_search, "sigma": sigma}
@@ -120,7 +126,10 @@ def test_parser_values():
     assert a.compare == ["diskannpy", "hnswlib"] and a.L == [10, 20]
     assert a.memory_budget == "512MB" and a.cache_budget == 0.25
     a = cli.build_parser().parse_args(["build", "d", "o", "--build-L", "50", "--memory-budget", "1000000"])
-    assert a.build_L == 50 and a.memory_budget == 1_000_000 and a.R == 64
+    # Options not given are left to the engine (its defaults are in the help).
+    assert a.build_L == 50 and a.memory_budget == 1_000_000 and a.R is None
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["build"].format_help()
+    assert "default 64" in help_text and "default 100" in help_text
 
 
 # --------------------------------------------------------------------------- engine errors
@@ -210,8 +219,9 @@ def test_search_executor_options_reach_the_index(engine, tmp_path, capsys, monke
 
     monkeypatch.setattr(nearline, "open", open_, raising=False)
     assert cli.main(["search", "idx", q, "--k", "5", "--json"]) == 0
-    assert opened[-1].last_search == {"executor": "auto", "adaptive_beam": False, "early_dispatch": None,
-                                      "queries_in_flight": "auto", "page_search": "auto", "sigma": 0.3}
+    # Options not given reach the engine as None (its planner chooses).
+    assert opened[-1].last_search == {"executor": None, "adaptive_beam": None, "early_dispatch": None,
+                                      "queries_in_flight": None, "page_search": None, "sigma": None}
     capsys.readouterr()
     assert cli.main(["search", "idx", q, "--k", "5", "--gt", g, "--json", "--executor", "beam", "--adaptive-beam",
                      "--early-dispatch", "0.5", "--queries-in-flight", "8", "--page-search", "block",
@@ -277,7 +287,7 @@ def test_entry_options_are_passed(engine, monkeypatch, tmp_path, capsys):
     assert kw["nav_sample"] == 0.01 and kw["entry_clusters"] == 300
     assert cli.main(["search", "idx", q, "--entry", "nav", "--nav-L", "64", "--nav-seeds", "8"]) == 0
     kw = engine["open"][1]
-    assert kw["entry"] == "nav" and kw["nav_L"] == 64 and kw["nav_seeds"] == 8 and kw["entry_points"] == 0
+    assert kw["entry"] == "nav" and kw["nav_L"] == 64 and kw["nav_seeds"] == 8 and "entry_points" not in kw
     assert "entry" in capsys.readouterr().out
     seen = {}
 

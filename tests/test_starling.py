@@ -143,7 +143,8 @@ def test_cli_starling_build_and_range_search(tmp_path, data, capsys):
     assert "layout=shuffled" in text and "OR(G)=" in text
     assert cli.main(["search", str(out), str(q), "--radius", "40", "--L", "40", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["nq"] == 20 and summary["page_search"] == "auto"
+    # The summary reports what ran: block search, resolved for the shuffled layout.
+    assert summary["nq"] == 20 and summary["page_search"] == "block"
     d = ((queries[:20, None, :].astype(np.float64) - base[None, :2000, :]) ** 2).sum(-1)
     assert summary["results"] <= int((d <= 40).sum())
     assert cli.main(["search", str(out), str(q), "--k", "5", "--page-search", "targets", "--json"]) == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
@@ -39,6 +40,7 @@ __all__ = [
     "average_precision",
     "radius_for_mean_neighbors",
     "parse_budget",
+    "plan",
     "measure_read_ceiling",
     "FormatError",
     "CorruptIndexError",
@@ -48,58 +50,69 @@ __all__ = [
     "LAYOUTS",
     "SHUFFLES",
     "PAGE_SEARCHES",
+    "METRICS",
+    "IO_ENGINES",
+    "VOCABULARY",
+    "DEFAULTS",
     "__version__",
 ]
 
 __version__: str = _nearline.__version__
 log = logging.getLogger("nearline")
 
+#: Every name the engine accepts, from the engine itself (one source for the
+#: API, the CLI's choice lists and the docs).
+VOCABULARY: Dict[str, Any] = json.loads(_nearline.vocabulary())
+#: The engine's defaults for options left open (per preset, and search's).
+DEFAULTS: Dict[str, Any] = json.loads(_nearline.defaults())
+
 #: Presets this version knows; ``"auto"`` resolves to one of the others.
-PRESETS = ("auto", "diskann", "pipeann", "starling")
+PRESETS = tuple(VOCABULARY["presets"])
 #: Record placements ``build(layout=...)`` accepts.
-LAYOUTS = ("id", "shuffled")
+LAYOUTS = tuple(VOCABULARY["layouts"])
 #: Block-shuffling algorithms ``build(shuffle=...)`` accepts (Starling).
-SHUFFLES = ("bnp", "bnf", "bns")
+SHUFFLES = tuple(VOCABULARY["shuffles"])
 #: What a search does with an arrived page (``page_search=``).
-PAGE_SEARCHES = ("auto", "targets", "block")
+PAGE_SEARCHES = tuple(VOCABULARY["page_searches"])
 #: Search executors accepted by :meth:`Index.search` (``executor=``).
-EXECUTORS = ("auto", "beam", "pipeline")
-#: I/O engines ``open`` and ``measure_read_ceiling`` accept (``io_uring`` is ``uring``).
-IO_ENGINES = ("auto", "uring", "io_uring", "uring-poll", "pread")
-METRICS = ("l2", "ip", "cosine")
+EXECUTORS = tuple(VOCABULARY["executors"])
+#: I/O engines ``open`` and ``measure_read_ceiling`` accept.
+IO_ENGINES = tuple(VOCABULARY["io_engines"])
+#: Metrics.
+METRICS = tuple(VOCABULARY["metrics"])
 #: Entry-point kinds ``open(entry=...)`` accepts.
-ENTRY_KINDS = ("auto", "medoid", "sampled", "nav", "centroids")
+ENTRY_KINDS = tuple(VOCABULARY["entry_kinds"])
 
 Budget = Union[int, float, str]
 PathLike = Union[str, "os.PathLike[str]"]
 _DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8), np.dtype(np.int8)}
 
 
-def _budget_str(value: Budget, name: str) -> str:
-    """Normalises a budget (bytes, ``"512MB"``/``"2GiB"``, or a fraction in (0, 1]) to the engine's text form."""
+def _given(**kw: Any) -> Dict[str, Any]:
+    """The options the caller gave (``None`` leaves an option to the engine's default)."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def parse_budget(value: Budget, raw_bytes: int) -> int:
+    """Resolves a budget (bytes, ``"512MB"``/``"2GiB"``, or a fraction in (0, 1]) to bytes for
+    data whose raw vectors take ``raw_bytes``."""
     if isinstance(value, bool):
-        raise TypeError(f"{name} must be bytes (int), a size string or a fraction, not bool")
-    if isinstance(value, (int, np.integer)):
-        if value < 0:
-            raise ValueError(f"{name}={value} must not be negative")
-        return str(int(value))
+        raise TypeError("budget must be bytes (int), a size string or a fraction, not bool")
     if isinstance(value, (float, np.floating)):
         v = float(value)
         if not (0.0 < v <= 1.0):
             raise ValueError(
-                f"{name}={v} is out of range: a float budget is a fraction of the raw vector bytes in (0, 1]; "
+                f"budget={v} is out of range: a float budget is a fraction of the raw vector bytes in (0, 1]; "
                 "give bytes as an int or a string such as '512MB'"
             )
-        return repr(v)
+        return int(np.floor(raw_bytes * v))
+    if isinstance(value, (int, np.integer)):
+        if value < 0:
+            raise ValueError(f"budget={value} must not be negative")
+        return int(value)
     if isinstance(value, str):
-        _nearline.parse_budget(value, 0)  # validates, raises ValueError with the accepted forms
-        return value
-    raise TypeError(f"{name} must be an int, float or str, not {type(value).__name__}")
-
-
-def parse_budget(value: Budget, raw_bytes: int) -> int:
-    """Resolves a budget to bytes for data whose raw vectors take ``raw_bytes``."""
-    return int(_nearline.parse_budget(_budget_str(value, "budget"), int(raw_bytes)))
+        return int(_nearline.parse_budget(value, int(raw_bytes)))
+    raise TypeError(f"budget must be an int, float or str, not {type(value).__name__}")
 
 
 def _check_int(name: str, value: Any, lo: int, hi: Optional[int] = None) -> int:
@@ -110,15 +123,6 @@ def _check_int(name: str, value: Any, lo: int, hi: Optional[int] = None) -> int:
         rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
         raise ValueError(f"{name}={v} must be {rng}")
     return v
-
-
-def _check_queries_in_flight(value: Any) -> int:
-    """``"auto"`` (0 for the engine: the planner's choice) or an integer in 1..64."""
-    if isinstance(value, str):
-        if value.strip().lower() == "auto":
-            return 0
-        raise ValueError(f"queries_in_flight={value!r} must be 'auto' or an integer in 1..64")
-    return _check_int("queries_in_flight", value, 1, 64)
 
 
 def _as_matrix(data: Any, name: str) -> np.ndarray:
@@ -135,36 +139,96 @@ def _as_matrix(data: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def _data_source(data: Any) -> Any:
+    """A vector file's path (checked to exist) or a contiguous 2-D array."""
+    if isinstance(data, (str, os.PathLike)):
+        src = os.fspath(data)
+        if not Path(src).exists():
+            raise FileNotFoundError(f"data file {src} does not exist")
+        return src
+    return _as_matrix(data, "data")
+
+
+def _progress_callback(progress: Any) -> Optional[Callable[[str, int, int], None]]:
+    """``progress`` as a callback: a callable is used as is; True draws tqdm bars;
+    None draws them when stderr is a terminal; False draws none."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if progress is False:
+        return None
+    if progress is True:
+        return _TqdmProgress()
+    if not callable(progress):
+        raise TypeError("progress must be True, False, None or callable(stage, done, total)")
+    return progress
+
+
+class _TqdmProgress:
+    """One tqdm bar per build stage."""
+
+    def __init__(self) -> None:
+        self.stage: Optional[str] = None
+        self.bar: Any = None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self.stage:
+            self.close()
+            from tqdm import tqdm
+
+            self.stage = stage
+            self.bar = tqdm(total=max(int(total), 0) or None, desc=stage, file=sys.stderr, leave=False,
+                            dynamic_ncols=True)
+        if self.bar is not None:
+            if total and self.bar.total != total:
+                self.bar.total = total
+            step = int(done) - self.bar.n
+            if step > 0:
+                self.bar.update(step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar = None
+        self.stage = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def build(
     data: Union[np.ndarray, PathLike],
     path: PathLike,
     *,
-    metric: str = "l2",
-    preset: str = "auto",
+    metric: Optional[str] = None,
+    preset: Optional[str] = None,
     ids: Optional[np.ndarray] = None,
-    R: int = 64,
-    build_L: int = 100,
-    alpha: float = 1.2,
-    passes: int = 2,
-    saturate: bool = False,
+    R: Optional[int] = None,
+    build_L: Optional[int] = None,
+    alpha: Optional[float] = None,
+    passes: Optional[int] = None,
+    saturate: Optional[bool] = None,
     pq_bytes: Optional[int] = None,
-    memory_budget: Budget = 0.125,
+    memory_budget: Optional[Budget] = None,
     build_memory_budget: Optional[Budget] = None,
-    page_size: int = 4096,
+    page_size: Optional[int] = None,
     threads: Optional[int] = None,
-    seed: int = 0,
+    seed: Optional[int] = None,
     dtype: Optional[str] = None,
-    progress: Optional[Callable[[str, int, int], None]] = None,
-    overwrite: bool = False,
-    nav_sample: float = 0.0,
-    entry_clusters: int = 0,
+    progress: Union[None, bool, Callable[[str, int, int], None]] = None,
+    overwrite: Optional[bool] = None,
+    nav_sample: Optional[float] = None,
+    entry_clusters: Optional[int] = None,
     layout: Optional[str] = None,
-    shuffle: str = "bnf",
-    bnf_iters: int = 8,
-    bnf_tau: float = 0.01,
-    bns_iters: int = 1,
+    shuffle: Optional[str] = None,
+    bnf_iters: Optional[int] = None,
+    bnf_tau: Optional[float] = None,
+    bns_iters: Optional[int] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
+
+    Every option left at ``None`` takes the engine's default (the preset's,
+    or the planner's rule); :func:`plan` shows what a build would choose and
+    why, without building. The defaults are in ``nearline.DEFAULTS``.
 
     Args:
         data: a 2-D numpy array (float32, float16, uint8, int8; float64 is cast to
@@ -172,125 +236,114 @@ def build(
             .fvecs/.bvecs, .npy). Arrays are copied; files are memory-mapped and
             streamed, so data larger than memory should be passed as a file.
         path: the index directory to create.
-        metric: ``"l2"`` (squared Euclidean), ``"ip"`` (inner product) or
+        metric: ``"l2"`` (squared Euclidean, default), ``"ip"`` (inner product) or
             ``"cosine"`` (float data only; vectors are normalised).
-        preset: ``"diskann"`` (DiskANN: medoid entry, synchronous beam, W 4),
-            ``"pipeann"`` (PipeANN: navigation graph over 1% of the points unless
-            ``nav_sample`` says otherwise, pipelined executor, width up to 32),
-            ``"starling"`` (Starling: block-shuffled layout, navigation graph over
-            1%, block search with σ 0.3 under the pipelined executor, width 8) or
-            ``"auto"`` (today ``"diskann"``). Explicit arguments win over the
-            preset's defaults.
-        ids: optional external ids (one per row, unique, non-negative int64); search
-            returns them instead of row numbers.
-        R: maximum graph degree. build_L: build candidate list size.
-        alpha: pruning parameter (≥ 1), applied in rounds as DiskANN does: α = 1
-            first, then ×1.2 up to ``alpha``, so the strict rule's picks keep their
-            slots. passes: Vamana passes (DiskANN: 2).
+        preset: a composition of components from one seed paper: ``"diskann"``
+            (medoid entry, synchronous beam, W 4), ``"pipeann"`` (navigation graph
+            over 1% of the points, pipelined executor, width up to 32),
+            ``"starling"`` (block-shuffled layout, navigation graph over 1%, block
+            search with σ 0.3 under the pipelined executor, width 8) or ``"auto"``
+            (default; today ``"diskann"``). Explicit arguments win over the preset's.
+        ids: optional external ids, one per row: a 1-D integer array of unique ids
+            in 0..2**63 (floats are refused, not truncated); search returns them
+            instead of row numbers.
+        R: maximum graph degree (default 64). build_L: build candidate list size
+            (default 100). alpha: pruning parameter ≥ 1 (default 1.2), applied in
+            rounds as DiskANN does: α = 1 first, then ×1.2 up to ``alpha``.
+            passes: Vamana passes (default 2).
         saturate: after α-pruning, fill adjacency lists up to R with the nearest
-            remaining candidates, as DiskANN's disk builds do (denser graph; off by
-            default: on a 1M × 128 set it did not raise recall at a given L).
-        pq_bytes: PQ code bytes per vector; by default derived from
-            ``memory_budget`` as DiskANN does (floor(budget / n), at most min(dim, 512)).
-        memory_budget: search memory budget: bytes, ``"512MB"`` (10^6·512),
-            ``"2GiB"`` (2^31), or a float in (0, 1] = fraction of the raw vector bytes.
+            remaining candidates, as DiskANN's disk builds do (default off).
+        memory_budget: the search memory budget, binding: every byte an open index
+            holds (PQ codes and codebook, entry structures, layout map, the search
+            workers' scratch, the cache) fits in it. Bytes, ``"512MB"`` (10^6·512),
+            ``"2GiB"`` (2^31), or a float in (0, 1] = fraction of the raw vector
+            bytes. Default: 1/8 of the raw vectors, raised to what the index needs
+            at least. A budget below that minimum is a ValueError naming it.
+        pq_bytes: PQ code bytes per vector. Default: DiskANN's rule,
+            floor(left / n), on what the fixed structures leave of the budget.
         build_memory_budget: memory the build may use (same forms); when data and
             graph do not fit, the build partitions the data and merges the parts.
-        page_size: 4096, 8192 or 16384.
-        threads: build threads (default: all cores). seed: RNG seed (builds are
-            deterministic for a fixed seed and thread count).
+        page_size: 4096 (default), 8192 or 16384.
+        threads: build threads (default: all cores). seed: RNG seed (default 0;
+            builds are deterministic for a fixed seed and thread count).
         dtype: element type of a bare ``.bin`` file.
-        progress: ``callable(stage, done, total)``, called from this thread.
-        overwrite: replace an existing index at ``path``.
+        progress: ``True`` draws a progress bar per stage (tqdm), ``False`` none,
+            ``None`` (default) draws them when stderr is a terminal; or a
+            ``callable(stage, done, total)``, called from this thread.
+        overwrite: replace an existing index at ``path`` (only a directory that
+            holds a nearline index is ever replaced, atomically).
         nav_sample: build an in-memory navigation graph (Starling, PipeANN) over
-            this fraction of the vectors, sampled uniformly, in [0, 0.5]; 0 (default)
-            builds none. About 0.01 is typical: queries then start near their
-            neighbours and need fewer disk reads. Opening the index holds it in
-            memory (counted in the search budget).
+            this fraction of the vectors, in [0, 0.5]; 0 builds none. Default: the
+            preset's (0.01 for ``pipeann`` and ``starling``, else 0).
         entry_clusters: k-means centroids (AlayaLaser: 300-500) whose nearest
             nodes are kept as entry points; 0 (default) builds none.
-        layout: record placement on disk: ``"id"`` (DiskANN: node v in page
-            v // records_per_page) or ``"shuffled"`` (Starling's block shuffling:
-            pages hold graph neighbours together; the node→page map stays in
-            memory, 8 bytes per node, counted in the budget). Default: the
-            preset's (``"shuffled"`` for ``starling``). The overlap ratio OR(G) of
-            the layout is logged and reported by ``info()["overlap_ratio"]``.
-        shuffle: shuffling algorithm of a shuffled layout: ``"bnp"`` (neighbour
-            padding, one pass), ``"bnf"`` (neighbour frequency, default) or
-            ``"bns"`` (BNF then neighbour swaps; slowest).
-        bnf_iters: BNF's round limit β (default 8). bnf_tau: BNF stops when a
-            round gains less OR(G) than τ (default 0.01). bns_iters: BNS rounds.
+        layout: record placement on disk: ``"id"`` (DiskANN) or ``"shuffled"``
+            (Starling's block shuffling; the node→page map stays in memory, 8
+            bytes per node, counted in the budget). Default: the preset's.
+        shuffle: ``"bnp"``, ``"bnf"`` (default) or ``"bns"``. bnf_iters: BNF's
+            round limit β (default 8). bnf_tau: BNF stops when a round gains less
+            OR(G) than τ (default 0.01). bns_iters: BNS rounds (default 1).
 
     Raises:
-        ValueError: bad arguments or data (NaN/inf, wrong shapes, unknown preset).
-        FormatError: an input file is malformed. OSError: file-system errors.
+        ValueError: bad arguments or data (NaN/inf, wrong shapes, unknown names,
+            a budget below the minimum). TypeError: options of the wrong type or
+            unknown options. FormatError: an input file is malformed.
+        FileNotFoundError, PermissionError, OSError: file-system errors.
         KeyboardInterrupt: Ctrl-C; the build stops and leaves no index behind.
     """
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}: expected one of {', '.join(METRICS)}")
-    if not isinstance(preset, str):
-        raise TypeError("preset must be a string")
-    R = _check_int("R", R, 1, 1024)
-    build_L = _check_int("build_L", build_L, 1)
-    passes = _check_int("passes", passes, 1, 4)
-    page_size = _check_int("page_size", page_size, 4096, 16384)
-    if pq_bytes is not None:
-        pq_bytes = _check_int("pq_bytes", pq_bytes, 1)
-    if threads is not None:
-        threads = _check_int("threads", threads, 1)
-    seed = _check_int("seed", seed, 0, 2**64 - 1)
-    alpha = float(alpha)
-    if not np.isfinite(alpha) or alpha < 1.0:
-        raise ValueError(f"alpha={alpha} must be a finite number >= 1.0")
-    if isinstance(nav_sample, bool) or not isinstance(nav_sample, (int, float, np.integer, np.floating)):
-        raise TypeError(f"nav_sample must be a number, not {type(nav_sample).__name__}")
-    nav_sample = float(nav_sample)
-    if not np.isfinite(nav_sample) or not 0.0 <= nav_sample <= 0.5:
-        raise ValueError(f"nav_sample={nav_sample} must be a finite fraction in [0, 0.5] (0 = no navigation graph)")
-    entry_clusters = _check_int("entry_clusters", entry_clusters, 0)
-    if layout is not None:
-        if not isinstance(layout, str) or layout.strip().lower() not in LAYOUTS:
-            raise ValueError(f"unknown layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-        layout = layout.strip().lower()
-    if not isinstance(shuffle, str) or shuffle.strip().lower() not in SHUFFLES:
-        raise ValueError(f"unknown shuffle {shuffle!r}: expected one of {', '.join(SHUFFLES)}")
-    shuffle = shuffle.strip().lower()
-    bnf_iters = _check_int("bnf_iters", bnf_iters, 1, 1000)
-    bns_iters = _check_int("bns_iters", bns_iters, 1, 1000)
-    if isinstance(bnf_tau, bool) or not isinstance(bnf_tau, (int, float, np.integer, np.floating)):
-        raise TypeError(f"bnf_tau must be a number, not {type(bnf_tau).__name__}")
-    bnf_tau = float(bnf_tau)
-    if not np.isfinite(bnf_tau) or bnf_tau < 0.0:
-        raise ValueError(f"bnf_tau={bnf_tau} must be a finite number >= 0")
-    if progress is not None and not callable(progress):
-        raise TypeError("progress must be callable(stage, done, total)")
-    ids_arr = None
-    if ids is not None:
-        ids_np = np.asarray(ids)
-        if ids_np.ndim != 1 or not np.issubdtype(ids_np.dtype, np.integer):
-            raise ValueError("ids must be a 1-D integer array")
-        if ids_np.size and ids_np.min() < 0:
-            raise ValueError("ids must be non-negative")
-        ids_arr = np.ascontiguousarray(ids_np.astype(np.uint64))
-    if isinstance(data, (str, os.PathLike)):
-        src: Any = os.fspath(data)
-        if not Path(src).exists():
-            raise FileNotFoundError(f"data file {src} does not exist")
-    else:
-        src = _as_matrix(data, "data")
-    mb = _budget_str(memory_budget, "memory_budget")
-    bmb = None if build_memory_budget is None else _budget_str(build_memory_budget, "build_memory_budget")
-    log.info("building %s (preset=%s, metric=%s, R=%d, build_L=%d)", path, preset, metric, R, build_L)
-    _nearline.build_index(
-        src, os.fspath(path), metric, preset, ids_arr, R, build_L, alpha, passes, pq_bytes, mb, bmb,
-        page_size, threads, seed, progress, bool(overwrite), dtype, saturate=bool(saturate),
-        nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout, shuffle=shuffle,
-        bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
+    src = _data_source(data)
+    opts = _given(
+        metric=metric, preset=preset, ids=ids, R=R, build_L=build_L, alpha=alpha, passes=passes,
+        saturate=saturate, pq_bytes=pq_bytes, memory_budget=memory_budget,
+        build_memory_budget=build_memory_budget, page_size=page_size, threads=threads, seed=seed,
+        overwrite=overwrite, nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout,
+        shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
     )
+    if ids is not None and not isinstance(ids, np.ndarray):
+        opts["ids"] = np.asarray(ids)
+    cb = _progress_callback(progress)
+    log.info("building %s (%s)", path, ", ".join(f"{k}={v}" for k, v in opts.items() if k != "ids"))
+    try:
+        _nearline.build_index(src, os.fspath(path), dtype, cb, **opts)
+    finally:
+        if isinstance(cb, _TqdmProgress):
+            cb.close()
     idx = open(path)
     lay = idx.info()["layout"]
     log.info("built %s: layout %s, OR(G) = %s", path, lay["kind"], lay.get("overlap_ratio"))
     return idx
+
+
+def plan(
+    data_or_index: Union[np.ndarray, PathLike],
+    *,
+    dtype: Optional[str] = None,
+    nq: int = 10_000,
+    **options: Any,
+) -> Dict[str, Any]:
+    """What nearline would do, and why, without doing it.
+
+    For a vector array or file: the build's plan (the preset and every build
+    option, the PQ bytes, the memory budget's split at open, the default search)
+    for ``build(data, ..., **options)``. For an index directory: the plan of
+    ``open(path, **options)`` (entry points, threads, the budget's split, the
+    cache) and of a batch of ``nq`` queries with default search options; the index
+    is not loaded. Every choice comes with the rule that made it
+    (``decisions``).
+
+    Raises:
+        ValueError: options the engine refuses (a budget below the minimum
+            names the minimum). TypeError: unknown options.
+    """
+    if isinstance(data_or_index, (str, os.PathLike)) and Path(os.fspath(data_or_index)).is_dir():
+        return json.loads(_nearline.plan_index(os.fspath(data_or_index), _check_int("nq", nq, 1), **options))
+    if isinstance(data_or_index, (str, os.PathLike)):
+        src = _data_source(data_or_index)
+        n, dim, dt = _nearline.probe_vectors(src, dtype)
+    else:
+        arr = _as_matrix(data_or_index, "data")
+        n, dim, dt = arr.shape[0], arr.shape[1], str(arr.dtype)
+    return json.loads(_nearline.plan_build(int(n), int(dim), dt, **options))
 
 
 def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
@@ -299,82 +352,68 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     memory_budget: Optional[Budget] = None,
     cache_nodes: Optional[int] = None,
     threads: Optional[int] = None,
-    io: str = "auto",
-    entry_points: int = 0,
-    entry: str = "auto",
+    io: Optional[str] = None,
+    entry_points: Optional[int] = None,
+    entry: Optional[str] = None,
     nav_L: Optional[int] = None,
     nav_seeds: Optional[int] = None,
 ) -> "Index":
     """Opens an index directory.
 
     Args:
-        memory_budget: search memory budget (bytes, size string or fraction of the
-            raw vector bytes); what the PQ codes and maps leave of it holds the
-            node cache. Default: the budget the index was built with.
-        cache_nodes: cache exactly this many nodes (overrides the budget's share).
-        threads: default search threads (default: all cores).
-        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"``, ``"uring-poll"``
-            or ``"pread"``; the environment variable ``NEARLINE_IO`` overrides ``auto``.
-            ``"uring-poll"`` hands reads to a kernel submission thread and spins on
-            the completion queue (up to 1 ms) instead of sleeping: the lowest
-            per-query latency, for a busy core per search thread plus one kernel
-            thread per search thread while reads flow. Never chosen by ``"auto"``.
-        entry_points: hold the vectors of this many sampled nodes in memory
-            (counted in the budget) and start each query from the one nearest to
-            it (``entry="sampled"``, or ``"auto"`` on an index without a
-            navigation graph or centroid entries).
+        memory_budget: the search memory budget (bytes, size string or fraction
+            of the raw vector bytes), binding: the codes, entry structures, maps,
+            the workers' scratch and the cache all fit in it; what the rest leaves
+            holds the node cache. Default: the budget the index was built with.
+            Below the minimum: a ValueError naming it.
+        cache_nodes: cache exactly this many nodes (they must fit the budget).
+        threads: default search threads, whose scratch the budget reserves
+            (default: all cores, fewer when the budget holds fewer).
+        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"``,
+            ``"uring-poll"`` or ``"pread"``; ``NEARLINE_IO`` overrides ``auto``.
+            ``"uring-poll"`` hands reads to a kernel submission thread and spins
+            on the completion queue (up to 1 ms) instead of sleeping: the lowest
+            per-query latency, for a busy core per search thread. Never chosen by
+            ``"auto"``.
+        entry_points: hold the vectors of this many sampled nodes in memory and
+            start each query from the nearest (``entry="sampled"``, or ``"auto"``
+            on an index without a navigation graph or centroid entries).
         entry: where each query's disk search starts: ``"auto"`` (default: the
             navigation graph if the index has one, else its centroid entries,
             else sampled entries when ``entry_points > 0``, else the medoid),
-            ``"medoid"`` (DiskANN), ``"sampled"``, ``"nav"`` (the ``nav_seeds``
-            nearest sample nodes found in the in-memory navigation graph; needs
-            ``build(nav_sample > 0)``) or ``"centroids"`` (the node nearest the
-            query among the k-means centroid entries, plus the medoid; needs
-            ``build(entry_clusters > 0)``). The chosen structure is loaded into
-            memory and counted in the budget before the node cache is sized.
+            ``"medoid"``, ``"sampled"``, ``"nav"`` or ``"centroids"``.
         nav_L: list size of the navigation-graph search (default 32).
-        nav_seeds: navigation-graph seeds per query (default 1, at most ``nav_L``): on a
-            50k x 128 set one seed gave the fewest reads and the best recall; more seeds
-            make the first hops read several regions.
+        nav_seeds: navigation-graph seeds per query (default 1, at most ``nav_L``).
 
     Raises:
-        ValueError: bad arguments, or an entry kind the index lacks (the message
-            names the build option that creates it).
-        CorruptIndexError: a section fails its checksum or structural checks.
+        FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a
+            budget below the minimum, or an entry kind the index lacks (the
+            message names the build option that creates it).
+        CorruptIndexError: the manifest or a section fails its checksum or
+            structural checks. FormatError: not an index, or written by a newer
+            version.
     """
-    mb = None if memory_budget is None else _budget_str(memory_budget, "memory_budget")
-    if cache_nodes is not None:
-        cache_nodes = _check_int("cache_nodes", cache_nodes, 0)
-    if threads is not None:
-        threads = _check_int("threads", threads, 1)
-    entry_points = _check_int("entry_points", entry_points, 0, 1 << 20)
-    if not isinstance(entry, str) or entry not in ENTRY_KINDS:
-        raise ValueError(f"unknown entry kind {entry!r}: expected one of {', '.join(ENTRY_KINDS)}")
-    if nav_L is not None:
-        nav_L = _check_int("nav_L", nav_L, 1, 4096)
-    if nav_seeds is not None:
-        nav_seeds = _check_int("nav_seeds", nav_seeds, 1, 256)
-    if io not in IO_ENGINES:
-        raise ValueError(f"unknown io engine {io!r}: expected 'auto', 'uring', 'uring-poll' or 'pread'")
+    opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, threads=threads, io=io,
+                  entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds)
     p = os.fspath(path)
-    if not Path(p).exists():
-        raise FileNotFoundError(f"index directory {p} does not exist")
-    return Index(_nearline.RawIndex(p, mb, cache_nodes, io, entry_points, entry, nav_L, nav_seeds), p, threads)
+    return Index(_nearline.RawIndex(p, **opts), p)
 
 
 class Index:
     """An open index. Thread-safe; ``search`` releases the GIL and uses all cores."""
 
-    def __init__(self, raw: Any, path: str, threads: Optional[int]) -> None:
+    def __init__(self, raw: Any, path: str) -> None:
         self._raw = raw
         self.path = path
-        self._threads = threads
         self._info = json.loads(raw.info())
 
     @property
     def n(self) -> int:
         """Number of vectors."""
         return int(self._info["n"])
+
+    def __len__(self) -> int:
+        return self.n
 
     @property
     def dim(self) -> int:
@@ -409,14 +448,17 @@ class Index:
         W: Optional[int] = None,
         threads: Optional[int] = None,
         return_stats: bool = False,
-        executor: str = "auto",
-        adaptive_beam: bool = False,
+        executor: Optional[str] = None,
+        adaptive_beam: Optional[bool] = None,
         early_dispatch: Optional[float] = None,
-        queries_in_flight: Union[int, str] = "auto",
-        page_search: str = "auto",
-        sigma: float = 0.3,
+        queries_in_flight: Union[None, int, str] = None,
+        page_search: Optional[str] = None,
+        sigma: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
+
+        Options left at ``None`` take the planner's choice (:meth:`plan_search`
+        shows it and why).
 
         Args:
             queries: ``(nq, dim)`` or ``(dim,)`` array (converted to float32; for
@@ -426,38 +468,33 @@ class Index:
             L: candidate list size (default ``max(k, 100)``; larger is more accurate).
             W: beam width (1..64): reads issued per hop for the beam executor, the
                 most reads in flight per query for the pipeline. Default: the
-                preset's (4 for ``diskann``, 32 for ``pipeann``).
-            threads: search threads (default: the index's, else all cores).
+                preset's (4 for ``diskann``, 32 for ``pipeann``, 8 for ``starling``).
+            threads: search threads (default: the index's).
             return_stats: also return per-query statistics (a dict of arrays:
-                hops, reads, bytes_read, cache_hits, pq_distances,
-                exact_distances, io_wait_us, cpu_us, total_us, used_bytes,
-                io_utilisation, page_records, used_records, colocated,
-                path_length (Starling's ℓ), vertex_utilisation (ξ = used_records /
-                page_records), doublings).
+                hops (nodes expanded, not beam rounds), reads, bytes_read,
+                cache_hits, pq_distances, exact_distances, io_wait_us, cpu_us,
+                total_us, used_bytes, io_utilisation, page_records, used_records,
+                colocated, path_length (Starling's ℓ), vertex_utilisation (ξ),
+                doublings, refined).
             executor: ``"beam"`` (DiskANN: W reads per hop, the next hop once the
                 hop's pages are processed), ``"pipeline"`` (PipeANN: reads kept in
                 flight and pages processed as they arrive, with an adaptive
-                width up to W) or ``"auto"`` (the planner's rule: the pipeline
-                when a block holds fewer than two records, else the beam; the
-                beam whenever a beam-only option below is set).
+                width up to W) or ``"auto"`` (default: the preset's executor; for
+                ``diskann`` the planner's rule — the pipeline when a page holds
+                fewer than two records, else the beam; the beam whenever a
+                beam-only option below is set).
             adaptive_beam: beam only: width ``min(2**i, W)`` at hop ``i`` (AlayaLaser).
             early_dispatch: beam only: a fraction in (0, 1]; the next hop is issued
                 once this share of the current hop's pages is processed, late pages
-                fold in when they arrive (AlayaLaser). ``None`` waits for the whole hop.
+                fold in when they arrive (AlayaLaser).
             queries_in_flight: queries each search thread interleaves on its I/O
                 queue (1..64), or ``"auto"`` (default): 4 per thread when the
-                batch has that many, else as many as it has, so a single query
-                never shares its thread. Interleaving keeps the device busier and
-                raises a batch's throughput; each query inside the batch then
-                takes longer (its ``total_us`` includes time spent on the
-                others). ``1`` gives every query its thread to itself.
-            page_search: what to do with a page when it arrives: ``"targets"``
-                (DiskANN: use the records it was read for), ``"block"`` (Starling's
-                block search: exact distances for every record of the page, expand
-                the targets and the closest ``sigma`` share of the others while the
-                next reads are in flight) or ``"auto"`` (block search on a shuffled
-                layout, targets on the ID layout).
-            sigma: block search's pruning ratio σ in (0, 1] (Starling: 0.3).
+                batch has that many and the memory budget leaves the workers room,
+                else fewer, so a single query never shares its thread.
+            page_search: ``"targets"`` (DiskANN: use the records a page was read
+                for), ``"block"`` (Starling's block search) or ``"auto"`` (default:
+                block search on a shuffled layout, targets on the ID layout).
+            sigma: block search's pruning ratio σ in (0, 1] (default 0.3).
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -466,35 +503,38 @@ class Index:
             ``cosine``. A 1-D query gives ``(k,)`` arrays.
         """
         q, single = self._queries(queries)
-        k = _check_int("k", k, 1)
-        L = max(k, 100) if L is None else _check_int("L", L, 1)
-        if L < k:
-            raise ValueError(f"L={L} must be at least k={k}")
-        opts = self._options(W, threads, executor, adaptive_beam, early_dispatch, queries_in_flight, page_search, sigma)
-        ids, dists, stats = self._raw.search(q, k, L, *opts[:2], bool(return_stats), *opts[2:])
+        opts = _given(k=k, L=L, W=W, threads=threads, executor=executor, adaptive_beam=adaptive_beam,
+                      early_dispatch=early_dispatch, queries_in_flight=queries_in_flight,
+                      page_search=page_search, sigma=sigma)
+        ids, dists, stats = self._raw.search(q, bool(return_stats), **opts)
         if single:
             ids, dists = ids[0], dists[0]
         if return_stats:
             return ids, dists, stats
         return ids, dists
 
+    def plan_search(self, nq: int = 1, **options: Any) -> Dict[str, Any]:
+        """The plan a batch of ``nq`` queries with these :meth:`search` options gets,
+        with the rule behind each choice (nothing is searched)."""
+        return json.loads(self._raw.plan_search(_check_int("nq", nq, 1), **options))
+
     def range_search(
         self,
         queries: np.ndarray,
         radius: float,
         *,
-        L: int = 100,
+        L: Optional[int] = None,
         W: Optional[int] = None,
-        ratio: float = 0.5,
+        ratio: Optional[float] = None,
         max_L: Optional[int] = None,
         threads: Optional[int] = None,
         return_stats: bool = False,
-        executor: str = "auto",
-        adaptive_beam: bool = False,
+        executor: Optional[str] = None,
+        adaptive_beam: Optional[bool] = None,
         early_dispatch: Optional[float] = None,
-        queries_in_flight: Union[int, str] = "auto",
-        page_search: str = "auto",
-        sigma: float = 0.3,
+        queries_in_flight: Union[None, int, str] = None,
+        page_search: Optional[str] = None,
+        sigma: Optional[float] = None,
         entry_cutoff: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """Range search: every vector within ``radius`` of each query (Starling §5.3).
@@ -511,18 +551,16 @@ class Index:
             radius: for ``l2`` a squared distance (finite, >= 0): results have
                 distance <= radius; for ``ip``/``cosine`` a score (finite): results
                 have score >= radius.
-            L: initial candidate list size. ratio: φ in (0, 1] (default 0.5).
+            L: initial candidate list size (default 100). ratio: φ in (0, 1]
+                (default 0.5).
             max_L: the largest list the doubling may reach (default ``1024 * L``,
                 capped at 2**22); a query whose answer is larger than about
                 ``ratio * max_L`` is cut short there.
             entry_cutoff: ``None`` (default) or a factor ``c >= 1``: a query whose
                 nearest entry point (found in memory, exact distance) lies beyond
                 ``c`` times the radius ends with no results and reads no page.
-                Queries far from all data are common in range workloads; this
-                trades a little AP for skipping them (see docs/range-search.md).
-                ``l2`` and ``cosine`` only (for cosine it scales the distance
-                ``1 - radius``), and the index must start from in-memory entry
-                points (a navigation graph, sampled or centroid entries).
+                ``l2`` and ``cosine`` only, and the index must start from in-memory
+                entry points (a navigation graph, sampled or centroid entries).
 
         Returns:
             ``(lims, ids, distances)``: query ``i``'s results are
@@ -536,29 +574,11 @@ class Index:
         radius = float(radius)
         if not np.isfinite(radius):
             raise ValueError(f"radius={radius} must be finite")
-        if self.metric == "l2" and radius < 0:
-            raise ValueError(f"radius={radius} must be at least 0 (a squared L2 distance)")
-        L = _check_int("L", L, 1)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.integer, np.floating)):
-            raise TypeError(f"ratio must be a number, not {type(ratio).__name__}")
-        ratio = float(ratio)
-        if not (0.0 < ratio <= 1.0):
-            raise ValueError(f"ratio={ratio} must be a finite fraction in (0, 1]")
-        if max_L is not None:
-            max_L = _check_int("max_L", max_L, L, 1 << 22)
-        if entry_cutoff is not None:
-            if isinstance(entry_cutoff, bool) or not isinstance(entry_cutoff, (int, float, np.integer, np.floating)):
-                raise TypeError(f"entry_cutoff must be a number or None, not {type(entry_cutoff).__name__}")
-            entry_cutoff = float(entry_cutoff)
-            if not (np.isfinite(entry_cutoff) and entry_cutoff >= 1.0):
-                raise ValueError(f"entry_cutoff={entry_cutoff} must be a finite factor of at least 1")
-            if self.metric == "ip":
-                raise ValueError("entry_cutoff needs a metric whose distances are not negative (l2 or cosine); "
-                                 "inner-product scores have no scale to multiply")
-        opts = self._options(W, threads, executor, adaptive_beam, early_dispatch, queries_in_flight, page_search, sigma)
-        lims, ids, dists, stats = self._raw.range_search(
-            q, radius, L, opts[0], ratio, max_L, opts[1], bool(return_stats), *opts[2:], entry_cutoff
-        )
+        opts = _given(L=L, W=W, ratio=ratio, max_L=max_L, threads=threads, executor=executor,
+                      adaptive_beam=adaptive_beam, early_dispatch=early_dispatch,
+                      queries_in_flight=queries_in_flight, page_search=page_search, sigma=sigma,
+                      entry_cutoff=entry_cutoff)
+        lims, ids, dists, stats = self._raw.range_search(q, radius, bool(return_stats), **opts)
         if return_stats:
             return lims, ids, dists, stats
         return lims, ids, dists
@@ -576,42 +596,9 @@ class Index:
             raise ValueError(f"queries have dtype {q.dtype}; expected a numeric array")
         return np.ascontiguousarray(q, dtype=np.float32), single
 
-    def _options(self, W: Optional[int], threads: Optional[int], executor: str, adaptive_beam: bool,
-                 early_dispatch: Optional[float], queries_in_flight: Union[int, str], page_search: str,
-                 sigma: float) -> Tuple[Any, ...]:
-        """Checks the search options shared by :meth:`search` and :meth:`range_search`."""
-        W = self._raw_default_width() if W is None else _check_int("W", W, 1, 64)
-        th = threads if threads is not None else self._threads
-        if th is not None:
-            th = _check_int("threads", th, 1)
-        if not isinstance(executor, str):
-            raise TypeError(f"executor must be a string, not {type(executor).__name__}")
-        if executor.strip().lower() not in EXECUTORS:
-            raise ValueError(f"unknown executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-        if not isinstance(adaptive_beam, (bool, np.bool_)):
-            raise TypeError(f"adaptive_beam must be a bool, not {type(adaptive_beam).__name__}")
-        if early_dispatch is not None:
-            if isinstance(early_dispatch, bool) or not isinstance(early_dispatch, (int, float, np.integer, np.floating)):
-                raise TypeError(f"early_dispatch must be a number or None, not {type(early_dispatch).__name__}")
-            early_dispatch = float(early_dispatch)
-            if not (0.0 < early_dispatch <= 1.0):
-                raise ValueError(f"early_dispatch={early_dispatch} must be a finite fraction in (0, 1]")
-        qif = _check_queries_in_flight(queries_in_flight)
-        if not isinstance(page_search, str) or page_search.strip().lower() not in PAGE_SEARCHES:
-            raise ValueError(f"unknown page_search {page_search!r}: expected one of {', '.join(PAGE_SEARCHES)}")
-        if isinstance(sigma, bool) or not isinstance(sigma, (int, float, np.integer, np.floating)):
-            raise TypeError(f"sigma must be a number, not {type(sigma).__name__}")
-        sigma = float(sigma)
-        if not (0.0 < sigma <= 1.0):
-            raise ValueError(f"sigma={sigma} must be a finite fraction in (0, 1]")
-        return (W, th, executor.strip().lower(), bool(adaptive_beam), early_dispatch, qif,
-                page_search.strip().lower(), sigma)
-
-    def _raw_default_width(self) -> int:
-        return int(self._raw.default_width())
-
     def info(self) -> Dict[str, Any]:
-        """Sizes, memory accounting (every resident byte the index holds), I/O engine and build spec."""
+        """Sizes, the memory budget's split next to what is held, the plan (with the
+        rule behind each choice), I/O engine and build spec."""
         return json.loads(self._raw.info())
 
     def close(self) -> None:

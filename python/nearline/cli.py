@@ -123,17 +123,27 @@ def _finite_float(text: str) -> float:
     return v
 
 
-ENTRY_CHOICES = ["auto", "medoid", "sampled", "nav", "centroids"]
-IO_ENGINES = ["auto", "uring", "uring-poll", "pread"]
+def _vocab() -> dict[str, Any]:
+    """The engine's names (presets, executors, ...): the CLI's choice lists."""
+    import nearline
+
+    return nearline.VOCABULARY
+
+
+def _defaults() -> dict[str, Any]:
+    """The engine's defaults, for help texts."""
+    import nearline
+
+    return nearline.DEFAULTS
 
 
 def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
     """``--entry``, ``--entry-points``, ``--nav-L``, ``--nav-seeds`` (search/bench)."""
     who = "nearline: " if bench else ""
-    p.add_argument("--entry", default="auto", choices=ENTRY_CHOICES,
+    p.add_argument("--entry", default=None, choices=_vocab()["entry_kinds"],
                    help=f"{who}where queries start: auto (nav graph if built, else centroids, else sampled when "
                         "--entry-points > 0, else medoid), medoid, sampled, nav, centroids")
-    p.add_argument("--entry-points", type=_nonneg_int, default=0,
+    p.add_argument("--entry-points", type=_nonneg_int, default=None,
                    help=f"{who}sampled in-memory entry points (entry 'sampled'; 0 = none)")
     p.add_argument("--nav-L", type=_positive_int, default=None, help=f"{who}navigation-graph search list size (32)")
     p.add_argument("--nav-seeds", type=_positive_int, default=None,
@@ -315,14 +325,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     progress = _Progress(not args.quiet)
     t0 = time.perf_counter()
     try:
-        idx = nl.build(
-            args.data, args.out, metric=args.metric, preset=args.preset, ids=ids, R=args.R, build_L=args.build_L,
-            alpha=args.alpha, pq_bytes=args.pq_bytes, memory_budget=args.memory_budget,
-            build_memory_budget=args.build_memory_budget, page_size=args.page_size, threads=args.threads,
-            seed=args.seed, progress=progress, overwrite=args.overwrite, nav_sample=args.nav_sample,
-            entry_clusters=args.entry_clusters, layout=args.layout, shuffle=args.shuffle, bnf_iters=args.bnf_iters,
-            bnf_tau=args.bnf_tau, bns_iters=args.bns_iters,
-        )
+        idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
+                       **_build_options(args))
     finally:
         progress.close()
     elapsed = time.perf_counter() - t0
@@ -346,7 +350,18 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+_BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
+               "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
+               "bnf_tau", "bns_iters")
+
+
+def _build_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The build options given on the command line (the rest are the engine's defaults)."""
+    return {k: getattr(args, k) for k in _BUILD_ARGS if getattr(args, k, None) is not None}
+
+
 def _read_ids(path: str) -> np.ndarray:
+    """External ids as stored: the engine checks their type and range (floats and negatives are refused)."""
     p = Path(path)
     if p.suffix.lower() == ".npy":
         arr = np.load(p)
@@ -356,7 +371,7 @@ def _read_ids(path: str) -> np.ndarray:
         from nearline.datasets import read_vectors
 
         arr = read_vectors(p, dtype="<u8" if p.suffix.lower() == ".bin" else None)
-    return np.asarray(arr).reshape(-1).astype(np.uint64)
+    return np.asarray(arr).reshape(-1)
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -367,20 +382,20 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _range_search(nl, args, queries)
     if args.max_L is not None or args.entry_cutoff is not None:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
-    with nl.open(
-        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
-        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds, io=args.io,
-    ) as idx:
+    with nl.open(args.index, **_open_options(args)) as idx:
+        opts = _search_options(args)
+        planned = idx.plan_search(max(1, len(queries)), k=args.k, **opts)
         t0 = time.perf_counter()
-        ids, dists, stats = idx.search(queries, args.k, L=args.L, W=args.W, threads=args.threads, return_stats=True,
-                                       **_search_options(args))
+        ids, dists, stats = idx.search(queries, args.k, return_stats=True, **opts)
         wall = time.perf_counter() - t0
         entry_kind = str((idx.info().get("entry") or {}).get("kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
     nq = ids.shape[0]
-    summary: dict[str, Any] = {"nq": nq, "k": args.k, "L": args.L, "W": args.W, "entry": entry_kind,
-                               **_search_options(args), "seconds": wall, "qps": nq / wall if wall > 0 else None}
+    summary: dict[str, Any] = {"nq": nq, "k": args.k, "entry": entry_kind,
+                               **{k: planned[k] for k in ("L", "W", "executor", "page_search", "queries_in_flight",
+                                                          "threads")},
+                               "seconds": wall, "qps": nq / wall if wall > 0 else None}
     if args.gt:
         gt_ids, _ = nl.read_ground_truth(args.gt)
         summary[f"recall@{args.k}"] = _recall(ids, np.asarray(gt_ids), args.k)
@@ -422,28 +437,40 @@ def _mean_rows(rows: list, means: dict[str, float]) -> None:
 
 
 def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The search options ``search`` and ``search --radius`` share."""
-    return {"executor": args.executor, "adaptive_beam": args.adaptive_beam, "early_dispatch": args.early_dispatch,
+    """The search options given on the command line (``search`` and ``search --radius``)."""
+    opts = {"L": args.L, "W": args.W, "threads": args.threads, "executor": args.executor,
+            "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
             "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma}
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def _open_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The open options given on the command line."""
+    opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
+            "entry_points": getattr(args, "entry_points", None), "entry": getattr(args, "entry", None),
+            "nav_L": getattr(args, "nav_L", None), "nav_seeds": getattr(args, "nav_seeds", None),
+            "io": getattr(args, "io", None), "cache_nodes": getattr(args, "cache_nodes", None)}
+    return {k: v for k, v in opts.items() if v is not None}
 
 
 def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int:
     """``nearline search INDEX QUERIES --radius R``: range search (CSR output)."""
     L = args.L if args.L is not None else 100
-    with nl.open(
-        args.index, memory_budget=args.memory_budget, threads=args.threads, entry_points=args.entry_points,
-        entry=args.entry, nav_L=args.nav_L, nav_seeds=args.nav_seeds, io=args.io,
-    ) as idx:
+    with nl.open(args.index, **_open_options(args)) as idx:
+        opts = {**_search_options(args), "L": L}
+        planned = idx.plan_search(max(1, len(queries)), **opts)
         t0 = time.perf_counter()
-        lims, ids, dists, stats = idx.range_search(queries, args.radius, L=L, W=args.W, ratio=args.range_ratio,
+        lims, ids, dists, stats = idx.range_search(queries, args.radius, ratio=args.range_ratio,
                                                    max_L=args.max_L, entry_cutoff=args.entry_cutoff,
-                                                   threads=args.threads, return_stats=True, **_search_options(args))
+                                                   return_stats=True, **opts)
         wall = time.perf_counter() - t0
     lims, ids, dists = np.asarray(lims), np.asarray(ids), np.asarray(dists)
     nq = len(lims) - 1
     counts = np.diff(lims)
     summary: dict[str, Any] = {"nq": nq, "radius": args.radius, "L": L, "ratio": args.range_ratio,
-                               "max_L": args.max_L, "entry_cutoff": args.entry_cutoff, **_search_options(args),
+                               "max_L": args.max_L, "entry_cutoff": args.entry_cutoff,
+                               **{k: planned[k] for k in ("W", "executor", "page_search", "queries_in_flight",
+                                                          "threads")},
                                "seconds": wall,
                                "qps": nq / wall if wall > 0 else None,
                                "results": int(lims[-1]), "mean_results": float(counts.mean()) if nq else 0.0}
@@ -657,6 +684,89 @@ def cmd_disk_ceiling(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``nearline plan DATA_OR_INDEX``: the resolved plan and the rule behind each choice."""
+    nl = _engine()
+    target = Path(args.target)
+    if target.is_dir():
+        plan = nl.plan(target, nq=args.nq, **_open_options(args))
+    else:
+        plan = nl.plan(target, **_build_options(args))
+    if args.json:
+        print(json.dumps(plan, indent=1))
+        return 0
+    print(format_plan(plan))
+    return 0
+
+
+def format_plan(plan: dict[str, Any]) -> str:
+    """A plan as text: each decision with its rule, then the memory split."""
+    lines: list[str] = []
+
+    def decisions(title: str, ds: list[dict[str, Any]]) -> None:
+        lines.append(title)
+        width = max((len(d["what"]) for d in ds), default=0)
+        for d in ds:
+            lines.append(f"  {d['what']:<{width}}  {d['value']:<12}  {d['rule']}")
+
+    if "plan" in plan:
+        b = plan["plan"]
+        lines.append(f"build: preset {b['preset']}, R {b['R']}, build_L {b['build_L']}, PQ {b['pq_bytes']} bytes, "
+                     f"layout {b['layout']}, nav_sample {b['nav_sample']}, threads {b['threads']}")
+        decisions("build decisions:", plan["decisions"])
+    else:
+        lines.append(f"index {plan['index']}: {plan['preset']}, n={plan['n']}, dim={plan['dim']} {plan['dtype']}, "
+                     f"entry {plan['entry']}, {plan['threads']} threads")
+        decisions("open decisions:", plan["open"])
+    mem = plan["memory"]
+    lines.append("memory (bytes):")
+    for k in ("budget", "minimum", "pq_codes", "pq_codebook", "ids", "layout_map", "entry", "worker_scratch",
+              "cache", "cache_nodes"):
+        lines.append(f"  {k:<15} {_human_bytes(mem[k]) if k != 'cache_nodes' else mem[k]}")
+    s = plan["search"]
+    lines.append(f"default search: {s['executor']}, L {s['L']}, W {s['W']}, page {s['page_search']}, "
+                 f"{s['queries_in_flight']} queries in flight × {s['threads']} threads")
+    decisions("search decisions:", s["decisions"])
+    return "\n".join(lines)
+
+
+def _add_build_options(p: argparse.ArgumentParser) -> None:
+    """The build options (defaults: the engine's, shown in the help)."""
+    d = _defaults()
+    base = d["presets"]["diskann"]
+    v = _vocab()
+    p.add_argument("--metric", default=None, choices=v["metrics"], help="similarity (default l2)")
+    p.add_argument("--preset", default=None, choices=v["presets"],
+                   help="composition of components from a seed paper (default auto, today diskann)")
+    p.add_argument("--R", type=_positive_int, default=None, help=f"maximum degree (default {base['R']})")
+    p.add_argument("--build-L", type=_positive_int, default=None,
+                   help=f"build candidate list size (default {base['build_L']})")
+    p.add_argument("--alpha", type=_finite_float, default=None, help=f"pruning α ≥ 1 (default {base['alpha']:.3g})")
+    p.add_argument("--pq-bytes", type=_positive_int, default=None,
+                   help="PQ bytes per vector (default: DiskANN's rule on what the budget leaves)")
+    p.add_argument("--memory-budget", type=_budget, default=None,
+                   help="search memory budget, binding: bytes, 512MB, 2GiB or a fraction of the raw vectors "
+                   f"(default {base['memory_budget']}, raised to the minimum the index needs)")
+    p.add_argument("--build-memory-budget", type=_budget, default=None, help="memory the build may use")
+    p.add_argument("--page-size", type=_positive_int, default=None, choices=v["page_sizes"],
+                   help=f"page size (default {base['page_size']})")
+    p.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    p.add_argument("--seed", type=_nonneg_int, default=None, help="RNG seed (default 0)")
+    p.add_argument("--nav-sample", type=_finite_float, default=None, metavar="F",
+                   help="in-memory navigation graph over this fraction of the vectors, in [0, 0.5] "
+                   "(default: the preset's, 0.01 for pipeann and starling, else 0)")
+    p.add_argument("--entry-clusters", type=_nonneg_int, default=None, metavar="C",
+                   help="k-means centroid entry points (e.g. 300; default 0)")
+    p.add_argument("--layout", choices=v["layouts"], default=None,
+                   help="record placement: id (DiskANN) or shuffled (Starling's block shuffling); default: the "
+                   "preset's")
+    p.add_argument("--shuffle", choices=v["shuffles"], default=None, help="block-shuffling algorithm (default bnf)")
+    p.add_argument("--bnf-iters", type=_positive_int, default=None, metavar="BETA", help="BNF rounds β (default 8)")
+    p.add_argument("--bnf-tau", type=_finite_float, default=None, metavar="TAU",
+                   help="BNF stops when a round gains less OR(G) than τ (default 0.01)")
+    p.add_argument("--bns-iters", type=_positive_int, default=None, help="BNS rounds (default 1)")
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -681,31 +791,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("build", help="build an index")
     p.add_argument("data", help="vector file (.fbin/.u8bin/.i8bin/.f16bin/.bin/.fvecs/.bvecs/.npy)")
     p.add_argument("out", help="index path")
-    p.add_argument("--metric", default="l2", choices=["l2", "ip", "cosine"])
-    p.add_argument("--preset", default="auto")
-    p.add_argument("--R", type=_positive_int, default=64)
-    p.add_argument("--build-L", type=_positive_int, default=100)
-    p.add_argument("--alpha", type=float, default=1.2)
-    p.add_argument("--pq-bytes", type=_positive_int, default=None)
-    p.add_argument("--memory-budget", type=_budget, default=0.125)
-    p.add_argument("--build-memory-budget", type=_budget, default=None)
-    p.add_argument("--page-size", type=_positive_int, default=4096)
-    p.add_argument("--threads", type=_positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    _add_build_options(p)
     p.add_argument("--ids", default=None, metavar="IDS_FILE", help="external ids (.npy, .txt, .csv, or uint64 .bin)")
-    p.add_argument("--nav-sample", type=_finite_float, default=0.0, metavar="F",
-                   help="in-memory navigation graph over this fraction of the vectors, in [0, 0.5] (e.g. 0.01)")
-    p.add_argument("--entry-clusters", type=_nonneg_int, default=0, metavar="C",
-                   help="k-means centroid entry points (e.g. 300)")
-    p.add_argument("--layout", choices=["id", "shuffled"], default=None,
-                   help="record placement: id (DiskANN) or shuffled (Starling's block shuffling); default: the preset's")
-    p.add_argument("--shuffle", choices=["bnp", "bnf", "bns"], default="bnf", help="block-shuffling algorithm")
-    p.add_argument("--bnf-iters", type=_positive_int, default=8, metavar="BETA", help="BNF rounds β")
-    p.add_argument("--bnf-tau", type=_finite_float, default=0.01, metavar="TAU",
-                   help="BNF stops when a round gains less OR(G) than τ")
-    p.add_argument("--bns-iters", type=_positive_int, default=1, help="BNS rounds")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing index at OUT (never anything else)")
     p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("plan", help="show what a build or an open would choose, and why, without doing it")
+    p.add_argument("target", help="a vector file (the build's plan) or an index directory (the open's plan)")
+    _add_build_options(p)
+    p.add_argument("--cache-nodes", type=_nonneg_int, default=None, help="index: cache exactly this many nodes")
+    p.add_argument("--io", default=None, choices=_vocab()["io_engines"], help="index: I/O engine")
+    _add_entry_options(p)
+    p.add_argument("--nq", type=_positive_int, default=10000, help="index: queries of the planned batch")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("search", help="search an index")
     p.add_argument("index")
@@ -713,25 +812,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=_positive_int, default=10)
     p.add_argument("--L", type=_positive_int, default=None)
     p.add_argument("--W", type=_positive_int, default=None, help="beam/pipeline width (default: the preset's)")
-    p.add_argument("--executor", choices=["auto", "beam", "pipeline"], default="auto",
+    p.add_argument("--executor", choices=_vocab()["executors"], default=None,
                    help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records)")
     p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")
     p.add_argument("--early-dispatch", type=_fraction, default=None, metavar="F",
                    help="issue the next hop once this fraction of the current hop's pages is processed")
-    p.add_argument("--queries-in-flight", type=_queries_in_flight, default="auto", metavar="Q",
+    p.add_argument("--queries-in-flight", type=_queries_in_flight, default=None, metavar="Q",
                    help="queries each search thread interleaves on its I/O queue: 1..64, or auto (default: "
                         "4 per thread when the batch has that many; 1 gives each query its thread alone)")
     p.add_argument("--threads", type=_positive_int, default=None)
     p.add_argument("--memory-budget", type=_budget, default=None)
-    p.add_argument("--io", default="auto", choices=IO_ENGINES,
-                   help="I/O engine: auto (io_uring, else pread), uring, uring-poll (a kernel submission thread "
-                        "and spinning waits: lowest latency, a busy core per search thread) or pread")
+    p.add_argument("--io", default=None, choices=_vocab()["io_engines"],
+                   help="I/O engine: auto (default: io_uring, else pread), uring, uring-poll (a kernel submission "
+                        "thread and spinning waits: lowest latency, a busy core per search thread) or pread")
     _add_entry_options(p)
     p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
-    p.add_argument("--page-search", choices=["auto", "targets", "block"], default="auto",
+    p.add_argument("--page-search", choices=_vocab()["page_searches"], default=None,
                    help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout)")
-    p.add_argument("--sigma", type=_fraction, default=0.3, help="block search's pruning ratio σ in (0, 1]")
+    p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
+                   "(default 0.3)")
     p.add_argument("--radius", type=_finite_float, default=None,
                    help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
                         "range ground-truth file and AP is reported")
@@ -756,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mean-neighbors", type=_positive_float, default=None, metavar="N",
                    help="print the radius at which queries have N exact neighbours on average; without --radius, "
                    "write range ground truth at it (if OUT is given)")
-    p.add_argument("--metric", default="l2", choices=["l2", "ip", "cosine"])
+    p.add_argument("--metric", default="l2", choices=_vocab()["metrics"])
     p.add_argument("--threads", type=_positive_int, default=None)
     p.set_defaults(func=cmd_gt)
 
@@ -841,7 +941,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=_block_size, default=None,
                    help="bytes per read, a multiple of 4096 (default: an index's read size, else 4096)")
     p.add_argument("--seconds", type=_positive_float, default=3.0)
-    p.add_argument("--io", default="auto", choices=IO_ENGINES)
+    p.add_argument("--io", default="auto", choices=_vocab()["io_engines"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_disk_ceiling)
     return parser

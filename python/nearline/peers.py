@@ -289,11 +289,14 @@ def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Opti
 
     kw: dict[str, Any] = {
         "metric": p.metric, "R": p.R, "build_L": p.build_L, "alpha": p.alpha, "pq_bytes": p.pq_bytes,
-        "memory_budget": p.memory_budget if p.memory_budget is not None else 0.125,
+        "memory_budget": p.memory_budget,
         "build_memory_budget": p.build_memory_budget, "threads": p.threads, "seed": p.seed,
         "nav_sample": p.nav_sample, "entry_clusters": p.entry_clusters,
     }
     kw.update(overrides or {})  # a variant's build keys (R, saturate, preset, ...)
+    # Options left at None take the engine's defaults (no memory budget:
+    # nearline sizes one).
+    kw = {k: v for k, v in kw.items() if v is not None}
     idx = nearline.build(str(base_path), str(index_dir), overwrite=True, **kw)
     try:
         info = idx.info()

@@ -1,15 +1,15 @@
 //! Python bindings of the nearline engine: conversions and the GIL only;
 //! every piece of logic lives in the engine crate.
 
+mod options;
+
 use nearline::data::files;
 use nearline::data::groundtruth::{compute_ground_truth, compute_range_ground_truth};
 use nearline::data::matrix::Matrix;
-use nearline::index::{BuildOptions, Index, OpenOptions, RangeOptions};
+use nearline::index::Index;
 use nearline::io::{measure_read_ceiling, CeilingOptions, EngineKind};
-use nearline::layout::shuffle::{ShuffleAlgo, ShuffleParams};
-use nearline::layout::LayoutKind;
-use nearline::search::entry::EntryKind;
-use nearline::search::{ExecutorKind, PageSearch, QueryStats, SearchParams};
+use nearline::planner::DataFacts;
+use nearline::search::QueryStats;
 use nearline::util::Budget;
 use nearline::{with_dtype, DType, Element, Error, Metric};
 use numpy::{
@@ -17,7 +17,10 @@ use numpy::{
     PyReadonlyArray2, PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyboardInterrupt, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyKeyboardInterrupt, PyOSError, PyPermissionError, PyRuntimeError,
+    PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
@@ -42,16 +45,18 @@ create_exception!(
 fn to_py(e: Error) -> PyErr {
     match e {
         Error::InvalidArgument(m) => PyValueError::new_err(m),
+        Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            PyPermissionError::new_err(e.to_string())
+        }
         Error::Io { .. } => PyOSError::new_err(e.to_string()),
         Error::Format { .. } | Error::Version { .. } => FormatError::new_err(e.to_string()),
         Error::Corrupt { .. } => CorruptIndexError::new_err(e.to_string()),
         Error::Cancelled => PyKeyboardInterrupt::new_err("operation cancelled"),
         Error::Engine(m) => PyRuntimeError::new_err(m),
     }
-}
-
-fn parse_budget(s: Option<&str>) -> PyResult<Option<Budget>> {
-    s.map(|s| Budget::parse(s).map_err(to_py)).transpose()
 }
 
 /// Extracts a 2-D C-contiguous numpy array of T as an owned matrix.
@@ -156,65 +161,23 @@ fn run_cancellable<R: Send>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+fn json_str<T: serde::Serialize>(v: &T) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Builds an index at `path` from an array or a vector file; the options
+/// are `options::BUILD_KEYS`. Returns the manifest as JSON.
 #[pyfunction]
-#[pyo3(signature = (data, path, metric, preset, ids, r, build_l, alpha, passes, pq_bytes, memory_budget, build_memory_budget, page_size, threads, seed, progress, overwrite, dtype=None, saturate=false, nav_sample=0.0, entry_clusters=0, layout=None, shuffle="bnf", bnf_iters=8, bnf_tau=0.01, bns_iters=1))]
+#[pyo3(signature = (data, path, dtype=None, progress=None, **kwargs))]
 fn build_index(
     py: Python<'_>,
     data: &Bound<'_, PyAny>,
     path: PathBuf,
-    metric: &str,
-    preset: &str,
-    ids: Option<PyReadonlyArray1<'_, u64>>,
-    r: usize,
-    build_l: usize,
-    alpha: f32,
-    passes: usize,
-    pq_bytes: Option<usize>,
-    memory_budget: &str,
-    build_memory_budget: Option<&str>,
-    page_size: usize,
-    threads: Option<usize>,
-    seed: u64,
-    progress: Option<Py<PyAny>>,
-    overwrite: bool,
     dtype: Option<&str>,
-    saturate: bool,
-    nav_sample: f64,
-    entry_clusters: usize,
-    layout: Option<&str>,
-    shuffle: &str,
-    bnf_iters: usize,
-    bnf_tau: f64,
-    bns_iters: usize,
+    progress: Option<Py<PyAny>>,
+    kwargs: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<String> {
-    let opts = BuildOptions {
-        metric: Metric::parse(metric).map_err(to_py)?,
-        preset: preset.to_string(),
-        r,
-        build_l,
-        alpha,
-        passes,
-        saturate,
-        pq_bytes,
-        memory_budget: Budget::parse(memory_budget).map_err(to_py)?,
-        build_memory_budget: parse_budget(build_memory_budget)?,
-        page_size,
-        threads,
-        seed,
-        ids: ids.map(|a| a.as_array().iter().copied().collect()),
-        overwrite,
-        nav_sample,
-        entry_clusters,
-        layout: layout.map(LayoutKind::parse).transpose().map_err(to_py)?,
-        shuffle: ShuffleParams {
-            algo: ShuffleAlgo::parse(shuffle).map_err(to_py)?,
-            bnf_iters,
-            bnf_tau,
-            bns_iters,
-            seed,
-        },
-    };
+    let opts = options::build_options(kwargs)?;
     let dtype_hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
     let manifest = if let Ok(p) = data.extract::<PathBuf>() {
         run_cancellable(py, progress, |prog, cancel| {
@@ -229,41 +192,96 @@ fn build_index(
             AnyMatrix::I8(m) => nearline::index::build(m, &path, &opts, prog, cancel),
         })?
     };
-    serde_json::to_string(&manifest).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    json_str(&manifest)
 }
 
-/// The row-major values of a C-contiguous query array.
-fn contiguous<'a>(queries: &'a PyReadonlyArray2<'_, f32>) -> PyResult<&'a [f32]> {
-    queries
-        .as_slice()
-        .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))
+/// The plan of a build over `n` vectors of `dim` elements of `dtype`
+/// (nothing is built): JSON of the planned build.
+#[pyfunction]
+#[pyo3(signature = (n, dim, dtype, **kwargs))]
+fn plan_build(
+    n: usize,
+    dim: usize,
+    dtype: &str,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<String> {
+    let opts = options::build_options(kwargs)?;
+    let facts = DataFacts {
+        n,
+        dim,
+        dtype: DType::parse(dtype).map_err(to_py)?,
+    };
+    json_str(&nearline::index::plan_build(&opts, &facts).map_err(to_py)?)
 }
 
-/// The search options `search` and `range_search` share (k = 1, no range:
-/// the caller sets what differs).
-#[allow(clippy::too_many_arguments)]
-fn search_params(
-    l: usize,
-    w: usize,
-    executor: &str,
-    adaptive_beam: bool,
-    early_dispatch: Option<f32>,
-    queries_in_flight: usize,
-    page_search: &str,
-    sigma: f32,
-) -> PyResult<SearchParams> {
-    Ok(SearchParams {
-        k: 1,
-        l,
-        w,
-        executor: ExecutorKind::parse(executor).map_err(to_py)?,
-        adaptive_beam,
-        early_dispatch,
-        queries_in_flight,
-        page_search: PageSearch::parse(page_search).map_err(to_py)?,
-        sigma,
-        range: None,
-    })
+/// What a vector file holds, without reading it: `(n, dim, dtype)`.
+#[pyfunction]
+#[pyo3(signature = (path, dtype=None))]
+fn probe_vectors(path: PathBuf, dtype: Option<&str>) -> PyResult<(usize, usize, &'static str)> {
+    let hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
+    let info = files::probe(&path, hint).map_err(to_py)?;
+    Ok((info.n, info.dim, info.dtype.name()))
+}
+
+/// The plan of opening the index at `path` and of a default batch of
+/// `nq` queries, without loading it: JSON.
+#[pyfunction]
+#[pyo3(signature = (path, nq=10_000, **kwargs))]
+fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    let opts = options::open_options(kwargs)?;
+    let m = nearline::io::files::read_manifest(&path).map_err(to_py)?;
+    let open = nearline::planner::plan_open(&opts, &m).map_err(to_py)?;
+    // What the workers may hold once it is open: the budget less every
+    // other planned structure.
+    let mem = &open.memory;
+    let allowance = if open.budget_auto {
+        u64::MAX
+    } else {
+        mem.budget - (mem.fixed() - mem.worker_scratch) - mem.cache
+    };
+    let facts = nearline::planner::SearchFacts::of(&m, open.threads, allowance).map_err(to_py)?;
+    let search = nearline::planner::plan_search(
+        &nearline::planner::SearchOptions::new(10),
+        None,
+        &facts,
+        nq,
+    )
+    .map_err(to_py)?;
+    json_str(&serde_json::json!({
+        "index": path.display().to_string(),
+        "preset": m.spec.preset.name(),
+        "n": m.n, "dim": m.dim, "dtype": m.dtype.name(),
+        "entry": open.entry.name(),
+        "threads": open.threads,
+        "memory": open.memory,
+        "open": open.decisions,
+        "search": nearline::planner::SearchPlanView::of(&search),
+    }))
+}
+
+/// Re-seals an index's `manifest.json` after a deliberate edit (tests and
+/// tools): recomputes its checksum; nothing else is checked.
+#[pyfunction]
+fn _reseal_manifest(path: PathBuf) -> PyResult<()> {
+    let text = std::fs::read_to_string(&path).map_err(|e| to_py(Error::io(&path, e)))?;
+    let sealed = nearline::format::manifest::reseal(&path, &text).map_err(to_py)?;
+    std::fs::write(&path, sealed).map_err(|e| to_py(Error::io(&path, e)))
+}
+
+/// The names every API accepts (presets, executors, layouts, ...), JSON.
+#[pyfunction]
+fn vocabulary() -> PyResult<String> {
+    let mut v = nearline::planner::vocabulary();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("options".into(), options::option_names());
+    }
+    json_str(&v)
+}
+
+/// The defaults every API uses when an option is left open, JSON.
+#[pyfunction]
+fn defaults() -> PyResult<String> {
+    json_str(&nearline::planner::defaults_json())
 }
 
 /// Per-query statistics as a dict of numpy arrays.
@@ -350,118 +368,68 @@ impl RawIndex {
     }
 }
 
+/// The row-major values of a C-contiguous query array.
+fn contiguous<'a>(queries: &'a PyReadonlyArray2<'_, f32>) -> PyResult<&'a [f32]> {
+    queries
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("queries must be C-contiguous"))
+}
+
 #[pymethods]
 impl RawIndex {
     #[new]
-    #[pyo3(signature = (path, memory_budget=None, cache_nodes=None, io="auto", entry_points=0, entry="auto", nav_l=None, nav_seeds=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        path: PathBuf,
-        memory_budget: Option<&str>,
-        cache_nodes: Option<usize>,
-        io: &str,
-        entry_points: usize,
-        entry: &str,
-        nav_l: Option<usize>,
-        nav_seeds: Option<usize>,
-    ) -> PyResult<Self> {
-        let d = OpenOptions::default();
-        let opts = OpenOptions {
-            memory_budget: parse_budget(memory_budget)?,
-            cache_nodes,
-            entry_points,
-            entry: EntryKind::parse(entry).map_err(to_py)?,
-            nav_l: nav_l.unwrap_or(d.nav_l),
-            nav_seeds: nav_seeds.unwrap_or(d.nav_seeds),
-            io: EngineKind::parse(io).map_err(to_py)?,
-        };
+    #[pyo3(signature = (path, **kwargs))]
+    fn new(py: Python<'_>, path: PathBuf, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let opts = options::open_options(kwargs)?;
         let idx = py.detach(|| Index::open(&path, &opts)).map_err(to_py)?;
         Ok(RawIndex {
             inner: RwLock::new(Some(Arc::new(idx))),
         })
     }
 
-    #[pyo3(signature = (
-        queries, k, l, w, threads=None, return_stats=false, executor="auto",
-        adaptive_beam=false, early_dispatch=None, queries_in_flight=0,
-        page_search="auto", sigma=0.3
-    ))]
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    /// k-NN search: `(ids, distances, stats or None)`; options are
+    /// `options::SEARCH_KEYS`.
+    #[pyo3(signature = (queries, return_stats=false, **kwargs))]
+    #[allow(clippy::type_complexity)]
     fn search<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
-        k: usize,
-        l: usize,
-        w: usize,
-        threads: Option<usize>,
         return_stats: bool,
-        executor: &str,
-        adaptive_beam: bool,
-        early_dispatch: Option<f32>,
-        queries_in_flight: usize,
-        page_search: &str,
-        sigma: f32,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyAny>,
         Option<Bound<'py, PyDict>>,
     )> {
         let idx = self.get()?;
+        let opts = options::search_options(kwargs)?;
+        options::check_queries_dim(&queries, idx.manifest().dim)?;
         let nq = queries.shape()[0];
         let q = contiguous(&queries)?;
-        let p = SearchParams {
-            k,
-            ..search_params(
-                l,
-                w,
-                executor,
-                adaptive_beam,
-                early_dispatch,
-                queries_in_flight,
-                page_search,
-                sigma,
-            )?
-        };
-        let out = py
-            .detach(|| idx.search(q, nq, &p, threads))
-            .map_err(to_py)?;
+        let out = py.detach(|| idx.search(q, nq, &opts)).map_err(to_py)?;
         let stats = if return_stats {
             Some(stats_dict(py, &out.stats)?)
         } else {
             None
         };
+        let k = opts.k;
         let ids = out.ids.into_pyarray(py).reshape([nq, k])?.into_any();
         let dists = out.distances.into_pyarray(py).reshape([nq, k])?.into_any();
         Ok((ids, dists, stats))
     }
 
-    /// Range search: `(lims, ids, distances, stats)` in CSR form.
-    #[pyo3(signature = (
-        queries, radius, l, w, ratio=0.5, max_l=None, threads=None, return_stats=false,
-        executor="auto", adaptive_beam=false, early_dispatch=None, queries_in_flight=0,
-        page_search="auto", sigma=0.3, entry_cutoff=None
-    ))]
-    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    /// Range search: `(lims, ids, distances, stats or None)` in CSR form;
+    /// options are `options::RANGE_KEYS`.
+    #[pyo3(signature = (queries, radius, return_stats=false, **kwargs))]
+    #[allow(clippy::type_complexity)]
     fn range_search<'py>(
         &self,
         py: Python<'py>,
         queries: PyReadonlyArray2<'py, f32>,
         radius: f32,
-        l: usize,
-        w: usize,
-        ratio: f32,
-        max_l: Option<usize>,
-        threads: Option<usize>,
         return_stats: bool,
-        executor: &str,
-        adaptive_beam: bool,
-        early_dispatch: Option<f32>,
-        queries_in_flight: usize,
-        page_search: &str,
-        sigma: f32,
-        entry_cutoff: Option<f32>,
+        kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<(
         Bound<'py, PyAny>,
         Bound<'py, PyAny>,
@@ -469,27 +437,12 @@ impl RawIndex {
         Option<Bound<'py, PyDict>>,
     )> {
         let idx = self.get()?;
+        let (opts, range) = options::range_options(kwargs)?;
+        options::check_queries_dim(&queries, idx.manifest().dim)?;
         let nq = queries.shape()[0];
         let q = contiguous(&queries)?;
-        let p = search_params(
-            l,
-            w,
-            executor,
-            adaptive_beam,
-            early_dispatch,
-            queries_in_flight,
-            page_search,
-            sigma,
-        )?;
         let out = py
-            .detach(|| {
-                let o = RangeOptions {
-                    ratio,
-                    max_l,
-                    entry_cutoff,
-                };
-                idx.range_search(q, nq, radius, &o, &p, threads)
-            })
+            .detach(|| idx.range_search(q, nq, radius, &range, &opts))
             .map_err(to_py)?;
         let stats = if return_stats {
             Some(stats_dict(py, &out.stats)?)
@@ -505,8 +458,14 @@ impl RawIndex {
         ))
     }
 
-    fn default_width(&self) -> PyResult<usize> {
-        Ok(self.get()?.default_width())
+    /// The plan a batch of `nq` queries with these search options gets
+    /// (JSON), without running it.
+    #[pyo3(signature = (nq, **kwargs))]
+    fn plan_search(&self, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+        let idx = self.get()?;
+        let opts = options::search_options(kwargs)?;
+        let p = idx.plan_search(&opts, None, nq).map_err(to_py)?;
+        json_str(&nearline::planner::SearchPlanView::of(&p))
     }
 
     fn info(&self) -> PyResult<String> {
@@ -606,7 +565,7 @@ fn ground_truth<'py>(
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let metric = Metric::parse(metric).map_err(to_py)?;
     let threads = threads
-        .unwrap_or_else(nearline::index::default_threads)
+        .unwrap_or_else(nearline::planner::default_threads)
         .max(1);
     let b = any_matrix(base)?;
     let q = any_matrix(queries)?;
@@ -725,7 +684,7 @@ fn range_ground_truth<'py>(
 ) -> PyResult<RangeArrays<'py>> {
     let metric = Metric::parse(metric).map_err(to_py)?;
     let threads = threads
-        .unwrap_or_else(nearline::index::default_threads)
+        .unwrap_or_else(nearline::planner::default_threads)
         .max(1);
     let b = any_matrix(base)?;
     let q = any_matrix(queries)?;
@@ -856,6 +815,12 @@ fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add_class::<RawIndex>()?;
     m.add_function(wrap_pyfunction!(build_index, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_build, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_index, m)?)?;
+    m.add_function(wrap_pyfunction!(probe_vectors, m)?)?;
+    m.add_function(wrap_pyfunction!(vocabulary, m)?)?;
+    m.add_function(wrap_pyfunction!(_reseal_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(read_vectors, m)?)?;
     m.add_function(wrap_pyfunction!(write_vectors, m)?)?;
     m.add_function(wrap_pyfunction!(ground_truth, m)?)?;

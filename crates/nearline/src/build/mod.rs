@@ -60,6 +60,8 @@ pub struct BuildPlan {
     pub entry_clusters: usize,
     /// The search budget the index records (an open's default).
     pub memory_budget: u64,
+    /// Whether nearline sized the budget (none was given).
+    pub memory_budget_auto: bool,
     /// Bytes the build may use (`None`: unlimited).
     pub build_memory_budget: Option<u64>,
 }
@@ -188,6 +190,7 @@ pub fn run<T: Element>(
                 saturate: plan.saturate,
                 pq_bytes: plan.pq_bytes,
                 memory_budget: plan.memory_budget,
+                memory_budget_auto: plan.memory_budget_auto,
                 build_memory_budget: plan.build_memory_budget.unwrap_or(0),
                 page_size: plan.page_size,
                 seed: plan.seed,

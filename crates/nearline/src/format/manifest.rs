@@ -103,6 +103,11 @@ pub struct BuildSpec {
     pub pq_bytes: usize,
     /// Search memory budget in bytes (sizes the node cache at open by default).
     pub memory_budget: u64,
+    /// Whether the budget was sized by nearline (no budget given): searches
+    /// that need more worker scratch than it holds may take it. Absent
+    /// (indexes before 1.3): their budget sized the PQ codes only, so true.
+    #[serde(default = "yes")]
+    pub memory_budget_auto: bool,
     /// Build memory budget in bytes.
     pub build_memory_budget: u64,
     pub page_size: usize,
@@ -204,6 +209,10 @@ pub struct Manifest {
     /// (format 1.3; absent before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_kind() -> IndexKind {
@@ -358,6 +367,22 @@ impl Manifest {
             )
         })
     }
+}
+
+/// Re-seals manifest text edited on purpose (tests, tools): parses it,
+/// recomputes the checksum over the canonical form and returns the text
+/// to write. Nothing else is checked.
+pub fn reseal(path: &Path, text: &str) -> Result<String> {
+    let mut v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| Error::corrupt(path, format!("manifest is not valid JSON: {e}")))?;
+    let Some(o) = v.as_object_mut() else {
+        return Err(Error::corrupt(path, "manifest is not a JSON object"));
+    };
+    o.remove("checksum");
+    let c = checksum_of(&serde_json::Value::Object(o.clone()));
+    o.insert("checksum".into(), serde_json::Value::String(c));
+    serde_json::to_string_pretty(&v)
+        .map_err(|e| Error::format(path, format!("cannot serialise manifest: {e}")))
 }
 
 /// `crc32c:XXXXXXXX` of a manifest value in canonical form (sorted keys:

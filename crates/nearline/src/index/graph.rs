@@ -361,11 +361,12 @@ fn load_entries<T: Element>(
 }
 
 /// The planned split next to what is held, as `info()["memory"]` shows it.
-pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount) -> serde_json::Value {
+pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount, auto: bool) -> serde_json::Value {
     let total = held.static_total() + held.worker_scratch;
     let reserved = held.static_total() + held.worker_scratch.max(plan.worker_scratch);
     serde_json::json!({
         "budget": plan.budget,
+        "budget_auto": auto,
         "minimum": plan.minimum,
         "pq_codes": held.pq_codes,
         "pq_codebook": held.pq_codebook,
@@ -377,7 +378,7 @@ pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount) -> serde_json::Value
         "worker_scratch": held.worker_scratch,
         "worker_scratch_reserved": plan.worker_scratch,
         "total": total,
-        "within_budget": reserved <= plan.budget,
+        "within_budget": reserved <= plan.budget || auto,
         "plan": plan,
     })
 }

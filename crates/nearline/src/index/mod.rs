@@ -154,8 +154,12 @@ impl Index {
         }
     }
 
-    /// Bytes the search workers may hold: the budget less everything else.
+    /// Bytes the search workers may hold: the budget less everything else
+    /// (no limit when nearline sized the budget itself).
     fn scratch_allowance(&self) -> u64 {
+        if self.plan.budget_auto {
+            return u64::MAX;
+        }
         self.plan
             .memory
             .budget
@@ -323,7 +327,7 @@ impl Index {
             "records_per_page": m.layout.records_per_block,
             "disk_bytes": disk,
             "sections": files,
-            "memory": graph::memory_json(&self.plan.memory, &g.account()),
+            "memory": graph::memory_json(&self.plan.memory, &g.account(), self.plan.budget_auto),
             "plan": {
                 "open": self.plan.decisions,
                 "threads": self.plan.threads,

@@ -133,13 +133,16 @@ pub fn engine_bytes(depth: usize) -> u64 {
     crate::io::IoEngine::bytes_for_depth(depth)
 }
 
-/// Bytes of one worker: `qif` query slots plus its engine.
+/// Bytes of one worker: `qif` query slots, its engine, and its thread's
+/// stack and allocator slack.
 pub fn worker_bytes(s: &QueryShape, qif: usize) -> u64 {
     let depth = (qif * s.width).clamp(
         crate::search::MAX_BEAM_WIDTH,
         crate::search::executor::MAX_ENGINE_DEPTH,
     );
-    qif as u64 * query_bytes(s) + engine_bytes(depth.next_power_of_two())
+    qif as u64 * query_bytes(s)
+        + engine_bytes(depth.next_power_of_two())
+        + crate::search::pool::WORKER_THREAD_BYTES as u64
 }
 
 /// The split of one memory budget, in bytes.
@@ -288,19 +291,26 @@ pub fn split_at_build(
         scratch: t * worker(1, m_min),
         threads,
     };
-    let (budget, why) = match budget {
-        Some(b) => (b, "asked for".to_string()),
-        None if default_budget >= min.total => (
-            default_budget,
-            "default: 1/8 of the raw vectors (DiskANN's usual budget)".into(),
-        ),
-        None => (
-            min.total,
-            format!(
-                "default: 1/8 of the raw vectors ({default_budget} bytes) is below the minimum, \
-                 raised to it"
-            ),
-        ),
+    // No budget given: the PQ codes take what DiskANN's default gives them
+    // (its rule on 1/8 of the raw vectors), and the budget is what that
+    // index needs with room for four queries per worker.
+    let auto_m = budget.is_none().then(|| {
+        pq_bytes.unwrap_or_else(|| super::rules::pq_bytes_for_budget(n, dim, default_budget))
+    });
+    let (budget, why) = match (budget, auto_m) {
+        (Some(b), _) => (b, "asked for".to_string()),
+        (None, m) => {
+            let m = m.unwrap_or(m_min);
+            let b = need(m, super::preset::AUTO_QUERIES_IN_FLIGHT).max(min.total);
+            (
+                b,
+                format!(
+                    "auto: PQ codes of {m} bytes (DiskANN's rule on 1/8 of the raw vectors, \
+                     {default_budget} bytes) plus what the other structures and four queries per \
+                     worker need"
+                ),
+            )
+        }
     };
     decisions.push(Decision::new("memory_budget", budget, why));
     if budget < min.total {
@@ -314,12 +324,20 @@ pub fn split_at_build(
         m_min,
         worker,
     );
-    let m = match pq_bytes {
-        Some(m) => {
+    let m = match (pq_bytes, auto_m) {
+        (Some(m), _) => {
             decisions.push(Decision::new("pq_bytes", m, "asked for"));
             m
         }
-        None => {
+        (None, Some(m)) => {
+            decisions.push(Decision::new(
+                "pq_bytes",
+                m,
+                "DiskANN's rule floor(budget / n) on its default budget, 1/8 of the raw vectors",
+            ));
+            m
+        }
+        (None, None) => {
             let left = budget.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
             let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
             // The codebook grows by 4 bytes a chunk, the workers' tables by
@@ -339,7 +357,14 @@ pub fn split_at_build(
             m
         }
     };
-    let q = (1..=q).rev().find(|&q| need(m, q) <= budget).unwrap_or(1);
+    // With the PQ bytes known (the workers' tables grow with them), the
+    // interleaving the budget holds within the workers' share.
+    let q = if auto_m.is_some() {
+        super::preset::AUTO_QUERIES_IN_FLIGHT
+    } else {
+        let rest = budget.saturating_sub(need(m, 1) - t * worker(1, m));
+        reserved_qif(budget, rest, threads, m, worker)
+    };
     decisions.push(Decision::new(
         "worker_scratch",
         t * worker(q, m),
@@ -384,11 +409,13 @@ pub fn split_at_open(
     cores: usize,
     worker: WorkerCost<'_>,
     cache_nodes: Option<usize>,
+    grow: bool,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
     let codes = pq_codes_bytes(n, m);
     let base = fixed.total() + codebook + codes;
+    let mut budget = budget;
     let available = budget.saturating_sub(base);
     let threads = match threads {
         Some(t) => {
@@ -420,8 +447,18 @@ pub fn split_at_open(
     if budget < min.total {
         return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
-    let q = reserved_qif(budget, available, threads, m, worker);
+    // A budget nearline sized itself holds four queries per worker (what
+    // its build planned); a given one, what its workers' share holds.
+    let q = if grow {
+        super::preset::AUTO_QUERIES_IN_FLIGHT
+    } else {
+        reserved_qif(budget, available, threads, m, worker)
+    };
     let scratch = t * worker(q, m);
+    if grow && scratch > available {
+        budget += scratch - available;
+    }
+    let available = available.max(scratch);
     decisions.push(Decision::new(
         "worker_scratch",
         scratch,
@@ -431,10 +468,20 @@ pub fn split_at_open(
             SCRATCH_SHARE * 100.0
         ),
     ));
-    let share = available - scratch;
+    let mut share = available - scratch;
     let nodes = match cache_nodes {
         Some(c) => {
             let need = NodeCache::bytes_for(geo, c);
+            if need > share && grow {
+                // A budget nearline sized itself grows to hold the cache asked for.
+                budget += need - share;
+                share = need;
+                decisions.push(Decision::new(
+                    "memory_budget",
+                    budget,
+                    format!("auto: raised to hold cache_nodes={c}"),
+                ));
+            }
             if need > share {
                 return Err(Error::arg(format!(
                     "cache_nodes={c} needs {need} bytes, but memory_budget={budget} leaves the \
@@ -524,9 +571,12 @@ mod tests {
             e.contains("at least") && e.contains(&plan.minimum.to_string()),
             "{e}"
         );
-        // Default budget raised to the minimum.
-        let (_, p) = split(None, &mut d).unwrap();
-        assert_eq!(p.budget, p.minimum);
+        // No budget: PQ codes by DiskANN's rule on its default (here 10
+        // bytes: one byte a vector), the budget what that index needs with
+        // four queries per worker, and no room left for a cache.
+        let (m, p) = split(None, &mut d).unwrap();
+        assert_eq!(m, 1);
+        assert!(p.budget > p.minimum && p.fixed() == p.budget, "{p:?}");
     }
 
     #[test]
@@ -538,7 +588,8 @@ mod tests {
         let codes = pq_codes_bytes(100_000, 16);
         let open = |budget, threads, cache, d: &mut Vec<Decision>| {
             split_at_open(
-                "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, &geo, d,
+                "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, false,
+                &geo, d,
             )
         };
         // Room for eight one-query workers: all eight cores, a cache.

@@ -331,6 +331,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         nav_sample,
         entry_clusters,
         memory_budget: mem.budget,
+        memory_budget_auto: opts.memory_budget.is_none(),
         build_memory_budget,
     };
     Ok(PlannedBuild {
@@ -345,6 +346,9 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenPlan {
     pub entry: EntryPlan,
+    /// No budget was given at build or open: nearline sized it, and a
+    /// search that needs more worker scratch than it reserves takes it.
+    pub budget_auto: bool,
     pub memory: MemoryPlan,
     /// Search threads by default (the workers whose scratch is reserved).
     pub threads: usize,
@@ -444,22 +448,27 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
             d.push(Decision::new("memory_budget", b, "asked for"));
             b
         }
-        None if m.format_minor < crate::format::manifest::CHECKSUM_MINOR => {
+        None if m.format_minor < crate::format::manifest::CHECKSUM_MINOR
+            || m.spec.memory_budget_auto =>
+        {
             // Before format 1.3 the recorded budget sized the PQ codes only.
             let floor = fixed.total()
                 + codebook
                 + memory::pq_codes_bytes(m.n, pq_m)
                 + opts.threads.unwrap_or(cores) as u64 * worker(1, pq_m);
             let b = m.spec.memory_budget.max(floor);
-            d.push(Decision::new(
-                "memory_budget",
-                b,
+            let why = if m.format_minor < crate::format::manifest::CHECKSUM_MINOR {
                 format!(
-                    "a format {}.{} index records a budget for its PQ codes only ({} bytes); \
-                     at least what it needs",
+                    "auto: a format {}.{} index records a budget for its PQ codes only ({} \
+                     bytes); at least what it needs, searches may take more scratch",
                     m.format_major, m.format_minor, m.spec.memory_budget
-                ),
-            ));
+                )
+            } else {
+                "auto: the budget nearline sized at build (none was given), at least what \
+                 this open needs; searches may take more scratch (give memory_budget to bind it)"
+                    .to_string()
+            };
+            d.push(Decision::new("memory_budget", b, why));
             b
         }
         None => {
@@ -471,6 +480,8 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
             m.spec.memory_budget
         }
     };
+    let budget_auto = opts.memory_budget.is_none()
+        && (m.spec.memory_budget_auto || m.format_minor < crate::format::manifest::CHECKSUM_MINOR);
     let (threads, mem) = memory::split_at_open(
         &format!("this {} index", m.spec.preset),
         budget,
@@ -483,11 +494,13 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         cores,
         &worker,
         opts.cache_nodes,
+        budget_auto,
         &geo,
         &mut d,
     )?;
     Ok(OpenPlan {
         entry,
+        budget_auto,
         memory: mem,
         threads,
         decisions: d,
@@ -580,7 +593,7 @@ fn plan_search_with(
     }
     let k = if range.is_some() { 1 } else { opts.k };
     if k == 0 {
-        return Err(Error::arg("k must be at least 1"));
+        return Err(Error::arg(format!("k={k} must be at least 1")));
     }
     let l = match opts.l {
         Some(l) => {

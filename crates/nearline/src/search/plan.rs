@@ -160,7 +160,7 @@ impl SearchPlan {
     /// made by hand may not).
     pub fn check(&self) -> Result<()> {
         if self.k == 0 {
-            return Err(Error::arg("k must be at least 1"));
+            return Err(Error::arg(format!("k={} must be at least 1", self.k)));
         }
         if self.l < self.k {
             return Err(Error::arg(format!(
@@ -260,7 +260,7 @@ mod tests {
         let base = SearchPlan::beam(10, 100, 4);
         base.check().unwrap();
         SearchPlan::beam(1, 1, 1).check().unwrap();
-        assert!(err(SearchPlan { k: 0, ..base }).contains("k must be at least 1"));
+        assert!(err(SearchPlan { k: 0, ..base }).contains("k=0 must be at least 1"));
         assert!(err(SearchPlan { l: 5, ..base }).contains("L=5 must be at least k=10"));
         assert!(err(SearchPlan::beam(10, 100, 0)).contains("W=0"));
         assert!(err(SearchPlan::beam(10, 100, 65)).contains("W=65"));

@@ -1,0 +1,490 @@
+//! Options as keyword arguments: every name, type check and range check is
+//! made here (against the engine's types), so Python and the CLI only pass
+//! what the user gave.
+
+use crate::to_py;
+use nearline::distance::Metric;
+use nearline::format::LayoutKind;
+use nearline::io::EngineKind;
+use nearline::layout::shuffle::ShuffleAlgo;
+use nearline::planner::{
+    BuildOptions, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice, RangeOptions,
+    SearchOptions,
+};
+use nearline::util::Budget;
+use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyString};
+use std::collections::BTreeSet;
+
+/// Keyword arguments being read: each option is taken once; what is left
+/// at the end is an unknown option.
+pub struct Kw<'a, 'py> {
+    dict: Option<&'a Bound<'py, PyDict>>,
+    what: &'static str,
+    taken: BTreeSet<String>,
+    accepted: &'static [&'static str],
+}
+
+impl<'a, 'py> Kw<'a, 'py> {
+    /// Options of `what` (named in errors) that accept `accepted` names.
+    pub fn new(
+        dict: Option<&'a Bound<'py, PyDict>>,
+        what: &'static str,
+        accepted: &'static [&'static str],
+    ) -> Self {
+        Kw {
+            dict,
+            what,
+            taken: BTreeSet::new(),
+            accepted,
+        }
+    }
+
+    /// The value of `key`, or `None` when absent or Python `None`.
+    pub fn get(&mut self, key: &'static str) -> PyResult<Option<Bound<'py, PyAny>>> {
+        debug_assert!(self.accepted.contains(&key), "{key} not declared");
+        self.taken.insert(key.to_string());
+        let Some(d) = self.dict else {
+            return Ok(None);
+        };
+        match d.get_item(key)? {
+            Some(v) if !v.is_none() => Ok(Some(v)),
+            _ => Ok(None),
+        }
+    }
+
+    fn type_error(key: &str, want: &str, v: &Bound<'_, PyAny>) -> PyErr {
+        let got = v
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("{key} must be {want}, not {got}"))
+    }
+
+    /// An integer option (a Python or numpy integer; not a bool or float).
+    pub fn int(&mut self, key: &'static str) -> PyResult<Option<i64>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
+            return Err(Self::type_error(key, "an integer", &v));
+        }
+        v.extract::<i64>()
+            .map(Some)
+            .map_err(|_| Self::type_error(key, "an integer", &v))
+    }
+
+    /// A non-negative integer option.
+    pub fn usize(&mut self, key: &'static str) -> PyResult<Option<usize>> {
+        match self.int(key)? {
+            Some(i) if i < 0 => Err(PyValueError::new_err(format!("{key}={i} must be >= 0"))),
+            Some(i) => Ok(Some(i as usize)),
+            None => Ok(None),
+        }
+    }
+
+    /// A non-negative integer option that fits 64 bits unsigned.
+    pub fn u64(&mut self, key: &'static str) -> PyResult<Option<u64>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
+            return Err(Self::type_error(key, "an integer", &v));
+        }
+        v.extract::<u64>().map(Some).map_err(|_| {
+            if v.extract::<i64>().is_ok() {
+                PyValueError::new_err(format!("{key} must be >= 0"))
+            } else {
+                Self::type_error(key, "an integer in 0..2**64", &v)
+            }
+        })
+    }
+
+    /// A float option (an int is accepted; a bool is not); finite.
+    pub fn f64(&mut self, key: &'static str) -> PyResult<Option<f64>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyString>() {
+            return Err(Self::type_error(key, "a number", &v));
+        }
+        let x = v
+            .extract::<f64>()
+            .map_err(|_| Self::type_error(key, "a number", &v))?;
+        if !x.is_finite() {
+            return Err(PyValueError::new_err(format!(
+                "{key}={x} must be a finite number"
+            )));
+        }
+        Ok(Some(x))
+    }
+
+    /// A boolean option.
+    pub fn bool(&mut self, key: &'static str) -> PyResult<Option<bool>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if !v.is_instance_of::<PyBool>() && v.extract::<numpy::PyReadonlyArray0<bool>>().is_err() {
+            return Err(Self::type_error(key, "a bool", &v));
+        }
+        v.extract::<bool>()
+            .map(Some)
+            .map_err(|_| Self::type_error(key, "a bool", &v))
+    }
+
+    /// A string option.
+    pub fn str(&mut self, key: &'static str) -> PyResult<Option<String>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        v.extract::<String>()
+            .map(Some)
+            .map_err(|_| Self::type_error(key, "a string", &v))
+    }
+
+    /// A name option parsed by the engine's vocabulary.
+    pub fn name<T>(
+        &mut self,
+        key: &'static str,
+        parse: impl Fn(&str) -> nearline::Result<T>,
+    ) -> PyResult<Option<T>> {
+        self.str(key)?.map(|s| parse(&s).map_err(to_py)).transpose()
+    }
+
+    /// A budget: bytes (int ≥ 0), a fraction of the raw vectors (float in
+    /// (0, 1]) or a size string (`"512MB"`, `"2GiB"`, `"0.25"`).
+    pub fn budget(&mut self, key: &'static str) -> PyResult<Option<Budget>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if v.is_instance_of::<PyBool>() {
+            return Err(Self::type_error(
+                key,
+                "bytes (int), a size string or a fraction",
+                &v,
+            ));
+        }
+        if let Ok(s) = v.extract::<String>() {
+            return Budget::parse(&s).map(Some).map_err(to_py);
+        }
+        if v.is_instance_of::<PyFloat>() {
+            let f: f64 = v.extract()?;
+            return Budget::fraction(f).map(Some).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "{key}={f} is out of range: a float budget is a fraction of the raw vector \
+                     bytes in (0, 1]; give bytes as an int or a string such as '512MB'"
+                ))
+            });
+        }
+        match v.extract::<i64>() {
+            Ok(b) if b < 0 => Err(PyValueError::new_err(format!(
+                "{key}={b} must not be negative"
+            ))),
+            Ok(b) => Ok(Some(Budget::Bytes(b as u64))),
+            Err(_) => Err(Self::type_error(
+                key,
+                "bytes (int), a size string or a fraction",
+                &v,
+            )),
+        }
+    }
+
+    /// Fails on options nobody took.
+    pub fn finish(self) -> PyResult<()> {
+        let Some(d) = self.dict else {
+            return Ok(());
+        };
+        for k in d.keys() {
+            let k: String = k.extract()?;
+            if !self.taken.contains(&k) {
+                return Err(PyTypeError::new_err(format!(
+                    "{}: unexpected option {k:?}; accepted: {}",
+                    self.what,
+                    self.accepted.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The build options' names.
+pub const BUILD_KEYS: &[&str] = &[
+    "metric",
+    "preset",
+    "ids",
+    "R",
+    "build_L",
+    "alpha",
+    "passes",
+    "saturate",
+    "pq_bytes",
+    "memory_budget",
+    "build_memory_budget",
+    "page_size",
+    "threads",
+    "seed",
+    "overwrite",
+    "nav_sample",
+    "entry_clusters",
+    "layout",
+    "shuffle",
+    "bnf_iters",
+    "bnf_tau",
+    "bns_iters",
+];
+
+/// External ids: a 1-D integer array, every id in `0..2^63`.
+fn ids_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    if let Ok(a) = v.extract::<PyReadonlyArray1<'_, u64>>() {
+        let ids: Vec<u64> = a.as_array().iter().copied().collect();
+        if let Some((i, &x)) = ids.iter().enumerate().find(|(_, &x)| x > i64::MAX as u64) {
+            return Err(PyValueError::new_err(format!(
+                "ids[{i}] = {x} does not fit in a signed 64-bit integer (ids must be in 0..2**63)"
+            )));
+        }
+        return Ok(ids);
+    }
+    macro_rules! signed {
+        ($t:ty) => {
+            if let Ok(a) = v.extract::<PyReadonlyArray1<'_, $t>>() {
+                return a
+                    .as_array()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| {
+                        u64::try_from(x).map_err(|_| {
+                            PyValueError::new_err(format!(
+                                "ids[{i}] = {x} is negative: ids must be in 0..2**63"
+                            ))
+                        })
+                    })
+                    .collect();
+            }
+        };
+    }
+    signed!(i64);
+    signed!(i32);
+    if let Ok(a) = v.extract::<PyReadonlyArray1<'_, u32>>() {
+        return Ok(a.as_array().iter().map(|&x| x as u64).collect());
+    }
+    let dtype = v
+        .getattr("dtype")
+        .and_then(|d| d.str().map(|s| s.to_string()))
+        .unwrap_or_else(|_| "not an array".into());
+    let ndim = v
+        .getattr("ndim")
+        .and_then(|d| d.extract::<usize>())
+        .unwrap_or(0);
+    if ndim != 1 && dtype != "not an array" {
+        return Err(PyValueError::new_err(format!(
+            "ids must be a 1-D integer array, got {ndim} dimensions"
+        )));
+    }
+    Err(PyTypeError::new_err(format!(
+        "ids must be a 1-D array of integers (int64, uint64, int32 or uint32), got {dtype}; \
+         floats are refused rather than truncated"
+    )))
+}
+
+/// Build options from keyword arguments.
+pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
+    let mut k = Kw::new(kw, "build", BUILD_KEYS);
+    let d = BuildOptions::default();
+    let mut shuffle = d.shuffle.clone();
+    if let Some(a) = k.name("shuffle", ShuffleAlgo::parse)? {
+        shuffle.algo = a;
+    }
+    if let Some(x) = k.usize("bnf_iters")? {
+        shuffle.bnf_iters = x;
+    }
+    if let Some(x) = k.f64("bnf_tau")? {
+        shuffle.bnf_tau = x;
+    }
+    if let Some(x) = k.usize("bns_iters")? {
+        shuffle.bns_iters = x;
+    }
+    let ids = match k.get("ids")? {
+        Some(v) => Some(ids_of(&v)?),
+        None => None,
+    };
+    let o = BuildOptions {
+        metric: k.name("metric", Metric::parse)?.unwrap_or(d.metric),
+        preset: k.name("preset", PresetChoice::parse)?.unwrap_or(d.preset),
+        r: k.usize("R")?,
+        build_l: k.usize("build_L")?,
+        alpha: k.f64("alpha")?.map(|a| a as f32),
+        passes: k.usize("passes")?,
+        saturate: k.bool("saturate")?,
+        pq_bytes: k.usize("pq_bytes")?,
+        memory_budget: k.budget("memory_budget")?,
+        build_memory_budget: k.budget("build_memory_budget")?,
+        page_size: k.usize("page_size")?,
+        threads: k.usize("threads")?,
+        seed: k.u64("seed")?.unwrap_or(d.seed),
+        ids,
+        overwrite: k.bool("overwrite")?.unwrap_or(false),
+        nav_sample: k.f64("nav_sample")?,
+        entry_clusters: k.usize("entry_clusters")?,
+        layout: k.name("layout", LayoutKind::parse)?,
+        shuffle,
+    };
+    k.finish()?;
+    Ok(o)
+}
+
+/// The open options' names.
+pub const OPEN_KEYS: &[&str] = &[
+    "memory_budget",
+    "cache_nodes",
+    "threads",
+    "io",
+    "entry_points",
+    "entry",
+    "nav_L",
+    "nav_seeds",
+];
+
+/// Open options from keyword arguments.
+pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
+    let mut k = Kw::new(kw, "open", OPEN_KEYS);
+    let d = OpenOptions::default();
+    let o = OpenOptions {
+        memory_budget: k.budget("memory_budget")?,
+        cache_nodes: k.usize("cache_nodes")?,
+        threads: k.usize("threads")?,
+        io: k.name("io", EngineKind::parse)?.unwrap_or(d.io),
+        entry_points: k.usize("entry_points")?.unwrap_or(0),
+        entry: k.name("entry", EntryChoice::parse)?.unwrap_or(d.entry),
+        nav_l: k.usize("nav_L")?,
+        nav_seeds: k.usize("nav_seeds")?,
+    };
+    k.finish()?;
+    Ok(o)
+}
+
+/// The search options' names.
+pub const SEARCH_KEYS: &[&str] = &[
+    "k",
+    "L",
+    "W",
+    "threads",
+    "executor",
+    "adaptive_beam",
+    "early_dispatch",
+    "queries_in_flight",
+    "page_search",
+    "sigma",
+];
+
+/// The range options' names besides the search options.
+pub const RANGE_KEYS: &[&str] = &[
+    "L",
+    "W",
+    "threads",
+    "executor",
+    "adaptive_beam",
+    "early_dispatch",
+    "queries_in_flight",
+    "page_search",
+    "sigma",
+    "ratio",
+    "max_L",
+    "entry_cutoff",
+];
+
+fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
+    let qif = match k.get("queries_in_flight")? {
+        None => None,
+        Some(v) => match v.extract::<String>() {
+            Ok(s) if s.trim().eq_ignore_ascii_case("auto") => None,
+            Ok(s) => {
+                return Err(PyValueError::new_err(format!(
+                    "queries_in_flight={s:?} must be 'auto' or an integer in 1..64"
+                )))
+            }
+            Err(_) => {
+                if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
+                    return Err(PyTypeError::new_err(
+                        "queries_in_flight must be 'auto' or an integer",
+                    ));
+                }
+                match v.extract::<i64>() {
+                    Ok(q) if q >= 1 => Some(q as usize),
+                    Ok(q) => {
+                        return Err(PyValueError::new_err(format!(
+                            "queries_in_flight={q} must be in 1..64 (or 'auto')"
+                        )))
+                    }
+                    Err(_) => {
+                        return Err(PyTypeError::new_err(
+                            "queries_in_flight must be 'auto' or an integer",
+                        ))
+                    }
+                }
+            }
+        },
+    };
+    Ok(SearchOptions {
+        k: kk,
+        l: k.usize("L")?,
+        w: k.usize("W")?,
+        executor: k
+            .name("executor", ExecutorChoice::parse)?
+            .unwrap_or(ExecutorChoice::Auto),
+        adaptive_beam: k.bool("adaptive_beam")?.unwrap_or(false),
+        early_dispatch: k.f64("early_dispatch")?.map(|x| x as f32),
+        queries_in_flight: qif,
+        page_search: k
+            .name("page_search", PageChoice::parse)?
+            .unwrap_or(PageChoice::Auto),
+        sigma: k.f64("sigma")?.map(|x| x as f32),
+        threads: k.usize("threads")?,
+    })
+}
+
+/// Search options from keyword arguments.
+pub fn search_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<SearchOptions> {
+    let mut k = Kw::new(kw, "search", SEARCH_KEYS);
+    let kk = k.usize("k")?.unwrap_or(10);
+    let o = search_fields(&mut k, kk)?;
+    k.finish()?;
+    Ok(o)
+}
+
+/// Range-search options from keyword arguments.
+pub fn range_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<(SearchOptions, RangeOptions)> {
+    let mut k = Kw::new(kw, "range_search", RANGE_KEYS);
+    let s = search_fields(&mut k, 1)?;
+    let r = RangeOptions {
+        ratio: k.f64("ratio")?.map(|x| x as f32),
+        max_l: k.usize("max_L")?,
+        entry_cutoff: k.f64("entry_cutoff")?.map(|x| x as f32),
+    };
+    k.finish()?;
+    Ok((s, r))
+}
+
+/// The accepted option names of each call, for the Python side's help.
+pub fn option_names() -> serde_json::Value {
+    serde_json::json!({
+        "build": BUILD_KEYS,
+        "open": OPEN_KEYS,
+        "search": SEARCH_KEYS,
+        "range_search": RANGE_KEYS,
+    })
+}
+
+/// The shape of an index's queries check: a helper for error messages.
+pub fn check_queries_dim(q: &numpy::PyReadonlyArray2<'_, f32>, dim: usize) -> PyResult<()> {
+    if q.shape()[1] != dim {
+        return Err(PyValueError::new_err(format!(
+            "queries have dimension {}, the index has {dim}",
+            q.shape()[1]
+        )));
+    }
+    Ok(())
+}
