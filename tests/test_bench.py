@@ -188,6 +188,42 @@ def test_run_worker_raises_bench_error(tmp_path):
     assert (tmp_path / "log.txt").exists()
 
 
+def test_variant_keys_are_engine_option_names():
+    """The bench routes a variant's keys to calls; the names are the engine's own."""
+    import nearline
+
+    names = nearline.VOCABULARY["options"]
+    engine = {"build": set(names["build"]), "open": set(names["open"]), "search": set(names["search"]),
+              "range": set(names["range_search"])}
+    for stage in ("build", "open", "search", "range"):
+        assert set(bench.VARIANT_KEYS[stage]) <= engine[stage], stage
+
+
+def test_runner_python_runs_the_worker_with_that_interpreter(tmp_path, monkeypatch):
+    """``--variant NAME:python=PATH`` runs that variant with another interpreter (another
+    nearline version) whose own package is imported: this one's is not put on its path."""
+    v = bench.parse_variant(f"before:python={sys.executable},W=8")
+    assert v.runner == {"python": sys.executable} and v.search == {"W": 8}
+    assert "python" not in v.spec()
+    seen = {}
+
+    class Done:
+        returncode = 0
+        stdout = json.dumps({"ok": True})
+
+    def fake_run(cmd, **kw):
+        seen["cmd"], seen["env"], seen["input"] = cmd, kw["env"], json.loads(kw["input"])
+        return Done()
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    assert bench.run_worker({"action": "search", "system": "nearline", "python": "/other/python"}) == {"ok": True}
+    assert seen["cmd"][0] == "/other/python" and "PYTHONPATH" not in seen["env"]
+    assert "python" not in seen["input"]
+    bench.run_worker({"action": "search", "system": "nearline"})
+    assert seen["cmd"][0] == sys.executable and "/somewhere" in seen["env"]["PYTHONPATH"]
+
+
 # --------------------------------------------------------------------------- diskannpy end to end
 
 

@@ -96,6 +96,10 @@ VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma"),
     "range": ("ratio", "max_L", "entry_cutoff"),
+    # The Python interpreter that runs the variant's build and searches: one
+    # with another version of nearline installed (the previous release, say),
+    # so that two versions are compared in the same run.
+    "runner": ("python",),
 }
 _KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -119,6 +123,8 @@ class Variant:
     search: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: ``Index.range_search``-only keys (range mode).
     range: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ``python``: the interpreter running this variant (another nearline version).
+    runner: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
         """The JSON form the worker receives (``range`` only when set)."""
@@ -830,13 +836,19 @@ def run_worker(
     The worker's stderr goes to ``log_path`` (or is inherited). Raises
     :class:`BenchError` naming the system and action when the worker fails.
     """
-    cmd = [sys.executable, "-m", "nearline._bench_worker"]
+    spec = dict(spec)
+    python = spec.pop("python", None)
+    cmd = [python or sys.executable, "-m", "nearline._bench_worker"]
     what = f"{spec.get('name') or spec.get('variant', {}).get('name') or spec.get('system')} {spec.get('action')}"
+    env = _worker_env()
+    if python:
+        # Another interpreter imports its own nearline, not this one.
+        env.pop("PYTHONPATH", None)
     err_f = open(log_path, "a") if log_path else None
     try:
         proc = subprocess.run(
             cmd, input=json.dumps(peers.jsonable(spec)), stdout=subprocess.PIPE, stderr=err_f, text=True,
-            env=_worker_env(), timeout=timeout_s,
+            env=env, timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
         raise BenchError(f"{what}: worker ran past {timeout_s} s") from None
@@ -907,6 +919,8 @@ def _check_variants(variants: Sequence[Variant]) -> None:
         log.warning("nearline cannot be imported here; variant options are checked by the workers")
         return
     for v in variants:
+        if v.runner.get("python"):
+            continue  # another interpreter, another version: its worker checks
         check_variant_supported(v, nearline)
 
 
@@ -932,6 +946,8 @@ def _build_one(cfg: BenchConfig, system: str, key: str, work: Path, logs: Path, 
     if variant is not None:
         spec["variant"] = variant.spec()
         spec["name"] = variant.name
+        if variant.runner.get("python"):
+            spec["python"] = str(variant.runner["python"])
     res = run_worker(spec, logs / f"build-{key}.log", cfg.timeout_s)
     res["cached"] = False
     marker.write_text(json.dumps(res, indent=1))
@@ -975,9 +991,10 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     by_key: dict[str, dict[str, Any]] = {}
     pq_bytes = cfg.pq_bytes
     for v in variants:
-        key = params_key("nearline", ds.name, p, cfg.pq_bytes, v.build)
+        key = params_key("nearline", ds.name, p, cfg.pq_bytes, {**v.build, **v.runner})
         if key not in by_key:
-            by_key[key] = _build_one(cfg, "nearline", key, work, logs, ds, p, cfg.pq_bytes, v if v.build else None)
+            by_key[key] = _build_one(cfg, "nearline", key, work, logs, ds, p, cfg.pq_bytes,
+                                     v if (v.build or v.runner) else None)
         res = by_key[key]
         if res.get("pq_bytes") and not pq_bytes:
             pq_bytes = int(res["pq_bytes"])
@@ -1018,6 +1035,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
                 "seed": cfg.seed}
         if v is not None and (v.open or v.search):
             spec["variant"] = v.spec()
+        if v is not None and v.runner.get("python"):
+            spec["python"] = str(v.runner["python"])
         return spec
 
     runs, ceiling_runs = _alternate(cfg, systems, search_spec, ceiling_dir, p, logs, progress)
@@ -1196,6 +1215,8 @@ def _run_range(cfg: BenchConfig, ds: Any, p: peers.Params, logs: Path, range_inf
                 "sweep": cfg.range_sweep, "start_L": cfg.range_start_L}
         if v is not None and (v.open or v.search or v.range):
             spec["variant"] = v.spec()
+        if v is not None and v.runner.get("python"):
+            spec["python"] = str(v.runner["python"])
         return spec
 
     runs, ceiling_runs = _alternate(cfg, list(entries), spec_of, ceiling_dir, p, logs, progress)

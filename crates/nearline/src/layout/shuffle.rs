@@ -56,27 +56,8 @@
 //! `OR(result) ≥ OR(ID)` always holds. With `cap == 1` every layout has
 //! `OR(G) = 0` and the ID layout is returned at once.
 //!
-//! **Measured** (the `#[ignore]`d test `measure_vamana_20k` prints these):
-//! Vamana graphs (α 1.2, L 100) over 20,000 clustered 32-d points whose ids
-//! carry no locality, default parameters (β 8, τ 0.01, one BNS round):
-//!
-//! | OR(G) | R 32, cap 5 | R 64, cap 5 | R 32, cap 12 | R 64, cap 12 |
-//! |---|---|---|---|---|
-//! | ID layout | 0.001 | 0.001 | 0.001 | 0.001 |
-//! | BNP | 0.441 | 0.463 | 0.229 | 0.250 |
-//! | BNF | 0.547 | 0.565 | 0.359 | 0.388 |
-//! | BNS (BNF + 1 round) | 0.603 | 0.632 | 0.374 | 0.405 |
-//!
-//! BNF with one choice changed (R 64, cap 5 / cap 12): plain count without
-//! the fill penalty 0.463 / 0.296 (at cap 5 no round beats BNP); random
-//! order without strongest-pull-first 0.497 / 0.339; placed neighbours
-//! counted once 0.513 / 0.375, three times 0.539 / 0.384; previous round's
-//! blocks only 0.463 / 0.250; out-neighbours only 0.531 / 0.376; first
-//! non-full block as fallback 0.562 / 0.389; one order for all rounds or id
-//! order 0.573 / 0.390 (but 0.94 instead of 0.98 on graphs of 5-cliques, so
-//! not the default). Algorithm 1 as the paper writes it (out-neighbours,
-//! previous round's blocks, plain count, id order) never beats BNP here
-//! (0.463 / 0.250): BNP's breadth-first padding is already a strong start.
+//! How each design choice measured (OR(G) per algorithm and variant, and
+//! the timings on 1M nodes) is in docs/benchmarks.md, "Block shuffling".
 //!
 //! **Parallelism and determinism.** BNF and BNS work through the stream in
 //! chunks of 4,096 nodes: the candidate blocks (BNF) or the best swap (BNS)
@@ -84,12 +65,7 @@
 //! start of the chunk, then applied in stream order on one thread. The
 //! result depends on the seed only, not on the number of threads. Runs on
 //! the caller's rayon pool. `cancel` is checked between rounds and every
-//! 65,536 nodes. On 1M nodes of mean degree 57 with cap 5 and 2 threads
-//! (release build, `time_1m`, on a shared 2-core machine), set-up takes ~4 s
-//! (reverse adjacency 2.2 s, first pull 1.6 s, BNP and OR(G) of the ID and
-//! BNP layouts 0.4 s) and each BNF round ~5 s (3.5 s streaming, 1.3 s OR(G)
-//! and pull): the default parameters stopped after 3 rounds in 19 s; one
-//! BNS round adds ~35 s.
+//! 65,536 nodes.
 //!
 //! **Memory** beyond the graph: a reverse adjacency for BNF and BNS
 //! (`4·edges` bytes plus offsets) and a few `u32` per node; see
