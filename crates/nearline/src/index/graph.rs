@@ -248,6 +248,11 @@ impl GraphIndex {
         }
     }
 
+    /// What the index holds besides its workers' scratch.
+    pub fn static_total(&self) -> u64 {
+        self.account.static_total()
+    }
+
     /// What the index holds now (the workers' scratch measured).
     pub fn account(&self) -> MemoryAccount {
         let scratch = with_engine!(&self.engine, e, e.workers.memory_bytes()) as u64;

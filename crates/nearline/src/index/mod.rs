@@ -93,8 +93,6 @@ pub struct SearchOutput {
     /// Range search only: query i's results are `lims[i]..lims[i + 1]`.
     pub lims: Vec<u64>,
     pub stats: Vec<QueryStats>,
-    /// What the batch ran with.
-    pub plan: Option<SearchPlanView>,
 }
 
 enum Kind {
@@ -163,7 +161,7 @@ impl Index {
         self.plan
             .memory
             .budget
-            .saturating_sub(self.memory().static_total())
+            .saturating_sub(self.graph().static_total())
     }
 
     /// What the planner knows of this index for a search.
@@ -171,7 +169,8 @@ impl Index {
         SearchFacts::of(&self.manifest, self.plan.threads, self.scratch_allowance())
     }
 
-    /// Plans a batch of `nq` queries (a range search with `range`).
+    /// Plans a batch of `nq` queries (a range search with `range`), with
+    /// the rule behind each choice.
     pub fn plan_search(
         &self,
         opts: &SearchOptions,
@@ -181,9 +180,19 @@ impl Index {
         planner::plan_search(opts, range, &self.search_facts()?, nq)
     }
 
+    /// [`Index::plan_search`] without the decisions' texts (the search path).
+    fn plan_quietly(
+        &self,
+        opts: &SearchOptions,
+        range: Option<(f32, RangeOptions)>,
+        nq: usize,
+    ) -> Result<PlannedSearch> {
+        planner::plan_search_quietly(opts, range, &self.search_facts()?, nq)
+    }
+
     /// Searches `nq` row-major float queries.
     pub fn search(&self, queries: &[f32], nq: usize, opts: &SearchOptions) -> Result<SearchOutput> {
-        let planned = self.plan_search(opts, None, nq)?;
+        let planned = self.plan_quietly(opts, None, nq)?;
         self.run(queries, nq, &planned)
     }
 
@@ -222,7 +231,6 @@ impl Index {
             distances,
             lims: r.lims,
             stats: r.stats,
-            plan: Some(SearchPlanView::of(planned)),
         })
     }
 
@@ -272,7 +280,7 @@ impl Index {
             Metric::InnerProduct => -radius,
             Metric::Cosine => 1.0 - radius,
         };
-        let planned = self.plan_search(opts, Some((internal, *range)), nq)?;
+        let planned = self.plan_quietly(opts, Some((internal, *range)), nq)?;
         self.run(queries, nq, &planned)
     }
 

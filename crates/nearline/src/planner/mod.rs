@@ -295,7 +295,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         &mut d,
     )?;
     let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
-    let search = SearchPlanView::of(&plan_search_with(
+    let search = SearchPlanView::of(&plan_search(
         &SearchOptions::new(10),
         None,
         &SearchFacts {
@@ -576,7 +576,45 @@ pub fn plan_search(
     f: &SearchFacts,
     nq: usize,
 ) -> Result<PlannedSearch> {
-    plan_search_with(opts, range, f, nq)
+    plan_search_with(opts, range, f, nq, &mut Notes::new(true))
+}
+
+/// [`plan_search`] without the decisions' texts: the same plan, none of the
+/// strings (what every search batch calls).
+pub fn plan_search_quietly(
+    opts: &SearchOptions,
+    range: Option<(f32, RangeOptions)>,
+    f: &SearchFacts,
+    nq: usize,
+) -> Result<PlannedSearch> {
+    plan_search_with(opts, range, f, nq, &mut Notes::new(false))
+}
+
+/// Decisions being recorded, or not (the texts are built only when kept).
+struct Notes {
+    keep: bool,
+    list: Vec<Decision>,
+}
+
+impl Notes {
+    fn new(keep: bool) -> Self {
+        Notes {
+            keep,
+            list: Vec::new(),
+        }
+    }
+
+    /// Records `what` = `value` because of the rule `why()` returns.
+    fn push<V: std::fmt::Display, W: Into<String>>(
+        &mut self,
+        what: &'static str,
+        value: V,
+        why: impl FnOnce() -> W,
+    ) {
+        if self.keep {
+            self.list.push(Decision::new(what, value, why()));
+        }
+    }
 }
 
 fn plan_search_with(
@@ -584,8 +622,8 @@ fn plan_search_with(
     range: Option<(f32, RangeOptions)>,
     f: &SearchFacts,
     nq: usize,
+    d: &mut Notes,
 ) -> Result<PlannedSearch> {
-    let mut d = Vec::new();
     let pd = defaults(f.preset);
     let threads = opts.threads.unwrap_or(f.threads);
     if threads == 0 {
@@ -597,16 +635,12 @@ fn plan_search_with(
     }
     let l = match opts.l {
         Some(l) => {
-            d.push(Decision::new("L", l, "asked for"));
+            d.push("L", l, || "asked for");
             l
         }
         None => {
             let l = k.max(DEFAULT_L);
-            d.push(Decision::new(
-                "L",
-                l,
-                format!("default: max(k, {DEFAULT_L})"),
-            ));
+            d.push("L", l, || format!("default: max(k, {DEFAULT_L})"));
             l
         }
     };
@@ -625,25 +659,21 @@ fn plan_search_with(
         f.geo.records_per_block,
         beam_options,
     )?;
-    d.push(Decision::new(
+    d.push(
         "executor",
         match kind {
             ExecutorKind::Beam => "beam",
             ExecutorKind::Pipeline => "pipeline",
         },
-        why,
-    ));
+        || why,
+    );
     let w = match opts.w {
         Some(w) => {
-            d.push(Decision::new("W", w, "asked for"));
+            d.push("W", w, || "asked for");
             w
         }
         None => {
-            d.push(Decision::new(
-                "W",
-                pd.width,
-                format!("the {} preset's", f.preset),
-            ));
+            d.push("W", pd.width, || format!("the {} preset's", f.preset));
             pd.width
         }
     };
@@ -665,7 +695,7 @@ fn plan_search_with(
     } else {
         PagePlan::Targets
     };
-    d.push(Decision::new("page_search", page.name(), why));
+    d.push("page_search", page.name(), || why);
     let range = match range {
         None => None,
         Some((radius, o)) => {
@@ -726,13 +756,13 @@ fn plan_search_with(
             shape.l, f.scratch_allowance
         )));
     }
-    d.push(Decision::new("queries_in_flight", qif, why));
+    d.push("queries_in_flight", qif, || why);
     plan.queries_in_flight = qif;
     Ok(PlannedSearch {
         plan,
         threads,
         scratch,
-        decisions: d,
+        decisions: std::mem::take(&mut d.list),
     })
 }
 
