@@ -339,7 +339,13 @@ pub fn split_at_build(
             m
         }
     };
-    let q = (1..=q).rev().find(|&q| need(m, q) <= budget).unwrap_or(1);
+    // Interleaving stays within its share with the PQ bytes chosen (the
+    // reserve above was sized with the fewest).
+    let cap = (budget as f64 * SCRATCH_SHARE) as u64;
+    let q = (1..=q)
+        .rev()
+        .find(|&q| need(m, q) <= budget && t * worker(q, m) <= cap)
+        .unwrap_or(1);
     decisions.push(Decision::new(
         "worker_scratch",
         t * worker(q, m),
