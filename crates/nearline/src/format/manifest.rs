@@ -292,6 +292,30 @@ impl Manifest {
         if self.dim == 0 {
             return bad("field \"dim\" is 0".into());
         }
+        // Every section stores the dimension as a u32, and node ids are
+        // u32 (one is kept free): a manifest beyond either was not written
+        // by a build, and the sizes derived from it (the planner's memory
+        // split) stay far from overflowing.
+        if self.dim > u32::MAX as usize {
+            return bad(format!(
+                "field \"dim\" is {}, more than the {} the format can store",
+                self.dim,
+                u32::MAX
+            ));
+        }
+        if self.n > u32::MAX as usize - 1 {
+            return bad(format!(
+                "field \"n\" is {}, more than the {} nodes an index can hold",
+                self.n,
+                u32::MAX - 1
+            ));
+        }
+        if self.spec.pq_bytes == 0 || self.spec.pq_bytes > self.dim {
+            return bad(format!(
+                "field \"spec.pq_bytes\" is {}, expected 1..={} (the dimension)",
+                self.spec.pq_bytes, self.dim
+            ));
+        }
         if ![4096, 8192, 16384].contains(&l.page_size) {
             return bad(format!(
                 "field \"layout.page_size\" is {}, expected 4096, 8192 or 16384",
@@ -314,6 +338,16 @@ impl Manifest {
                 geo.record_size, geo.block_size, geo.records_per_block, geo.n_blocks
             ));
         }
+        // No file is longer than `i64::MAX` bytes (`off_t`): a node count
+        // that makes the page file longer is damage, and every size derived
+        // from it (the planner's memory split) stays far from overflowing.
+        let page_file = l.n_blocks.checked_mul(l.block_size as u64);
+        if page_file.is_none_or(|b| b > i64::MAX as u64) {
+            return bad(format!(
+                "fields \"n\" = {} and \"layout.block_size\" = {} make a page file of {} blocks, longer than any file can be",
+                self.n, l.block_size, l.n_blocks
+            ));
+        }
         if self.n > 0 && self.medoid as usize >= self.n {
             return bad(format!(
                 "field \"medoid\" is {} but the index has {} points",
@@ -327,6 +361,15 @@ impl Manifest {
         }
         if l.kind == LayoutKind::Shuffled && !self.sections.contains_key(&Section::IdToLocation) {
             return bad("a shuffled layout needs section \"id_to_location\"".into());
+        }
+        for (s, info) in &self.sections {
+            if info.bytes > i64::MAX as u64 {
+                return bad(format!(
+                    "field \"sections.{}.bytes\" is {}, longer than any file can be",
+                    s.name(),
+                    info.bytes
+                ));
+            }
         }
         Ok(())
     }
