@@ -196,13 +196,17 @@ impl Manifest {
                 l.page_size
             ));
         }
-        let geo = super::page::PageGeometry::new(
-            l.page_size,
-            self.dim * self.dtype.size(),
-            l.max_degree,
-            self.n,
-        )
-        .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let vector_bytes = self.dim.checked_mul(self.dtype.size()).ok_or_else(|| {
+            Error::corrupt(
+                path,
+                format!(
+                    "field \"dim\" is {}, too large for {} vectors",
+                    self.dim, self.dtype
+                ),
+            )
+        })?;
+        let geo = super::page::PageGeometry::new(l.page_size, vector_bytes, l.max_degree, self.n)
+            .map_err(|e| Error::corrupt(path, e.to_string()))?;
         if geo.record_size != l.record_size
             || geo.block_size != l.block_size
             || geo.records_per_block != l.records_per_block
