@@ -2,7 +2,7 @@
 //! kept as regression tests: each must now give a clean error.
 
 use nearline::data::matrix::Matrix;
-use nearline::index::{build, BuildOptions};
+use nearline::index::{build, BuildOptions, Index, OpenOptions};
 use nearline::layout::format::Manifest;
 use nearline::layout::page::PageGeometry;
 use nearline::Error;
@@ -69,4 +69,25 @@ fn page_geometry_of_a_huge_record_is_an_error() {
     // The largest record that still fits: a whole number of pages.
     let g = PageGeometry::new(4096, 1 << 40, 8, 1).expect("1 TiB record");
     assert_eq!(g.block_size % 4096, 0);
+}
+
+/// Found reviewing what `Index::open` does with a manifest the parser
+/// accepts (random mutation rarely makes `n` and `layout.n_blocks` agree): a
+/// node count near `usize::MAX` overflowed `PageGeometry::file_bytes`, which
+/// open compares with the page file's size.
+#[test]
+fn index_with_huge_node_count_is_corrupt_not_a_panic() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("i");
+    let mut v = tiny_index(&dir);
+    let n = u64::MAX - 1;
+    let rpb = v["layout"]["records_per_block"].as_u64().expect("rpb");
+    v["n"] = serde_json::json!(n);
+    v["layout"]["n_blocks"] = serde_json::json!(n.div_ceil(rpb));
+    let text = serde_json::to_string(&v).expect("json");
+    let m = Manifest::parse(Path::new("manifest.json"), &text).expect("consistent manifest");
+    let geo = PageGeometry::new(4096, 16, 8, m.n).expect("geometry");
+    assert_eq!(geo.file_bytes(), u64::MAX);
+    std::fs::write(dir.join("manifest.json"), text).expect("write");
+    assert!(is_corrupt(Index::open(&dir, &OpenOptions::default())));
 }

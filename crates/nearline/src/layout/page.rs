@@ -127,9 +127,10 @@ impl PageGeometry {
         b * self.block_size as u64
     }
 
-    /// Size of the page file.
+    /// Size of the page file (saturating: a damaged manifest's node count
+    /// can make it exceed `u64`, and no file is that long).
     pub fn file_bytes(&self) -> u64 {
-        self.n_blocks * self.block_size as u64
+        self.n_blocks.saturating_mul(self.block_size as u64)
     }
 
     /// The record at `slot` of a verified block.
