@@ -641,9 +641,20 @@ fn section_path(dir: &Path, m: &Manifest, name: &str) -> PathBuf {
 }
 
 fn read_section(dir: &Path, m: &Manifest, name: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
     let s = m.section(&dir.join(crate::layout::format::MANIFEST_FILE), name)?;
     let path = dir.join(&s.file);
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    // The size is checked before reading, and no more than it is read: a
+    // damaged manifest may name a file that never ends (a device, a pipe).
+    let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    if len != s.bytes {
+        return Err(section_size_error(&path, name, len, s.bytes));
+    }
+    let mut bytes = Vec::new();
+    file.take(len)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(&path, e))?;
     check_section(&path, name, s, &bytes)?;
     Ok(bytes)
 }

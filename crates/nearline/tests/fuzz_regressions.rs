@@ -91,3 +91,22 @@ fn index_with_huge_node_count_is_corrupt_not_a_panic() {
     std::fs::write(dir.join("manifest.json"), text).expect("write");
     assert!(is_corrupt(Index::open(&dir, &OpenOptions::default())));
 }
+
+/// Found reviewing the section reads behind the `index` target: a manifest
+/// naming a character device as a section (`"file": "/dev/zero"`) made
+/// `Index::open` read it to the end, which never comes: memory grows until
+/// the process dies. The size the manifest records is now checked against
+/// the file's before reading, and no more than that is read.
+#[test]
+fn section_naming_an_endless_file_is_refused_without_reading_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("i");
+    let mut v = tiny_index(&dir);
+    v["sections"]["pq_codebook"]["file"] = serde_json::json!("/dev/zero");
+    std::fs::write(dir.join("manifest.json"), v.to_string()).expect("write");
+    assert!(is_corrupt(Index::open(&dir, &OpenOptions::default())));
+    // Recorded as empty: nothing is read, and the empty codebook is refused.
+    v["sections"]["pq_codebook"]["bytes"] = serde_json::json!(0);
+    std::fs::write(dir.join("manifest.json"), v.to_string()).expect("write");
+    assert!(Index::open(&dir, &OpenOptions::default()).is_err());
+}
