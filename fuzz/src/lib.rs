@@ -426,7 +426,8 @@ fn patch(mut file: Vec<u8>, mut ops: &[u8]) -> Vec<u8> {
 /// (see [`patch`]). Flags: bit 0 makes the manifest's size and CRC32C of
 /// that section and the page CRCs match the patched file (so the parsers
 /// behind the checksums are reached); bit 1 uses io_uring (pread
-/// otherwise); bits 2-4 the entry kind; bit 5 a 40-node cache. Then
+/// otherwise); bits 2-4 the entry kind; bits 5-6 the node cache: none, 40
+/// nodes, or sized by the manifest's memory budget. Then
 /// `Index::open` and a search: any result but a panic is fine.
 pub fn index(data: &[u8]) {
     let [fixture, file, flags, ops @ ..] = data else {
@@ -473,7 +474,11 @@ pub fn index(data: &[u8]) {
     let opts = OpenOptions {
         entry,
         entry_points: if entry == EntryKind::Sampled { 16 } else { 0 },
-        cache_nodes: Some(if flags & 0x20 != 0 { 40 } else { 0 }),
+        cache_nodes: match flags >> 5 & 3 {
+            0 => Some(0),
+            1 => Some(40),
+            _ => None, // sized by the manifest's memory budget
+        },
         io: if flags & 2 != 0 {
             EngineKind::Auto
         } else {

@@ -1246,14 +1246,14 @@ fn open_and_search(
     sink: &mut Sink,
     dir: &Path,
     entry: EntryKind,
-    cache: usize,
+    cache: Option<usize>,
     io: EngineKind,
     queries: &[f32],
 ) {
     let opts = OpenOptions {
         entry,
         entry_points: if entry == EntryKind::Sampled { 16 } else { 0 },
-        cache_nodes: Some(cache),
+        cache_nodes: cache,
         io,
         ..Default::default()
     };
@@ -1273,7 +1273,7 @@ proptest! {
         file in 0usize..INDEX_FILES.len(),
         fix in prop_oneof![3 => Just(true), 1 => Just(false)],
         entry in 0usize..ENTRY_KINDS.len(),
-        cache in prop::sample::select(vec![0usize, 40]),
+        cache in prop::sample::select(vec![Some(0usize), Some(40), None]),
         io in prop::sample::select(vec![EngineKind::Pread, EngineKind::Auto]),
         jm in prop::collection::vec(json_mut(), 0..3),
         muts in mutations(4),
@@ -1308,7 +1308,14 @@ fn fixtures_open_and_search() {
                 continue;
             }
             let mut sink = Sink::default();
-            open_and_search(&mut sink, dir, entry, 40, EngineKind::Pread, &f.queries);
+            open_and_search(
+                &mut sink,
+                dir,
+                entry,
+                Some(40),
+                EngineKind::Pread,
+                &f.queries,
+            );
             assert!(sink.errors.is_empty(), "{entry:?}: {:?}", sink.errors);
         }
     }
@@ -1454,7 +1461,14 @@ fn build_fuzz_corpus() {
     // empty patch list opens the fixture unchanged.
     for shuffled in [0u8, 1] {
         for file in 0..INDEX_FILES.len() as u8 {
-            for flags in [0x01u8, 0x03 | (2 << 2), 0x01 | (3 << 2), 0x01 | (4 << 2)] {
+            for flags in [
+                0x01u8,
+                0x03 | (2 << 2),
+                0x01 | (3 << 2),
+                0x01 | (4 << 2),
+                0x21 | (1 << 2),
+                0x41,
+            ] {
                 put(
                     "index",
                     format!("s{shuffled}-f{file}-x{flags:02x}"),
