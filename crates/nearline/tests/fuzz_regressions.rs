@@ -187,4 +187,87 @@ fn section_naming_an_endless_file_is_refused_without_reading_it() {
     v["sections"]["pq_codebook"]["bytes"] = serde_json::json!(0);
     std::fs::write(dir.join(MANIFEST_FILE), sealed(&v)).expect("write");
     assert!(is_corrupt(open(&dir)));
+    // The manifest now refuses such a name itself; the reader's own check
+    // still holds for a plain name that is a link to a device.
+    v["sections"]["pq_codebook"]["file"] = serde_json::json!("pq_codebook.bin");
+    std::fs::write(dir.join(MANIFEST_FILE), sealed(&v)).expect("write");
+    std::fs::remove_file(dir.join("pq_codebook.bin")).expect("remove");
+    std::os::unix::fs::symlink("/dev/zero", dir.join("pq_codebook.bin")).expect("symlink");
+    let e = open(&dir).err().expect("refused");
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+/// Noted with the `/dev/zero` finding: a section's `file` is joined to the
+/// index directory, so an absolute name, one with a `/` or `..` reached
+/// any file on the machine, and `.` or an empty name the directory itself.
+/// `Manifest::validate` refuses them as corruption naming the field; only
+/// the ID layout's implicit `id_to_location` has no file.
+#[test]
+fn section_files_outside_the_index_directory_are_corrupt() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let v = tiny_index(&tmp.path().join("i"));
+    assert_eq!(v["layout"]["kind"], "id");
+    assert_eq!(v["sections"]["id_to_location"]["file"], "");
+    let sections: Vec<String> = v["sections"]
+        .as_object()
+        .expect("sections")
+        .keys()
+        .cloned()
+        .collect();
+    for s in &sections {
+        let mut bad = vec![
+            "/dev/zero",
+            "/etc/passwd",
+            "../pages.bin",
+            "sub/pages.bin",
+            "pages.bin/",
+            ".",
+            "..",
+            "a\0b",
+        ];
+        if s != "id_to_location" {
+            bad.push("");
+        }
+        for name in bad {
+            let mut w = v.clone();
+            w["sections"][s]["file"] = serde_json::json!(name);
+            let e = parse(&w)
+                .err()
+                .unwrap_or_else(|| panic!("{s}: {name:?} accepted"));
+            assert!(matches!(e, Error::Corrupt { .. }), "{s}: {name:?}: {e}");
+            let field = format!("\"sections.{s}.file\"");
+            assert!(e.to_string().contains(&field), "{s}: {name:?}: {e}");
+        }
+        // Plain names are fine (what the file holds is checked on reading).
+        let mut w = v.clone();
+        w["sections"][s]["file"] = serde_json::json!("..data.bin");
+        parse(&w).unwrap_or_else(|e| panic!("{s}: {e}"));
+    }
+    // A shuffled layout's map is a file.
+    let mut w = v.clone();
+    w["layout"]["kind"] = serde_json::json!("shuffled");
+    let e = parse(&w).expect_err("a shuffled layout without its map file");
+    assert!(
+        e.to_string().contains("\"sections.id_to_location.file\""),
+        "{e}"
+    );
+}
+
+/// Noted with the fuzz findings: `"n": 0` was accepted (a build refuses no
+/// vectors, and the medoid check skipped it), leaving open to plan an
+/// index of nothing. It is corruption.
+#[test]
+fn manifest_with_no_points_is_corrupt() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("i");
+    let mut v = tiny_index(&dir);
+    v["n"] = serde_json::json!(0);
+    v["medoid"] = serde_json::json!(0);
+    v["layout"]["n_blocks"] = serde_json::json!(0);
+    let e = parse(&v).expect_err("n = 0 accepted");
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    assert!(e.to_string().contains("\"n\" is 0"), "{e}");
+    std::fs::write(dir.join(MANIFEST_FILE), sealed(&v)).expect("write");
+    assert!(is_corrupt(open(&dir)));
 }

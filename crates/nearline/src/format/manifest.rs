@@ -303,6 +303,9 @@ impl Manifest {
                 u32::MAX
             ));
         }
+        if self.n == 0 {
+            return bad("field \"n\" is 0: an index holds at least one point".into());
+        }
         if self.n > u32::MAX as usize - 1 {
             return bad(format!(
                 "field \"n\" is {}, more than the {} nodes an index can hold",
@@ -348,7 +351,7 @@ impl Manifest {
                 self.n, l.block_size, l.n_blocks
             ));
         }
-        if self.n > 0 && self.medoid as usize >= self.n {
+        if self.medoid as usize >= self.n {
             return bad(format!(
                 "field \"medoid\" is {} but the index has {} points",
                 self.medoid, self.n
@@ -363,6 +366,19 @@ impl Manifest {
             return bad("a shuffled layout needs section \"id_to_location\"".into());
         }
         for (s, info) in &self.sections {
+            // Only the ID layout's identity map is implicit (no file). Any
+            // other name is a file directly inside the index directory: a
+            // damaged manifest must not make open read `/dev/zero`,
+            // `../../etc/passwd` or the directory itself.
+            let implicit = *s == Section::IdToLocation && l.kind == LayoutKind::Id;
+            if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
+                return bad(format!(
+                    "field \"sections.{}.file\" is {:?}, expected the name of a file inside the index directory (no \"/\", not \".\" or \"..\"{})",
+                    s.name(),
+                    info.file,
+                    if implicit { "" } else { ", not empty" }
+                ));
+            }
             if info.bytes > i64::MAX as u64 {
                 return bad(format!(
                     "field \"sections.{}.bytes\" is {}, longer than any file can be",
@@ -401,6 +417,13 @@ impl Manifest {
             )
         })
     }
+}
+
+/// Whether `name` names a file directly inside the index directory: not
+/// empty, no path separator (so neither absolute nor reaching into another
+/// directory), not `.` or `..`, no NUL.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
 }
 
 /// `crc32c:XXXXXXXX` of a manifest value in canonical form (sorted keys:
