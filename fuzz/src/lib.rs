@@ -17,6 +17,7 @@
 //! | `nav_graph`, `entry_centroids` | `[dtype][u32 dim][u32 n][section]` |
 //! | `id_to_location` | `[page size][u32 vector bytes][u32 R][u32 n][section]` |
 //! | `page` | `[page size][u32 vector bytes][u32 R][u32 n][layout id][u32 block no][flags][block]`; flags bit 0: reseal the CRC |
+//! | `quant_sections` | `[kind][section]`: kind % 3: PCA, rotation, RaBitQ |
 //! | `index` | `[fixture][file][flags][ops]`; see [`index`] |
 
 use nearline::data::files;
@@ -345,6 +346,53 @@ pub fn page(data: &[u8]) {
         if let Ok(r) = geo.decode(&block, slot) {
             assert_eq!(r.vector.len(), geo.vector_bytes);
             assert!(r.neighbours.len() <= geo.max_degree);
+        }
+    }
+}
+
+/// `format::quant::{decode_pca, decode_rotation, decode_rabitq}`; an
+/// accepted value transforms, rotates, encodes and prepares a query.
+/// Input `[kind][section]`, kind % 3: PCA, rotation, RaBitQ.
+pub fn quant_sections(data: &[u8]) {
+    let [kind, b @ ..] = data else { return };
+    let p = Path::new("quant.bin");
+    match kind % 3 {
+        0 => {
+            if let Some(pca) = ok("decode_pca", nearline::format::quant::decode_pca(p, b)) {
+                let d = pca.dim();
+                assert!(pca.principal() <= d);
+                let x = vec![0.5f32; d];
+                let (mut y, mut back) = (vec![0f32; d], vec![0f32; d]);
+                let _ = ok("Pca::transform", pca.transform(&x, &mut y));
+                let _ = ok(
+                    "Pca::inverse_transform",
+                    pca.inverse_transform(&y, &mut back),
+                );
+            }
+        }
+        1 => {
+            if let Some(r) = ok(
+                "decode_rotation",
+                nearline::format::quant::decode_rotation(p, b),
+            ) {
+                let d = r.dim();
+                let x = vec![0.5f32; d];
+                let (mut y, mut back) = (vec![0f32; d], vec![0f32; d]);
+                let _ = ok("Rotation::apply", r.apply(&x, &mut y));
+                let _ = ok("Rotation::apply_inverse", r.apply_inverse(&y, &mut back));
+            }
+        }
+        _ => {
+            if let Some(q) = ok(
+                "decode_rabitq",
+                nearline::format::quant::decode_rabitq(p, b),
+            ) {
+                let d = q.dim();
+                let (o, c) = (vec![0.5f32; d], vec![0.25f32; d]);
+                let mut code = vec![0u8; q.code_bytes()];
+                let _ = ok("RaBitQ::encode", q.encode(&o, &c, &mut code));
+                let _ = ok("RaBitQ::prepare_query", q.prepare_query(&o));
+            }
         }
     }
 }

@@ -1151,6 +1151,81 @@ proptest! {
 }
 
 // ---------------------------------------------------------------------------
+// Quantizer sections (PCA, rotation, RaBitQ)
+
+/// Valid PCA, rotation and RaBitQ sections, by kind.
+fn quant_seeds() -> &'static [Vec<u8>; 3] {
+    use nearline::format::quant;
+    use nearline::quant::pca::{Pca, Rotation};
+    use nearline::quant::rabitq::RaBitQ;
+    static S: OnceLock<[Vec<u8>; 3]> = OnceLock::new();
+    S.get_or_init(|| {
+        let sample = rows::<f32>(100, 6, 11);
+        [
+            quant::encode_pca(&Pca::fit(&sample, 6, 3).expect("fit a PCA")),
+            quant::encode_rotation(&Rotation::random(5, 1).expect("a rotation")),
+            quant::encode_rabitq(&RaBitQ::new(8, 2).expect("a quantizer")),
+        ]
+    })
+}
+
+fn read_quant(sink: &mut Sink, kind: usize, input: &[u8]) {
+    use nearline::format::quant;
+    let p = Path::new("quant.bin");
+    match kind {
+        0 => {
+            if let Some(pca) = sink.take(quant::decode_pca(p, input)) {
+                let d = pca.dim();
+                assert!(pca.principal() <= d);
+                let x = vec![0.5f32; d];
+                let (mut y, mut back) = (vec![0f32; d], vec![0f32; d]);
+                let _ = sink.take(pca.transform(&x, &mut y));
+                let _ = sink.take(pca.inverse_transform(&y, &mut back));
+            }
+        }
+        1 => {
+            if let Some(r) = sink.take(quant::decode_rotation(p, input)) {
+                let d = r.dim();
+                let x = vec![0.5f32; d];
+                let (mut y, mut back) = (vec![0f32; d], vec![0f32; d]);
+                let _ = sink.take(r.apply(&x, &mut y));
+                let _ = sink.take(r.apply_inverse(&y, &mut back));
+            }
+        }
+        _ => {
+            if let Some(q) = sink.take(quant::decode_rabitq(p, input)) {
+                let d = q.dim();
+                let (o, c) = (vec![0.5f32; d], vec![0.25f32; d]);
+                let mut code = vec![0u8; q.code_bytes()];
+                let _ = sink.take(q.encode(&o, &c, &mut code));
+                let _ = sink.take(q.prepare_query(&o));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(384))]
+
+    #[test]
+    fn quant_sections_never_panic(kind in 0usize..3, muts in mutations(6)) {
+        let input = apply(quant_seeds()[kind].clone(), &muts);
+        run("quant sections", &input, Limits::small(input.len()), |s| {
+            read_quant(s, kind, &input)
+        })?;
+    }
+}
+
+#[test]
+fn quant_seeds_are_valid() {
+    for (kind, seed) in quant_seeds().iter().enumerate() {
+        let mut sink = Sink::default();
+        read_quant(&mut sink, kind, seed);
+        assert!(sink.errors.is_empty(), "kind {kind}: {:?}", sink.errors);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Pages
 
 /// Verifies a block and, if it passes, decodes every record it claims.
@@ -1490,6 +1565,12 @@ fn build_fuzz_corpus() {
     geo_prefix(&mut b);
     b.extend(fixture_file(true, "id_to_location.bin"));
     put("id_to_location", "fixture".into(), &b);
+    // quant_sections: [kind: 0 PCA, 1 rotation, 2 RaBitQ][section]
+    for (kind, seed) in quant_seeds().iter().enumerate() {
+        let mut b = vec![kind as u8];
+        b.extend(seed);
+        put("quant_sections", format!("kind-{kind}"), &b);
+    }
     // page: ... [layout id][u32 block number][flags: bit 0 reseal][block]
     for shuffled in [false, true] {
         let geo = fixture_geometry(shuffled);
