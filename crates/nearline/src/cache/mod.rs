@@ -115,11 +115,14 @@ impl NodeCache {
         c
     }
 
-    /// Bytes [`NodeCache::memory_bytes`] reports for `nodes` cached nodes.
+    /// Bytes [`NodeCache::memory_bytes`] reports for `nodes` cached nodes
+    /// (saturating: [`NodeCache::capacity_for`] asks about as many nodes
+    /// as a budget of up to `u64::MAX` bytes could name).
     pub fn bytes_for(geo: &PageGeometry, nodes: usize) -> u64 {
         if nodes == 0 {
             return 0;
         }
+        let nodes = nodes as u64;
         // hashbrown: buckets = next power of two of 8/7 × capacity (at
         // least 4); usable capacity = 7/8 of the buckets (buckets − 1 below 8).
         let buckets = if nodes < 4 {
@@ -127,14 +130,19 @@ impl NodeCache {
         } else if nodes < 8 {
             8
         } else {
-            (nodes * 8 / 7).next_power_of_two()
+            (nodes.saturating_mul(8) / 7)
+                .checked_next_power_of_two()
+                .unwrap_or(u64::MAX)
         };
         let table = if buckets < 8 {
             buckets - 1
         } else {
             buckets / 8 * 7
         };
-        (nodes * (geo.record_size / 4) * 4 + table * (4 + 4 + 1) + 64) as u64
+        nodes
+            .saturating_mul((geo.record_size / 4 * 4) as u64)
+            .saturating_add(table.saturating_mul(4 + 4 + 1))
+            .saturating_add(64)
     }
 
     /// Loads the records of up to `max_nodes` nodes in BFS order from

@@ -301,6 +301,33 @@ impl Manifest {
         if self.dim == 0 {
             return bad("field \"dim\" is 0".into());
         }
+        // Every section stores the dimension as a u32, and node ids are
+        // u32 (one is kept free): a manifest beyond either was not written
+        // by a build, and the sizes derived from it (the planner's memory
+        // split) stay far from overflowing.
+        if self.dim > u32::MAX as usize {
+            return bad(format!(
+                "field \"dim\" is {}, more than the {} the format can store",
+                self.dim,
+                u32::MAX
+            ));
+        }
+        if self.n == 0 {
+            return bad("field \"n\" is 0: an index holds at least one point".into());
+        }
+        if self.n > u32::MAX as usize - 1 {
+            return bad(format!(
+                "field \"n\" is {}, more than the {} nodes an index can hold",
+                self.n,
+                u32::MAX - 1
+            ));
+        }
+        if self.spec.pq_bytes == 0 || self.spec.pq_bytes > self.dim {
+            return bad(format!(
+                "field \"spec.pq_bytes\" is {}, expected 1..={} (the dimension)",
+                self.spec.pq_bytes, self.dim
+            ));
+        }
         if ![4096, 8192, 16384].contains(&l.page_size) {
             return bad(format!(
                 "field \"layout.page_size\" is {}, expected 4096, 8192 or 16384",
@@ -323,7 +350,17 @@ impl Manifest {
                 geo.record_size, geo.block_size, geo.records_per_block, geo.n_blocks
             ));
         }
-        if self.n > 0 && self.medoid as usize >= self.n {
+        // No file is longer than `i64::MAX` bytes (`off_t`): a node count
+        // that makes the page file longer is damage, and every size derived
+        // from it (the planner's memory split) stays far from overflowing.
+        let page_file = l.n_blocks.checked_mul(l.block_size as u64);
+        if page_file.is_none_or(|b| b > i64::MAX as u64) {
+            return bad(format!(
+                "fields \"n\" = {} and \"layout.block_size\" = {} make a page file of {} blocks, longer than any file can be",
+                self.n, l.block_size, l.n_blocks
+            ));
+        }
+        if self.medoid as usize >= self.n {
             return bad(format!(
                 "field \"medoid\" is {} but the index has {} points",
                 self.medoid, self.n
@@ -336,6 +373,28 @@ impl Manifest {
         }
         if l.kind == LayoutKind::Shuffled && !self.sections.contains_key(&Section::IdToLocation) {
             return bad("a shuffled layout needs section \"id_to_location\"".into());
+        }
+        for (s, info) in &self.sections {
+            // Only the ID layout's identity map is implicit (no file). Any
+            // other name is a file directly inside the index directory: a
+            // damaged manifest must not make open read `/dev/zero`,
+            // `../../etc/passwd` or the directory itself.
+            let implicit = *s == Section::IdToLocation && l.kind == LayoutKind::Id;
+            if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
+                return bad(format!(
+                    "field \"sections.{}.file\" is {:?}, expected the name of a file inside the index directory (no \"/\", not \".\" or \"..\"{})",
+                    s.name(),
+                    info.file,
+                    if implicit { "" } else { ", not empty" }
+                ));
+            }
+            if info.bytes > i64::MAX as u64 {
+                return bad(format!(
+                    "field \"sections.{}.bytes\" is {}, longer than any file can be",
+                    s.name(),
+                    info.bytes
+                ));
+            }
         }
         Ok(())
     }
@@ -383,6 +442,13 @@ pub fn reseal(path: &Path, text: &str) -> Result<String> {
     o.insert("checksum".into(), serde_json::Value::String(c));
     serde_json::to_string_pretty(&v)
         .map_err(|e| Error::format(path, format!("cannot serialise manifest: {e}")))
+}
+
+/// Whether `name` names a file directly inside the index directory: not
+/// empty, no path separator (so neither absolute nor reaching into another
+/// directory), not `.` or `..`, no NUL.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
 }
 
 /// `crc32c:XXXXXXXX` of a manifest value in canonical form (sorted keys:

@@ -69,14 +69,29 @@ impl PageGeometry {
                 "max degree R={max_degree} must be in 1..=65535"
             )));
         }
-        let degree_offset = vector_bytes.div_ceil(4) * 4;
-        let record_size = degree_offset + 4 + 4 * max_degree;
-        let (block_size, records_per_block) = if PAGE_HEADER_BYTES + record_size <= page_size {
+        // A damaged manifest can claim any dimension: overflow is an error.
+        let too_large = || {
+            crate::Error::arg(format!(
+                "a record of {vector_bytes} vector bytes and R={max_degree} is too large"
+            ))
+        };
+        let degree_offset = vector_bytes
+            .checked_next_multiple_of(4)
+            .ok_or_else(too_large)?;
+        let record_size = degree_offset
+            .checked_add(4 + 4 * max_degree)
+            .ok_or_else(too_large)?;
+        let header_and_record = record_size
+            .checked_add(PAGE_HEADER_BYTES)
+            .ok_or_else(too_large)?;
+        let (block_size, records_per_block) = if header_and_record <= page_size {
             let rpb = ((page_size - PAGE_HEADER_BYTES) / record_size).min(u16::MAX as usize);
             (page_size, rpb)
         } else {
             (
-                (PAGE_HEADER_BYTES + record_size).div_ceil(page_size) * page_size,
+                header_and_record
+                    .checked_next_multiple_of(page_size)
+                    .ok_or_else(too_large)?,
                 1,
             )
         };
@@ -112,9 +127,10 @@ impl PageGeometry {
         b * self.block_size as u64
     }
 
-    /// Size of the page file.
+    /// Size of the page file (saturating: a damaged manifest's node count
+    /// can make it exceed `u64`, and no file is that long).
     pub fn file_bytes(&self) -> u64 {
-        self.n_blocks * self.block_size as u64
+        self.n_blocks.saturating_mul(self.block_size as u64)
     }
 
     /// The record at `slot` of a verified block.

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::elem::DType;
-use crate::format::{Preset, Section, MANIFEST_FILE};
+use crate::format::{PageGeometry, Preset, Section, MANIFEST_FILE};
 use crate::io::{FakeOptions, IoEngine};
 use crate::planner::{EntryChoice, PresetChoice};
 use crate::search::{search_one, QueryStats, Scratch, SearchPlan};
@@ -497,6 +497,81 @@ fn names_of_a_newer_version_are_refused_not_guessed() {
         let msg = e.to_string();
         assert!(msg.contains(what) && msg.contains("upgrade"), "{msg}");
     }
+}
+
+/// Manifests with a valid checksum but values no build writes (found by
+/// the byte-mutation suite of `tests/fuzz_readers.rs` and by reading what
+/// the planner derives from them) are corruption, named by field, and never
+/// reach the planner's arithmetic.
+#[test]
+fn manifests_no_build_writes_are_corrupt() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    build_small(&dir, &small_opts());
+    let original = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
+    type Edit = fn(&mut serde_json::Value);
+    /// `n` nodes of dimension `dim` (f32), with the layout fields to match.
+    fn resize(v: &mut serde_json::Value, n: u64, dim: u64) {
+        let r = v["layout"]["max_degree"].as_u64().unwrap() as usize;
+        let g = PageGeometry::new(4096, dim as usize * 4, r, n as usize).unwrap();
+        v["n"] = n.into();
+        v["dim"] = dim.into();
+        v["layout"]["record_size"] = g.record_size.into();
+        v["layout"]["block_size"] = g.block_size.into();
+        v["layout"]["records_per_block"] = g.records_per_block.into();
+        v["layout"]["n_blocks"] = g.n_blocks.into();
+    }
+    let cases: [(&str, Edit); 7] = [
+        ("\"dim\"", |v| resize(v, 2000, u32::MAX as u64 + 1)),
+        ("\"n\"", |v| resize(v, u32::MAX as u64, 16)),
+        ("\"spec.pq_bytes\"", |v| v["spec"]["pq_bytes"] = 0.into()),
+        ("\"spec.pq_bytes\"", |v| v["spec"]["pq_bytes"] = 17.into()),
+        ("\"spec.pq_bytes\"", |v| {
+            v["spec"]["pq_bytes"] = (i64::MAX as u64).into()
+        }),
+        ("\"sections.pq_codes.bytes\"", |v| {
+            v["sections"]["pq_codes"]["bytes"] = u64::MAX.into()
+        }),
+        // 2^30 records of 16 GiB: a page file of 2^64 bytes.
+        ("\"layout.block_size\"", |v| {
+            resize(v, 1 << 30, u32::MAX as u64)
+        }),
+    ];
+    for (field, edit) in cases {
+        std::fs::write(dir.join(MANIFEST_FILE), &original).unwrap();
+        rewrite_manifest(&dir, edit);
+        let e = open_with(&dir, OpenOptions::default()).err().unwrap();
+        assert!(matches!(e, Error::Corrupt { .. }), "{field}: {e}");
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+}
+
+/// A budget near `u64::MAX`, recorded in the manifest or asked for at
+/// open, sizes the cache for every node (`NodeCache::bytes_for` overflowed
+/// on the count of nodes such a budget names).
+#[test]
+fn a_budget_near_u64_max_caches_at_most_every_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    build_small(&dir, &small_opts());
+    let original = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
+    for b in [u64::MAX, i64::MAX as u64, 1 << 40] {
+        std::fs::write(dir.join(MANIFEST_FILE), &original).unwrap();
+        rewrite_manifest(&dir, |v| v["spec"]["memory_budget"] = b.into());
+        for memory_budget in [None, Some(Budget::Bytes(b))] {
+            let opts = OpenOptions {
+                memory_budget,
+                ..Default::default()
+            };
+            let idx = Index::open(&dir, &opts).unwrap();
+            assert_eq!(idx.memory().cache_nodes, 2000, "budget {b}");
+        }
+    }
+    let geo = PageGeometry::new(4096, 64, 16, 2000).unwrap();
+    assert_eq!(
+        crate::cache::NodeCache::bytes_for(&geo, usize::MAX),
+        u64::MAX
+    );
 }
 
 /// Indexes written by nearline 0.1 with format 1.2 (before typed names and

@@ -82,20 +82,26 @@ pub fn section_path(dir: &Path, m: &Manifest, s: Section) -> PathBuf {
     }
 }
 
-/// Reads section `s` whole, checked against the manifest (size, CRC32C).
-pub fn read_section(dir: &Path, m: &Manifest, s: Section) -> Result<Vec<u8>> {
+/// Opens the file of section `s` once its size is known to be what the
+/// manifest records: a damaged manifest may name a file that is not a
+/// regular file (a device such as `/dev/zero` never ends; opening a FIFO
+/// blocks), or one of another size. Returns the open file, its path, the
+/// manifest entry and the size as a `usize`.
+fn open_section<'m>(
+    dir: &Path,
+    m: &'m Manifest,
+    s: Section,
+) -> Result<(std::fs::File, PathBuf, &'m SectionInfo, usize)> {
     let info = m.section(&dir.join(MANIFEST_FILE), s)?;
     let path = dir.join(&info.file);
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-    section::check(&path, s.name(), info, &bytes)?;
-    Ok(bytes)
-}
-
-/// [`read_section`] into a table the search reads at random rows (in huge
-/// pages when it is large; see [`HugeBytes`]).
-pub fn read_section_huge(dir: &Path, m: &Manifest, s: Section) -> Result<HugeBytes> {
-    let info = m.section(&dir.join(MANIFEST_FILE), s)?;
-    let path = dir.join(&info.file);
+    // Checked before opening: open(2) on a FIFO waits for a writer.
+    let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+    if !meta.is_file() {
+        return Err(Error::corrupt(
+            &path,
+            format!("section {:?} is not a regular file", s.name()),
+        ));
+    }
     let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
     let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
     if len != info.bytes {
@@ -107,16 +113,40 @@ pub fn read_section_huge(dir: &Path, m: &Manifest, s: Section) -> Result<HugeByt
             format!("section {:?} is too large for this machine", s.name()),
         )
     })?;
-    let bytes = HugeBytes::read_from(file, len).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Error::corrupt(
-                &path,
-                format!("section {:?} was truncated while it was read", s.name()),
-            )
-        } else {
-            Error::io(&path, e)
-        }
-    })?;
+    Ok((file, path, info, len))
+}
+
+/// The error for a section file that ended before the size it had when it
+/// was opened.
+fn truncated_while_read(path: &Path, s: Section, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        Error::corrupt(
+            path,
+            format!("section {:?} was truncated while it was read", s.name()),
+        )
+    } else {
+        Error::io(path, e)
+    }
+}
+
+/// Reads section `s` whole, checked against the manifest (size, CRC32C).
+/// The size is checked before reading, and no more than it is read.
+pub fn read_section(dir: &Path, m: &Manifest, s: Section) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let (file, path, info, len) = open_section(dir, m, s)?;
+    let mut bytes = vec![0u8; len];
+    (&file)
+        .read_exact(&mut bytes)
+        .map_err(|e| truncated_while_read(&path, s, e))?;
+    section::check(&path, s.name(), info, &bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_section`] into a table the search reads at random rows (in huge
+/// pages when it is large; see [`HugeBytes`]).
+pub fn read_section_huge(dir: &Path, m: &Manifest, s: Section) -> Result<HugeBytes> {
+    let (file, path, info, len) = open_section(dir, m, s)?;
+    let bytes = HugeBytes::read_from(file, len).map_err(|e| truncated_while_read(&path, s, e))?;
     section::check(&path, s.name(), info, &bytes)?;
     Ok(bytes)
 }

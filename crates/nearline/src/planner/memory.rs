@@ -191,9 +191,12 @@ pub struct FixedCosts {
 }
 
 impl FixedCosts {
-    /// Their sum.
+    /// Their sum (saturating: the sizes come from a manifest, and a sum
+    /// past `u64::MAX` is as far beyond any budget).
     pub fn total(&self) -> u64 {
-        self.ids + self.layout_map + self.entry
+        self.ids
+            .saturating_add(self.layout_map)
+            .saturating_add(self.entry)
     }
 }
 
@@ -414,7 +417,8 @@ pub fn split_at_open(
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
     let codes = pq_codes_bytes(n, m);
-    let base = fixed.total() + codebook + codes;
+    // Saturating: what the manifest's sizes sum to may exceed any budget.
+    let base = fixed.total().saturating_add(codebook).saturating_add(codes);
     let mut budget = budget;
     let available = budget.saturating_sub(base);
     let threads = match threads {
@@ -437,14 +441,16 @@ pub fn split_at_open(
         }
     };
     let t = threads as u64;
+    let one_each = t.saturating_mul(worker(1, m));
     let min = Minimum {
-        total: base + t * worker(1, m),
+        total: base.saturating_add(one_each),
         codes,
         codebook,
-        scratch: t * worker(1, m),
+        scratch: one_each,
         threads,
     };
-    if budget < min.total {
+    // A saturated sum is beyond any budget, `u64::MAX` included.
+    if budget < min.total || min.total == u64::MAX {
         return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
     // A budget nearline sized itself holds four queries per worker (what
@@ -454,9 +460,9 @@ pub fn split_at_open(
     } else {
         reserved_qif(budget, available, threads, m, worker)
     };
-    let scratch = t * worker(q, m);
+    let scratch = t.saturating_mul(worker(q, m));
     if grow && scratch > available {
-        budget += scratch - available;
+        budget = budget.saturating_add(scratch - available);
     }
     let available = available.max(scratch);
     decisions.push(Decision::new(
@@ -577,6 +583,46 @@ mod tests {
         let (m, p) = split(None, &mut d).unwrap();
         assert_eq!(m, 1);
         assert!(p.budget > p.minimum && p.fixed() == p.budget, "{p:?}");
+    }
+
+    /// A manifest's sizes can sum past `u64::MAX` (the sections' sizes
+    /// are what it records): the split refuses them, whatever the budget.
+    #[test]
+    fn open_split_of_sizes_past_u64_is_an_error_not_an_overflow() {
+        let geo = PageGeometry::new(4096, 512, 64, 100_000).unwrap();
+        let worker = |q: usize, _m: usize| (q * 100_000) as u64;
+        let mut d = Vec::new();
+        for (fixed, codebook) in [
+            (
+                FixedCosts {
+                    ids: u64::MAX / 2,
+                    layout_map: u64::MAX / 2,
+                    entry: u64::MAX / 2,
+                },
+                1000,
+            ),
+            (FixedCosts::default(), u64::MAX),
+        ] {
+            for threads in [None, Some(1), Some(usize::MAX)] {
+                let r = split_at_open(
+                    "test",
+                    u64::MAX,
+                    1,
+                    100_000,
+                    16,
+                    codebook,
+                    &fixed,
+                    threads,
+                    8,
+                    &worker,
+                    None,
+                    false,
+                    &geo,
+                    &mut d,
+                );
+                assert!(r.is_err(), "{fixed:?} {codebook} {threads:?}");
+            }
+        }
     }
 
     #[test]
