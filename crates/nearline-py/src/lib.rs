@@ -239,7 +239,8 @@ fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> P
     } else {
         mem.budget - (mem.fixed() - mem.worker_scratch) - mem.cache
     };
-    let facts = nearline::planner::SearchFacts::of(&m, open.threads, allowance).map_err(to_py)?;
+    let facts = nearline::planner::SearchFacts::of(&m, open.cache, open.threads, allowance)
+        .map_err(to_py)?;
     let search = nearline::planner::plan_search(
         &nearline::planner::SearchOptions::new(10),
         None,
@@ -296,6 +297,18 @@ fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyD
     d.set_item(
         "cache_hits",
         PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)),
+    )?;
+    d.set_item(
+        "adjacency_hits",
+        PyArray1::from_iter(py, s.iter().map(|x| x.adjacency_hits)),
+    )?;
+    d.set_item(
+        "replica_hits",
+        PyArray1::from_iter(py, s.iter().map(|x| x.replica_hits)),
+    )?;
+    d.set_item(
+        "refine_reads",
+        PyArray1::from_iter(py, s.iter().map(|x| x.refine_reads)),
     )?;
     d.set_item(
         "pq_distances",

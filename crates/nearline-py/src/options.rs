@@ -8,8 +8,8 @@ use nearline::format::LayoutKind;
 use nearline::io::EngineKind;
 use nearline::layout::shuffle::ShuffleAlgo;
 use nearline::planner::{
-    BuildOptions, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice, RangeOptions,
-    SearchOptions,
+    BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
+    RangeOptions, SearchOptions,
 };
 use nearline::util::Budget;
 use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
@@ -235,6 +235,8 @@ pub const BUILD_KEYS: &[&str] = &[
     "bnf_iters",
     "bnf_tau",
     "bns_iters",
+    "disk_budget",
+    "adjacency",
 ];
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
@@ -331,6 +333,17 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
         entry_clusters: k.usize("entry_clusters")?,
         layout: k.name("layout", LayoutKind::parse)?,
         shuffle,
+        disk_budget: match k.budget("disk_budget")? {
+            None => None,
+            Some(Budget::Bytes(b)) => Some(b),
+            Some(Budget::Fraction(f)) => {
+                return Err(PyValueError::new_err(format!(
+                    "disk_budget={f} must be bytes (an int, or a size such as '2GiB'), not a \
+                     fraction: the page file is never smaller than the raw vectors"
+                )))
+            }
+        },
+        adjacency: k.bool("adjacency")?,
     };
     k.finish()?;
     Ok(o)
@@ -340,6 +353,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
 pub const OPEN_KEYS: &[&str] = &[
     "memory_budget",
     "cache_nodes",
+    "cache",
     "threads",
     "io",
     "entry_points",
@@ -355,6 +369,7 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
     let o = OpenOptions {
         memory_budget: k.budget("memory_budget")?,
         cache_nodes: k.usize("cache_nodes")?,
+        cache: k.name("cache", CacheChoice::parse)?.unwrap_or(d.cache),
         threads: k.usize("threads")?,
         io: k.name("io", EngineKind::parse)?.unwrap_or(d.io),
         entry_points: k.usize("entry_points")?.unwrap_or(0),
@@ -378,6 +393,8 @@ pub const SEARCH_KEYS: &[&str] = &[
     "queries_in_flight",
     "page_search",
     "sigma",
+    "refine_ratio",
+    "filter_ratio",
 ];
 
 /// The range options' names besides the search options.
@@ -391,6 +408,8 @@ pub const RANGE_KEYS: &[&str] = &[
     "queries_in_flight",
     "page_search",
     "sigma",
+    "refine_ratio",
+    "filter_ratio",
     "ratio",
     "max_L",
     "entry_cutoff",
@@ -442,6 +461,8 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
             .name("page_search", PageChoice::parse)?
             .unwrap_or(PageChoice::Auto),
         sigma: k.f64("sigma")?.map(|x| x as f32),
+        refine_ratio: k.f64("refine_ratio")?.map(|x| x as f32),
+        filter_ratio: k.f64("filter_ratio")?.map(|x| x as f32),
         threads: k.usize("threads")?,
     })
 }

@@ -46,11 +46,24 @@ pub struct BuildPlan {
     pub passes: usize,
     /// Fill pruned adjacency lists up to R.
     pub saturate: bool,
+    /// PQ bytes per vector (with `pq_selection`: the most the build may
+    /// choose).
     pub pq_bytes: usize,
+    /// The build chooses the PQ bytes on a sample (Gorgeous).
+    pub pq_selection: Option<pq::PqSelection>,
     pub page_size: usize,
     pub threads: usize,
     pub seed: u64,
     pub layout: LayoutKind,
+    /// Packed adjacency lists per record of a replicated layout (0
+    /// otherwise).
+    pub packed: usize,
+    /// Most other records one list is packed into.
+    pub replica_cap: usize,
+    /// Write the `adjacency` section (what an adjacency-first cache loads).
+    pub adjacency: bool,
+    /// Bytes the page file may take (`None`: no limit).
+    pub disk_budget: Option<u64>,
     /// How a shuffled layout is made.
     #[serde(skip)]
     pub shuffle: ShuffleParams,
@@ -117,7 +130,8 @@ pub fn run<T: Element>(
 
         // 1. Product quantization: train on a sample, encode in streaming chunks.
         let tq = Instant::now();
-        let (codebook, codes) = pq::run(&data, plan, build_budget, progress, cancel)?;
+        let (codebook, codes, pq_trials) = pq::run(&data, plan, build_budget, progress, cancel)?;
+        let pq_bytes = codebook.m();
         sections.insert(
             Section::PqCodebook,
             write_section(
@@ -147,7 +161,7 @@ pub fn run<T: Element>(
         let graph_seconds = tg.elapsed().as_secs_f64();
 
         // 3. The placement, the page file and the location map.
-        let placed = pages::run(&data, &g.graph, plan, &tmp, progress, cancel)?;
+        let placed = pages::run(&data, &g.graph, g.medoid, plan, &tmp, progress, cancel)?;
         for (s, info) in placed.sections {
             sections.insert(s, info);
         }
@@ -188,7 +202,7 @@ pub fn run<T: Element>(
                 alpha: plan.alpha,
                 passes: plan.passes,
                 saturate: plan.saturate,
-                pq_bytes: plan.pq_bytes,
+                pq_bytes,
                 memory_budget: plan.memory_budget,
                 memory_budget_auto: plan.memory_budget_auto,
                 build_memory_budget: plan.build_memory_budget.unwrap_or(0),
@@ -197,6 +211,7 @@ pub fn run<T: Element>(
                 threads: plan.threads,
                 nav_sample: plan.nav_sample,
                 entry_clusters: plan.entry_clusters,
+                disk_budget: plan.disk_budget.unwrap_or(0),
             },
             dtype: T::DTYPE,
             metric: plan.metric,
@@ -213,6 +228,8 @@ pub fn run<T: Element>(
                 max_degree: placed.geo.max_degree,
                 overlap_ratio: Some(placed.overlap_ratio),
                 shuffle: placed.shuffle,
+                packed: placed.geo.packed,
+                replication: placed.replication,
             },
             wal_sequence: 0,
             sections,
@@ -223,6 +240,7 @@ pub fn run<T: Element>(
                 mean_degree,
                 shards: g.shards,
                 entry_seconds,
+                pq_trials,
             },
             checksum: None,
         };

@@ -1,12 +1,14 @@
-//! Build phase 3: the placement (ID layout, or Starling's block shuffling),
-//! the page file and the location map.
+//! Build phase 3: the placement (ID layout, Starling's block shuffling, or
+//! Gorgeous' graph replication), the page file, the location map and the
+//! adjacency section.
 
 use super::{check_cancel, BuildPlan, Progress, SectionEntry};
 use crate::data::matrix::Matrix;
 use crate::elem::Element;
-use crate::format::{LayoutKind, PageGeometry, Section, SectionInfo, ShuffleInfo};
+use crate::format::{LayoutKind, PageGeometry, ReplicationInfo, Section, SectionInfo, ShuffleInfo};
 use crate::graph::Graph;
-use crate::io::files::{sync_file, write_section};
+use crate::io::files::{sync_file, write_section, write_section_with};
+use crate::layout::replicate;
 use crate::layout::shuffle::{overlap_ratio, shuffle_blocks, ShuffleParams};
 use crate::layout::writer::write_pages;
 use crate::layout::{AnyLayout, IdLayout, Layout, ShuffledLayout};
@@ -22,24 +24,45 @@ pub struct Placed {
     pub overlap_ratio: f64,
     /// How a shuffled layout was made.
     pub shuffle: Option<ShuffleInfo>,
+    /// How a replicated layout spread the lists.
+    pub replication: Option<ReplicationInfo>,
     /// The page file and the location map.
     pub sections: Vec<SectionEntry>,
 }
 
-/// Places the nodes of `graph`, writes the page file and the location map
-/// into `dir`.
+/// Places the nodes of `graph`, writes the page file, the location map and
+/// (when planned) the adjacency section into `dir`.
 pub fn run<T: Element>(
     data: &Matrix<T>,
     graph: &Graph,
+    medoid: u32,
     plan: &BuildPlan,
     dir: &Path,
     progress: Progress<'_>,
     cancel: &AtomicBool,
 ) -> Result<Placed> {
     let n = data.n();
-    let geo = PageGeometry::new(plan.page_size, data.dim() * T::DTYPE.size(), plan.r, n)?;
+    let vec_bytes = data.dim() * T::DTYPE.size();
+    let geo = PageGeometry::with_packed(plan.page_size, vec_bytes, plan.r, plan.packed, n)?;
     let rpb = geo.records_per_block;
+    let mut packing = None;
     let (layout, shuffle, or_g) = match plan.layout {
+        LayoutKind::Replicated => {
+            progress("replicate", 0, 1);
+            let p = replicate::choose(
+                data,
+                graph,
+                plan.metric,
+                plan.packed,
+                plan.replica_cap,
+                cancel,
+            )?;
+            packing = Some(p);
+            progress("replicate", 1, 1);
+            let ids: Vec<u32> = (0..n as u32).collect();
+            let or_g = overlap_ratio(graph, rpb, &ids);
+            (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
+        }
         LayoutKind::Id => {
             let ids: Vec<u32> = (0..n as u32).collect();
             let or_g = overlap_ratio(graph, rpb, &ids);
@@ -74,8 +97,24 @@ pub fn run<T: Element>(
     check_cancel(cancel)?;
     progress("layout", 0, geo.n_blocks);
     let pages = dir.join("pages.bin");
-    write_pages(&pages, &layout, data, graph, cancel)?;
+    write_pages(&pages, &layout, data, graph, packing.as_ref(), cancel)?;
     sync_file(&pages)?;
+    if let Some(d) = plan.disk_budget {
+        if geo.file_bytes() > d {
+            return Err(Error::Engine(format!(
+                "the page file takes {} bytes, above disk_budget={d} (the planner's geometry \
+                 was wrong)",
+                geo.file_bytes()
+            )));
+        }
+    }
+    let replication = packing.as_ref().map(|p| {
+        let plain = PageGeometry::new(plan.page_size, vec_bytes, plan.r, n)
+            .map(|g| g.file_bytes())
+            .unwrap_or(0);
+        p.stats(n, plain)
+    });
+    drop(packing);
     progress("layout", geo.n_blocks, geo.n_blocks);
     let mut sections = vec![(
         Section::Pages,
@@ -101,10 +140,29 @@ pub fn run<T: Element>(
         )?,
     };
     sections.push((Section::IdToLocation, location));
+    if plan.adjacency {
+        check_cancel(cancel)?;
+        progress("adjacency", 0, 1);
+        // Priority: breadth-first from the navigation graph's nodes (what
+        // a search enters through) and the medoid.
+        let mut seeds = crate::graph::nav::sample_ids(n, plan.nav_sample, plan.seed);
+        seeds.push(medoid);
+        let order = graph.bfs_order(&seeds);
+        drop(seeds);
+        let info = write_section_with(dir, "adjacency.bin", "adjacency", |w| {
+            crate::format::adjacency::write(w, n, plan.r, &order, |v| {
+                let l = graph.neighbors(v);
+                &l[..l.len().min(plan.r)]
+            })
+        })?;
+        sections.push((Section::Adjacency, info));
+        progress("adjacency", 1, 1);
+    }
     Ok(Placed {
         geo: *layout.geometry(),
         overlap_ratio: or_g,
         shuffle,
+        replication,
         sections,
     })
 }

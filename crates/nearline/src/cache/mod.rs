@@ -4,8 +4,12 @@
 //!
 //! [`NodeCache`] is DiskANN's static cache: whole records (vector and
 //! adjacency list) of the nodes nearest the entry point in BFS order, loaded
-//! at open time and served without I/O. Gorgeous' adjacency-only cache and
-//! AlayaLaser's in-degree cache are further implementations.
+//! at open time and served without I/O. [`AdjacencyCache`] is Gorgeous'
+//! adjacency-first cache (lists, then vectors if memory remains).
+
+pub mod adjacency;
+
+pub use adjacency::{AdjacencyCache, AdjacencyContents};
 
 use crate::format::page::{PageGeometry, RecordView};
 use crate::layout::{AnyLayout, RecordReader};
@@ -45,6 +49,8 @@ pub trait Cache: Send + Sync {
 pub enum AnyCache {
     /// DiskANN's static BFS cache of whole records (possibly empty).
     Bfs(NodeCache),
+    /// Gorgeous' adjacency-first cache.
+    Adjacency(AdjacencyCache),
 }
 
 impl AnyCache {
@@ -53,6 +59,7 @@ impl AnyCache {
     pub fn get(&self, v: u32) -> Option<CachedNode<'_>> {
         match self {
             AnyCache::Bfs(c) => c.get(v),
+            AnyCache::Adjacency(c) => c.get(v),
         }
     }
 
@@ -60,6 +67,7 @@ impl AnyCache {
     pub fn len(&self) -> usize {
         match self {
             AnyCache::Bfs(c) => c.len(),
+            AnyCache::Adjacency(c) => Cache::len(c),
         }
     }
     /// Whether nothing is held.
@@ -70,12 +78,14 @@ impl AnyCache {
     pub fn memory_bytes(&self) -> usize {
         match self {
             AnyCache::Bfs(c) => Cache::memory_bytes(c),
+            AnyCache::Adjacency(c) => Cache::memory_bytes(c),
         }
     }
     /// The policy's name (`info()`).
     pub fn name(&self) -> &'static str {
         match self {
             AnyCache::Bfs(_) => "bfs",
+            AnyCache::Adjacency(_) => "adjacency",
         }
     }
 }

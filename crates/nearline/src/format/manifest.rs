@@ -55,6 +55,9 @@ crate::util::vocabulary! {
         Pipeann = "pipeann",
         /// Starling: shuffled blocks, navigation graph, block search.
         Starling = "starling",
+        /// Gorgeous: graph-replicated pages, adjacency-first cache,
+        /// two-stage search.
+        Gorgeous = "gorgeous",
     }
 }
 
@@ -66,6 +69,9 @@ crate::util::vocabulary! {
         /// Starling's block shuffling: a node shares its block with graph
         /// neighbours; node → position map in the `id_to_location` section.
         Shuffled = "shuffled",
+        /// Gorgeous' graph-replicated records: ID order, each record also
+        /// carrying the adjacency lists of some of its neighbours.
+        Replicated = "replicated",
     }
 }
 
@@ -86,6 +92,9 @@ crate::util::vocabulary! {
         EntryCentroids = "entry_centroids",
         /// Node → position map of a shuffled layout (implicit for the ID layout).
         IdToLocation = "id_to_location",
+        /// Every adjacency list in node order and the order in which an
+        /// adjacency cache takes nodes (Gorgeous).
+        Adjacency = "adjacency",
     }
 }
 
@@ -119,6 +128,9 @@ pub struct BuildSpec {
     /// k-means centroids of the centroid entries (absent: 0, none; format 1.1).
     #[serde(default)]
     pub entry_clusters: usize,
+    /// Disk budget in bytes the page file was held to (absent: 0, none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub disk_budget: u64,
 }
 
 /// How a shuffled layout was made (format 1.2).
@@ -156,6 +168,36 @@ pub struct LayoutInfo {
     /// How the shuffled layout was made (absent for the ID layout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shuffle: Option<ShuffleInfo>,
+    /// Neighbours' adjacency lists each record carries (graph-replicated
+    /// layouts; absent: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub packed: usize,
+    /// How the lists were spread over a replicated layout's records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationInfo>,
+}
+
+fn is_zero<T: Default + PartialEq>(x: &T) -> bool {
+    *x == T::default()
+}
+
+/// How a graph-replicated layout spread the adjacency lists (Gorgeous).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ReplicationInfo {
+    /// Packed slots per record.
+    pub packed: usize,
+    /// Most records a list may be packed into besides its own.
+    pub cap: usize,
+    /// Packed lists over all records.
+    pub packed_lists: u64,
+    /// Mean number of other records a node's list appears in.
+    pub mean_replicas: f64,
+    /// The most other records any list appears in.
+    pub max_replicas: u32,
+    /// Nodes whose list appears in at least one other record.
+    pub replicated_nodes: u64,
+    /// Bytes of the page file the plain records (no packed lists) would take.
+    pub plain_bytes: u64,
 }
 
 /// One typed section of the index directory.
@@ -181,6 +223,19 @@ pub struct BuildStats {
     /// Seconds spent on the navigation graph and centroid entries.
     #[serde(default)]
     pub entry_seconds: f64,
+    /// PQ sizes tried on a sample when the build chose the PQ bytes (the
+    /// smallest within tolerance was kept), with the recall each reached.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pq_trials: Vec<PqTrial>,
+}
+
+/// One PQ size tried on a sample: the recall@10 of the exact neighbours
+/// within the PQ ranking's top `candidates`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PqTrial {
+    pub pq_bytes: usize,
+    pub recall: f64,
+    pub candidates: usize,
 }
 
 /// The manifest of an index directory.
@@ -337,8 +392,20 @@ impl Manifest {
         let vector_bytes = self.dim.checked_mul(self.dtype.size()).ok_or_else(|| {
             Error::corrupt(path, format!("field \"dim\" is {}: too large", self.dim))
         })?;
-        let geo = super::page::PageGeometry::new(l.page_size, vector_bytes, l.max_degree, self.n)
-            .map_err(|e| Error::corrupt(path, e.to_string()))?;
+        if (l.kind == LayoutKind::Replicated) != (l.packed > 0) {
+            return bad(format!(
+                "layout {} with {} packed lists: only a replicated layout packs lists, and it packs some",
+                l.kind, l.packed
+            ));
+        }
+        let geo = super::page::PageGeometry::with_packed(
+            l.page_size,
+            vector_bytes,
+            l.max_degree,
+            l.packed,
+            self.n,
+        )
+        .map_err(|e| Error::corrupt(path, e.to_string()))?;
         if geo.record_size != l.record_size
             || geo.block_size != l.block_size
             || geo.records_per_block != l.records_per_block
@@ -375,11 +442,13 @@ impl Manifest {
             return bad("a shuffled layout needs section \"id_to_location\"".into());
         }
         for (s, info) in &self.sections {
-            // Only the ID layout's identity map is implicit (no file). Any
+            // Only the identity map of the ID layout (and of a replicated
+            // layout, which places records as it does) is implicit. Any
             // other name is a file directly inside the index directory: a
             // damaged manifest must not make open read `/dev/zero`,
             // `../../etc/passwd` or the directory itself.
-            let implicit = *s == Section::IdToLocation && l.kind == LayoutKind::Id;
+            let implicit = *s == Section::IdToLocation
+                && matches!(l.kind, LayoutKind::Id | LayoutKind::Replicated);
             if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
                 return bad(format!(
                     "field \"sections.{}.file\" is {:?}, expected the name of a file inside the index directory (no \"/\", not \".\" or \"..\"{})",

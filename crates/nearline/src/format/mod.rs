@@ -4,6 +4,7 @@
 //! ids). Pure encoding and decoding: reading and writing files is `io`'s,
 //! placing records is `layout`'s.
 
+pub mod adjacency;
 pub mod entries;
 pub mod location;
 pub mod manifest;
@@ -14,7 +15,8 @@ pub mod quant;
 pub mod section;
 
 pub use manifest::{
-    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, Preset, Section,
-    SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE,
+    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, PqTrial, Preset,
+    ReplicationInfo, Section, SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
+    MANIFEST_FILE,
 };
 pub use page::{PageGeometry, RecordView, PAGE_HEADER_BYTES};

@@ -30,6 +30,9 @@ pub const LAYOUT_ID: u8 = 1;
 /// Layout id of a shuffled layout (Starling's block shuffling): records are
 /// placed through the id→location section.
 pub const LAYOUT_SHUFFLED: u8 = 2;
+/// Layout id of a graph-replicated layout (Gorgeous): records in ID order,
+/// each carrying the adjacency lists of some of its neighbours.
+pub const LAYOUT_REPLICATED: u8 = 3;
 
 /// Where records sit in the page file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +48,12 @@ pub struct PageGeometry {
     /// Offset of the degree field (vector bytes rounded up to 4).
     pub degree_offset: usize,
     pub max_degree: usize,
-    /// Layout id every block header carries ([`LAYOUT_ID`] or
-    /// [`LAYOUT_SHUFFLED`]); a block of another layout is refused.
+    /// Adjacency lists of neighbours each record carries (Gorgeous'
+    /// graph-replicated records; 0 for plain records).
+    pub packed: usize,
+    /// Layout id every block header carries ([`LAYOUT_ID`],
+    /// [`LAYOUT_SHUFFLED`] or [`LAYOUT_REPLICATED`]); a block of another
+    /// layout is refused.
     pub layout_id: u8,
 }
 
@@ -57,6 +64,30 @@ impl PageGeometry {
         page_size: usize,
         vector_bytes: usize,
         max_degree: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        Self::with_packed(page_size, vector_bytes, max_degree, 0, n)
+    }
+
+    /// Bytes a record's packed region takes for `packed` lists of degree
+    /// bound `max_degree`: a count, the packed ids, then each list (degree
+    /// and `max_degree` slots); 0 when nothing is packed.
+    pub fn packed_bytes(max_degree: usize, packed: usize) -> Option<usize> {
+        if packed == 0 {
+            return Some(0);
+        }
+        let per = 8usize.checked_add(max_degree.checked_mul(4)?)?;
+        4usize.checked_add(packed.checked_mul(per)?)
+    }
+
+    /// Geometry of records that also carry `packed` neighbours' adjacency
+    /// lists (Gorgeous' graph-replicated layout; `packed` 0 gives plain
+    /// records, as [`PageGeometry::new`]).
+    pub fn with_packed(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        packed: usize,
         n: usize,
     ) -> crate::Result<Self> {
         if ![4096, 8192, 16384].contains(&page_size) {
@@ -80,6 +111,7 @@ impl PageGeometry {
             .ok_or_else(too_large)?;
         let record_size = degree_offset
             .checked_add(4 + 4 * max_degree)
+            .and_then(|r| r.checked_add(Self::packed_bytes(max_degree, packed)?))
             .ok_or_else(too_large)?;
         let header_and_record = record_size
             .checked_add(PAGE_HEADER_BYTES)
@@ -104,8 +136,70 @@ impl PageGeometry {
             vector_bytes,
             degree_offset,
             max_degree,
-            layout_id: LAYOUT_ID,
+            packed,
+            layout_id: if packed > 0 {
+                LAYOUT_REPLICATED
+            } else {
+                LAYOUT_ID
+            },
         })
+    }
+
+    /// Offset of the packed region inside a record.
+    #[inline]
+    fn packed_offset(&self) -> usize {
+        self.degree_offset + 4 + 4 * self.max_degree
+    }
+
+    /// The neighbours' adjacency lists a record carries (none for plain
+    /// records). The error says what is wrong.
+    #[inline]
+    pub fn decode_packed<'a>(&self, rec: &'a [u8]) -> Result<Packed<'a>, String> {
+        if self.packed == 0 {
+            return Ok(Packed::EMPTY);
+        }
+        let o = self.packed_offset();
+        let words: &[u32] = rec
+            .get(o..self.record_size)
+            .and_then(|b| bytemuck::try_cast_slice(b).ok())
+            .ok_or_else(|| "record's packed region is short or misaligned".to_string())?;
+        let count = words[0] as usize;
+        if count > self.packed {
+            return Err(format!(
+                "record packs {count} adjacency lists, at most {} fit",
+                self.packed
+            ));
+        }
+        let ids = &words[1..1 + count];
+        let lists = &words[1 + self.packed..];
+        Ok(Packed {
+            ids,
+            lists,
+            r: self.max_degree,
+        })
+    }
+
+    /// Writes a record's packed region: the ids and lists of `packed`
+    /// neighbours (at most [`PageGeometry::packed`]; extra ones are dropped).
+    pub fn write_packed(&self, out: &mut [u8], packed: &[(u32, &[u32])]) {
+        if self.packed == 0 {
+            return;
+        }
+        let o = self.packed_offset();
+        let count = packed.len().min(self.packed);
+        let mut w = |at: usize, v: u32| out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        w(o, count as u32);
+        let lists = o + 4 + 4 * self.packed;
+        let slot = 4 * (1 + self.max_degree);
+        for (i, &(id, list)) in packed[..count].iter().enumerate() {
+            w(o + 4 + 4 * i, id);
+            let at = lists + i * slot;
+            let deg = list.len().min(self.max_degree);
+            w(at, deg as u32);
+            for (j, &u) in list[..deg].iter().enumerate() {
+                w(at + 4 + 4 * j, u);
+            }
+        }
     }
 
     /// The same geometry for blocks of layout `layout_id`.
@@ -197,6 +291,50 @@ pub struct RecordView<'a> {
     pub vector: &'a [u8],
     /// The adjacency list (at most R ids).
     pub neighbours: &'a [u32],
+}
+
+/// The neighbours' adjacency lists a graph-replicated record carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed<'a> {
+    /// The packed neighbours' ids.
+    pub ids: &'a [u32],
+    /// Their lists, each a degree then `r` slots.
+    lists: &'a [u32],
+    r: usize,
+}
+
+impl<'a> Packed<'a> {
+    /// No packed lists.
+    pub const EMPTY: Packed<'static> = Packed {
+        ids: &[],
+        lists: &[],
+        r: 0,
+    };
+
+    /// How many lists are packed.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether none is.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The `i`-th packed neighbour and its adjacency list (`None` when its
+    /// stored degree exceeds R).
+    #[inline]
+    pub fn get(&self, i: usize) -> Option<(u32, &'a [u32])> {
+        let id = *self.ids.get(i)?;
+        let at = i * (1 + self.r);
+        let deg = *self.lists.get(at)? as usize;
+        if deg > self.r {
+            return None;
+        }
+        Some((id, self.lists.get(at + 1..at + 1 + deg)?))
+    }
 }
 
 /// Records a verified block holds (its header's count).

@@ -111,4 +111,32 @@ impl Graph {
     pub fn memory_bytes(&self) -> usize {
         (self.counts.len() + self.adj.len()) * 4
     }
+
+    /// Every node once, breadth-first from `seeds` (in their order), then
+    /// the nodes they do not reach in id order: the order in which a
+    /// search starting at the seeds is likely to need nodes.
+    pub fn bfs_order(&self, seeds: &[u32]) -> Vec<u32> {
+        let n = self.n();
+        let mut seen = vec![false; n];
+        let mut order = Vec::with_capacity(n);
+        for &s in seeds {
+            if (s as usize) < n && !seen[s as usize] {
+                seen[s as usize] = true;
+                order.push(s);
+            }
+        }
+        let mut head = 0;
+        while head < order.len() {
+            let v = order[head];
+            head += 1;
+            for &u in self.neighbors(v) {
+                if (u as usize) < n && !seen[u as usize] {
+                    seen[u as usize] = true;
+                    order.push(u);
+                }
+            }
+        }
+        order.extend((0..n as u32).filter(|&v| !seen[v as usize]));
+        order
+    }
 }

@@ -44,6 +44,22 @@ pub fn nav_sample_size(n: usize, rate: f64) -> usize {
     ((n as f64 * rate).round() as usize).clamp(1, n)
 }
 
+/// The nodes a navigation graph at sampling rate `rate` samples from `n`
+/// points (sorted; deterministic for `seed`; empty for rate 0).
+pub fn sample_ids(n: usize, rate: f64, seed: u64) -> Vec<u32> {
+    let count = nav_sample_size(n, rate);
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x4e41_565f_5341_4d50);
+    let mut ids: Vec<u32> = rand::seq::index::sample(&mut rng, n, count)
+        .into_iter()
+        .map(|i| i as u32)
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 /// Checks a sampling rate: finite and in `[0, NAV_MAX_SAMPLE]`.
 pub fn check_nav_sample(rate: f64) -> Result<()> {
     if !rate.is_finite() || !(0.0..=NAV_MAX_SAMPLE).contains(&rate) {
@@ -99,12 +115,7 @@ impl<T: Element> NavGraph<T> {
         if count == 0 {
             return Ok(None);
         }
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x4e41_565f_5341_4d50);
-        let mut ids: Vec<u32> = rand::seq::index::sample(&mut rng, n, count)
-            .into_iter()
-            .map(|i| i as u32)
-            .collect();
-        ids.sort_unstable();
+        let ids = sample_ids(n, rate, seed);
         let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
         let mut released = 0usize;
         for &v in &ids {

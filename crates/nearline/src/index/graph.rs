@@ -2,13 +2,14 @@
 //! page file, PQ codes in RAM, a cache and entry structures, searched by
 //! the executor. The element type is dispatched below this level.
 
-use crate::cache::{AnyCache, NodeCache};
+use crate::cache::{AdjacencyCache, AnyCache, NodeCache};
 use crate::elem::Element;
 use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
 use crate::graph::nav::NavGraph;
 use crate::io::files::{read_section, read_section_huge, section_path};
 use crate::io::{open_direct, EngineKind};
 use crate::layout::{AnyLayout, IdLayout, ShuffledLayout};
+use crate::planner::preset::CacheKind;
 use crate::planner::{MemoryPlan, OpenPlan};
 use crate::search::entry::load_sampled_entries;
 use crate::search::{
@@ -158,7 +159,9 @@ impl GraphIndex {
             None
         };
         let layout = match m.layout.kind {
-            LayoutKind::Id => AnyLayout::Id(IdLayout::new(geo, m.n)),
+            // A replicated layout is the ID layout of records that carry
+            // packed lists (its geometry says how many).
+            LayoutKind::Id | LayoutKind::Replicated => AnyLayout::Id(IdLayout::new(geo, m.n)),
             LayoutKind::Shuffled => {
                 let b = read_section(dir, m, Section::IdToLocation)?;
                 let path = section_path(dir, m, Section::IdToLocation);
@@ -175,15 +178,25 @@ impl GraphIndex {
         let (engine, direct_io) = with_dtype!(m.dtype, T, {
             let entries = load_entries::<T>(dir, m, plan.entry, &pages_path, &layout)?;
             account.entry = entries.memory_bytes() as u64;
-            let cache = NodeCache::load_bfs(
-                &pages_path,
-                &layout,
-                m.n,
-                m.medoid,
-                plan.memory.cache_nodes as usize,
-            )?;
-            account.cache = crate::cache::Cache::memory_bytes(&cache) as u64;
-            account.cache_nodes = crate::cache::Cache::len(&cache) as u64;
+            let cache = match plan.cache {
+                CacheKind::Bfs => AnyCache::Bfs(NodeCache::load_bfs(
+                    &pages_path,
+                    &layout,
+                    m.n,
+                    m.medoid,
+                    plan.memory.cache_nodes as usize,
+                )?),
+                CacheKind::Adjacency => AnyCache::Adjacency(AdjacencyCache::load(
+                    dir,
+                    m,
+                    &layout,
+                    &pages_path,
+                    plan.memory.cache,
+                    plan.cache_limit,
+                )?),
+            };
+            account.cache = cache.memory_bytes() as u64;
+            account.cache_nodes = cache.len() as u64;
             let (file, direct_io) = open_direct(&pages_path)?;
             let data = IndexData::<T> {
                 geo: *layout.geometry(),
@@ -193,7 +206,7 @@ impl GraphIndex {
                     codes,
                     metric: m.metric,
                 }),
-                cache: AnyCache::Bfs(cache),
+                cache,
                 metric: m.metric,
                 dim: m.dim,
                 n: m.n,
@@ -299,11 +312,26 @@ impl GraphIndex {
         with_engine!(
             &self.engine,
             x,
-            serde_json::json!({
-                "policy": x.data.cache.name(),
-                "nodes": x.data.cache.len(),
-                "bytes": x.data.cache.memory_bytes(),
-            })
+            match &x.data.cache {
+                AnyCache::Adjacency(c) => {
+                    let held = c.contents();
+                    serde_json::json!({
+                        "policy": x.data.cache.name(),
+                        "nodes": held.lists,
+                        "lists": held.lists,
+                        "vectors": held.vectors,
+                        "edges": held.edges,
+                        "bytes": held.bytes,
+                    })
+                }
+                AnyCache::Bfs(_) => serde_json::json!({
+                    "policy": x.data.cache.name(),
+                    "nodes": x.data.cache.len(),
+                    "lists": x.data.cache.len(),
+                    "vectors": x.data.cache.len(),
+                    "bytes": x.data.cache.memory_bytes(),
+                }),
+            }
         )
     }
 

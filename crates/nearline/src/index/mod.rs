@@ -166,7 +166,12 @@ impl Index {
 
     /// What the planner knows of this index for a search.
     fn search_facts(&self) -> Result<SearchFacts> {
-        SearchFacts::of(&self.manifest, self.plan.threads, self.scratch_allowance())
+        SearchFacts::of(
+            &self.manifest,
+            self.plan.cache,
+            self.plan.threads,
+            self.scratch_allowance(),
+        )
     }
 
     /// Plans a batch of `nq` queries (a range search with `range`), with
@@ -353,5 +358,7 @@ impl Index {
     }
 }
 
+#[cfg(test)]
+mod gorgeous_tests;
 #[cfg(test)]
 mod tests;

@@ -478,15 +478,15 @@ fn names_of_a_newer_version_are_refused_not_guessed() {
     let original = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
     type Edit = fn(&mut serde_json::Value);
     let cases: [(&str, Edit); 4] = [
-        ("preset", |v| v["spec"]["preset"] = "gorgeous".into()),
-        ("layout", |v| v["layout"]["kind"] = "replicated".into()),
+        ("preset", |v| v["spec"]["preset"] = "odinann".into()),
+        ("layout", |v| v["layout"]["kind"] = "inline_codes".into()),
         ("index kind", |v| v["kind"] = "partition".into()),
         ("section", |v| {
             let pages = v["sections"]["pages"].clone();
             v["sections"]
                 .as_object_mut()
                 .unwrap()
-                .insert("adjacency".into(), pages);
+                .insert("neighbour_codes".into(), pages);
         }),
     ];
     for (what, edit) in cases {
@@ -711,7 +711,7 @@ fn every_preset_keeps_its_budget() {
             );
             assert!(
                 held.static_total() + held.worker_scratch <= budget,
-                "{preset} {frac}: {held:?} over {budget}"
+                "{preset} {frac}: {held:?} over {budget}; planned {plan:?}"
             );
             let info = idx.info();
             assert_eq!(

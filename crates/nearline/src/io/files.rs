@@ -74,6 +74,91 @@ pub fn write_section(dir: &Path, file: &str, kind: &str, bytes: &[u8]) -> Result
     })
 }
 
+/// Writes a section file `file` into `dir` durably from what `fill`
+/// writes (streamed: the section is never whole in memory) and returns its
+/// manifest entry.
+pub fn write_section_with(
+    dir: &Path,
+    file: &str,
+    kind: &str,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<SectionInfo> {
+    /// Counts and checksums what passes through.
+    struct Summing<W: Write> {
+        inner: W,
+        crc: u32,
+        bytes: u64,
+    }
+    impl<W: Write> Write for Summing<W> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let k = self.inner.write(buf)?;
+            self.crc = crc32c::crc32c_append(self.crc, &buf[..k]);
+            self.bytes += k as u64;
+            Ok(k)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
+    let path = dir.join(file);
+    let f = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+    let mut w = Summing {
+        inner: std::io::BufWriter::with_capacity(1 << 20, f),
+        crc: 0,
+        bytes: 0,
+    };
+    fill(&mut w).map_err(|e| Error::io(&path, e))?;
+    let (crc, bytes) = (w.crc, w.bytes);
+    let f = w
+        .inner
+        .into_inner()
+        .map_err(|e| Error::io(&path, e.into_error()))?;
+    f.sync_all().map_err(|e| Error::io(&path, e))?;
+    Ok(SectionInfo {
+        file: file.into(),
+        kind: kind.into(),
+        bytes,
+        crc32c: Some(crc),
+    })
+}
+
+/// Reads section `s` in chunks handed to `each` (never whole in memory),
+/// checked against the manifest: the size before reading, the CRC32C at
+/// the end. `each` may see bytes of a damaged section before the checksum
+/// fails, so what it builds is only good once this returns `Ok`.
+pub fn read_section_stream(
+    dir: &Path,
+    m: &Manifest,
+    s: Section,
+    each: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<()> {
+    use std::io::Read;
+    let (mut file, path, info, len) = open_section(dir, m, s)?;
+    let mut buf = vec![0u8; (1 << 20).min(len.max(1))];
+    let mut left = len;
+    let mut crc = 0u32;
+    while left > 0 {
+        let k = buf.len().min(left);
+        file.read_exact(&mut buf[..k])
+            .map_err(|e| truncated_while_read(&path, s, e))?;
+        crc = crc32c::crc32c_append(crc, &buf[..k]);
+        each(&buf[..k])?;
+        left -= k;
+    }
+    if let Some(want) = info.crc32c {
+        if want != crc {
+            return Err(Error::corrupt(
+                &path,
+                format!(
+                    "section {:?} fails its CRC32C check (expected {want:#010x}, got {crc:#010x})",
+                    s.name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The file of section `s` (the manifest's path when it has none).
 pub fn section_path(dir: &Path, m: &Manifest, s: Section) -> PathBuf {
     match m.sections.get(&s) {

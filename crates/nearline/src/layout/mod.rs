@@ -9,6 +9,7 @@
 //! (through [`crate::format::page`]'s codec).
 
 pub mod placement;
+pub mod replicate;
 pub mod shuffle;
 pub mod writer;
 

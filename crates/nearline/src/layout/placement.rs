@@ -6,7 +6,10 @@
 //! through a node→block map behind the same trait. The search loop is
 //! generic over the layout, so each layout gets its own monomorphic loop.
 
-use crate::format::page::{block_records, verify_block, PageGeometry, RecordView, LAYOUT_SHUFFLED};
+use crate::format::page::{
+    block_records, verify_block, Packed, PageGeometry, RecordView, LAYOUT_SHUFFLED,
+    PAGE_HEADER_BYTES,
+};
 use crate::format::LayoutKind;
 use crate::{Error, Result};
 use std::path::Path;
@@ -51,6 +54,21 @@ pub trait Layout: Send + Sync {
         slot: usize,
     ) -> std::result::Result<RecordView<'a>, String> {
         self.geometry().decode(block, slot)
+    }
+
+    /// The neighbours' adjacency lists the record at `slot` of a verified
+    /// block carries (graph-replicated layouts; none otherwise).
+    #[inline]
+    fn packed<'a>(&self, block: &'a [u8], slot: usize) -> std::result::Result<Packed<'a>, String> {
+        let geo = self.geometry();
+        if geo.packed == 0 {
+            return Ok(Packed::EMPTY);
+        }
+        let off = PAGE_HEADER_BYTES + slot * geo.record_size;
+        let rec = block
+            .get(off..off + geo.record_size)
+            .ok_or_else(|| format!("record slot {slot} lies outside the block"))?;
+        geo.decode_packed(rec)
     }
 }
 
@@ -235,6 +253,7 @@ impl AnyLayout {
     /// The manifest's layout kind.
     pub fn kind(&self) -> LayoutKind {
         match self {
+            AnyLayout::Id(l) if l.geo.packed > 0 => LayoutKind::Replicated,
             AnyLayout::Id(_) => LayoutKind::Id,
             AnyLayout::Shuffled(_) => LayoutKind::Shuffled,
         }

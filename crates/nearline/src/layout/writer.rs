@@ -1,6 +1,7 @@
 //! Writes the page file of a layout from vectors and a graph.
 
 use super::placement::AnyLayout;
+use super::replicate::Packing;
 use crate::data::matrix::Matrix;
 use crate::elem::Element;
 use crate::format::page::{seal_block, PageGeometry, PAGE_HEADER_BYTES};
@@ -18,14 +19,22 @@ const BLOCKS_PER_CHUNK: usize = 1024;
 /// where `layout` says. The ID layout streams the rows in order (rows of a
 /// memory-mapped `data` are released as they are written); a shuffled
 /// layout reads each chunk's rows with positioned reads, so a mapped input
-/// is never touched at scattered rows (which would map most of it).
+/// is never touched at scattered rows (which would map most of it). With a
+/// `packing` (a graph-replicated layout) each record also carries the
+/// adjacency lists of the neighbours the packing names.
 pub fn write_pages<T: Element>(
     path: &Path,
     layout: &AnyLayout,
     data: &Matrix<T>,
     graph: &Graph,
+    packing: Option<&Packing>,
     cancel: &AtomicBool,
 ) -> Result<()> {
+    if packing.is_some_and(|p| p.per != layout.geometry().packed) {
+        return Err(Error::arg(
+            "the packing's slots per record differ from the layout's geometry",
+        ));
+    }
     let n = data.n();
     let geo: PageGeometry = *layout.geometry();
     if graph.n() != n {
@@ -67,6 +76,7 @@ pub fn write_pages<T: Element>(
             .par_chunks_mut(geo.block_size)
             .enumerate()
             .for_each(|(i, block)| {
+                let mut packed: Vec<(u32, &[u32])> = Vec::new();
                 block.fill(0);
                 let members = starts[i]..starts[i + 1];
                 for (slot, j) in members.clone().enumerate() {
@@ -79,6 +89,11 @@ pub fn write_pages<T: Element>(
                     let off = PAGE_HEADER_BYTES + slot * geo.record_size;
                     let rec = &mut block[off..off + geo.record_size];
                     geo.write_record(rec, bytemuck::cast_slice(vector), graph.neighbors(v));
+                    if let Some(p) = packing {
+                        packed.clear();
+                        packed.extend(p.of(v).map(|u| (u, graph.neighbors(u))));
+                        geo.write_packed(rec, &packed);
+                    }
                 }
                 seal_block(block, first_block + i as u64, members.len(), geo.layout_id);
             });

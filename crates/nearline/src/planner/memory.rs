@@ -42,7 +42,7 @@ pub fn ids_bytes(n: usize) -> u64 {
 /// position → node; the ID layout none).
 pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
     match layout {
-        LayoutKind::Id => 0,
+        LayoutKind::Id | LayoutKind::Replicated => 0,
         LayoutKind::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
     }
 }
@@ -105,6 +105,8 @@ pub struct QueryShape {
     pub width: usize,
     /// Block search's σ (it expands co-located records too).
     pub sigma: Option<f32>,
+    /// Lists a replicated record packs (0: none; the query keeps some).
+    pub packed: usize,
 }
 
 /// Bytes of one query slot's scratch at its largest: the scorer's table,
@@ -121,11 +123,36 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
     let hops = ((2 * s.l + s.width) as f64 * expand_factor).ceil() as usize;
     let visited = hops.saturating_mul(s.r).min(s.n);
     let visited_bytes = table_bytes(visited, 4);
-    let exact = (hops.min(s.n) as u64) * 8;
-    let reads = s.width as u64 * (16 + 12 + 4);
-    let buffers = s.width as u64 * s.block_size as u64;
+    // (Vectors grow by doubling: the exact results' may reach the next
+    // power of two.)
+    let exact = (hops.min(s.n).next_power_of_two() as u64) * 8;
+    // Reads, targets, free read ids, the page's targets; the expansion's
+    // scratch.
+    let reads = s.width as u64 * (16 + 12 + 2 + 4) + 4 * s.r as u64;
+    // A query's W reads, and one more while an arrived page is processed
+    // (its buffer goes back after the next read is issued).
+    let buffers = (s.width as u64 + 1) * s.block_size as u64;
     let query = (s.dim * (4 + s.esz)) as u64;
-    table + cand + visited_bytes + exact + reads + buffers + query + 1024
+    // Replicated pages: the lists a query keeps (bounded per list entry)
+    // and their index; the beam's in-memory frontier.
+    let loaded = if s.packed > 0 {
+        let lists = crate::search::MAX_LOADED_PER_L * s.l;
+        lists as u64 * 4 * (s.r as u64 + 1) + table_bytes(lists, 8)
+    } else {
+        0
+    };
+    let memory = s.width as u64 * 4;
+    table + cand + visited_bytes + exact + reads + buffers + query + loaded + memory + 2048
+}
+
+/// Adjacency lists of mean degree `degree` an adjacency cache holds in
+/// `share` bytes (its node index costs 4 bytes a node once any list fits).
+pub fn adjacency_lists_for(share: u64, n: usize, degree: f64) -> u64 {
+    let index = crate::cache::AdjacencyCache::index_bytes(n);
+    if share <= index {
+        return 0;
+    }
+    (((share - index) as f64 / (4.0 + 4.0 * degree.max(0.0))) as u64).min(n as u64)
 }
 
 /// Bytes of an I/O engine for `depth` reads in flight.
@@ -142,6 +169,7 @@ pub fn worker_bytes(s: &QueryShape, qif: usize) -> u64 {
     );
     qif as u64 * query_bytes(s)
         + engine_bytes(depth.next_power_of_two())
+        + (depth.next_power_of_two() * std::mem::size_of::<crate::io::Completion>()) as u64
         + crate::search::pool::WORKER_THREAD_BYTES as u64
 }
 
@@ -163,8 +191,10 @@ pub struct MemoryPlan {
     pub worker_scratch: u64,
     /// The cache's share: what the budget leaves.
     pub cache: u64,
-    /// Nodes the cache holds in that share.
+    /// Nodes the cache holds in that share (an adjacency cache: lists).
     pub cache_nodes: u64,
+    /// What the cache holds: `bfs` (whole records) or `adjacency`.
+    pub cache_policy: &'static str,
     /// The smallest budget these structures fit in (no cache).
     pub minimum: u64,
 }
@@ -279,6 +309,7 @@ pub fn split_at_build(
     pq_bytes: Option<usize>,
     budget: Option<u64>,
     default_budget: u64,
+    pq_share: f64,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
@@ -342,6 +373,7 @@ pub fn split_at_build(
         }
         (None, None) => {
             let left = budget.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
+            let left = (left as f64 * pq_share.clamp(0.0, 1.0)) as u64;
             let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
             // The codebook grows by 4 bytes a chunk, the workers' tables by
             // 1 KiB, and large code tables round to huge pages: step down
@@ -387,10 +419,11 @@ pub fn split_at_build(
         worker_scratch: t * worker(q, m),
         cache: 0,
         cache_nodes: 0,
+        cache_policy: "bfs",
         minimum: min.total,
     };
     plan.cache = budget.saturating_sub(plan.fixed());
-    plan.cache_nodes = NodeCache::capacity_for(geo, plan.cache) as u64;
+    plan.cache_nodes = NodeCache::capacity_for(geo, plan.cache).min(n) as u64;
     Ok((m, plan))
 }
 
@@ -413,6 +446,7 @@ pub fn split_at_open(
     worker: WorkerCost<'_>,
     cache_nodes: Option<usize>,
     grow: bool,
+    adjacency: Option<f64>,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
@@ -475,6 +509,39 @@ pub fn split_at_open(
         ),
     ));
     let mut share = available - scratch;
+    if let Some(degree) = adjacency {
+        // An adjacency cache takes the whole share (lists in priority
+        // order while they fit, then vectors), `cache_nodes` lists at most.
+        let fit = adjacency_lists_for(share, n, degree);
+        let lists = cache_nodes.map_or(fit, |c| fit.min(c as u64));
+        decisions.push(Decision::new(
+            "cache_nodes",
+            lists,
+            match cache_nodes {
+                Some(c) if (c as u64) < fit => "asked for (adjacency lists)".to_string(),
+                _ => format!(
+                    "adjacency lists (mean degree {degree:.1}) the {share} bytes left by everything \
+                     else hold, breadth-first from the entry points; vectors too if all fit"
+                ),
+            },
+        ));
+        return Ok((
+            threads,
+            MemoryPlan {
+                budget,
+                pq_codes: codes,
+                pq_codebook: codebook,
+                ids: fixed.ids,
+                layout_map: fixed.layout_map,
+                entry: fixed.entry,
+                worker_scratch: scratch,
+                cache: share,
+                cache_nodes: lists,
+                cache_policy: "adjacency",
+                minimum: min.total,
+            },
+        ));
+    }
     let nodes = match cache_nodes {
         Some(c) => {
             let need = NodeCache::bytes_for(geo, c);
@@ -501,7 +568,7 @@ pub fn split_at_open(
             c
         }
         None => {
-            let c = NodeCache::capacity_for(geo, share);
+            let c = NodeCache::capacity_for(geo, share).min(n);
             decisions.push(Decision::new(
                 "cache_nodes",
                 c,
@@ -524,6 +591,7 @@ pub fn split_at_open(
             worker_scratch: scratch,
             cache: NodeCache::bytes_for(geo, nodes),
             cache_nodes: nodes as u64,
+            cache_policy: "bfs",
             minimum: min.total,
         },
     ))
@@ -561,7 +629,7 @@ mod tests {
         let raw = 100_000 * 512;
         let split = |budget: Option<u64>, d: &mut Vec<Decision>| {
             split_at_build(
-                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, &geo, d,
+                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, 1.0, &geo, d,
             )
         };
         let (m, plan) = split(Some(6_400_000), &mut d).unwrap();
@@ -617,6 +685,7 @@ mod tests {
                     &worker,
                     None,
                     false,
+                    None,
                     &geo,
                     &mut d,
                 );
@@ -635,7 +704,7 @@ mod tests {
         let open = |budget, threads, cache, d: &mut Vec<Decision>| {
             split_at_open(
                 "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, false,
-                &geo, d,
+                None, &geo, d,
             )
         };
         // Room for eight one-query workers: all eight cores, a cache.

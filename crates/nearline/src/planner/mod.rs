@@ -15,12 +15,12 @@ pub mod rules;
 
 pub use memory::MemoryPlan;
 pub use options::{
-    BuildOptions, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice, RangeOptions,
-    SearchOptions, IO_ENGINES,
+    BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
+    RangeOptions, SearchOptions, IO_ENGINES,
 };
 pub use preset::PresetDefaults;
 
-use crate::build::BuildPlan;
+use crate::build::{self, BuildPlan};
 use crate::distance::Metric;
 use crate::elem::DType;
 use crate::format::{LayoutKind, Manifest, PageGeometry, Preset, Section};
@@ -39,6 +39,24 @@ use serde::Serialize;
 
 /// Largest `entry_clusters` accepted.
 pub const MAX_ENTRY_CLUSTERS: usize = 65_536;
+
+/// A navigation graph that would take more than this share of the budget
+/// is dropped when the preset's default asked for it (its memory serves the
+/// cache better).
+pub const NAV_MAX_BUDGET_SHARE: f64 = 0.10;
+
+/// With an adjacency-first cache, the PQ codes take at most this share of
+/// what the fixed structures and the workers leave of the budget.
+pub const PQ_SHARE_ADJACENCY: f64 = 0.5;
+
+/// Recall loss the build's PQ selection tolerates (see
+/// `build::pq::PqSelection`).
+pub const PQ_SELECT_TOLERANCE: f32 = 0.02;
+
+/// A list may be packed into at most this many records per packed slot a
+/// record has (twice the mean: the nearest lists of many nodes fit, while
+/// a hub's list cannot take every slot).
+pub const REPLICA_CAP_PER_SLOT: usize = 2;
 
 /// One choice of a plan and the rule that made it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -209,32 +227,106 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     );
     let alpha = opts.alpha.unwrap_or(pd.alpha);
     let passes = opts.passes.unwrap_or(pd.passes);
-    let page_size = opts.page_size.unwrap_or(pd.page_size);
-    pick(
-        &mut d,
-        "page_size",
-        opts.page_size.map(|x| x.to_string()),
-        page_size.to_string(),
-    );
-    let layout = opts.layout.unwrap_or(pd.layout);
+    let esz = f.dtype.size();
+    let vec_bytes = f.dim * esz;
+    let mut layout = opts.layout.unwrap_or(pd.layout);
     pick(
         &mut d,
         "layout",
         opts.layout.map(|x| x.to_string()),
         layout.to_string(),
     );
-    let nav_sample = opts.nav_sample.unwrap_or(pd.nav_sample);
+    let page_size = match opts.page_size {
+        Some(p) => {
+            d.push(Decision::new("page_size", p, "asked for"));
+            p
+        }
+        None if layout == LayoutKind::Replicated => {
+            let (p, why) = rules::replicated_page_size(vec_bytes, r, f.n);
+            d.push(Decision::new("page_size", p, why));
+            p
+        }
+        None => {
+            d.push(Decision::new(
+                "page_size",
+                pd.page_size,
+                format!("the {preset} preset's"),
+            ));
+            pd.page_size
+        }
+    };
+    let packed = if layout == LayoutKind::Replicated {
+        let (p, why) = rules::choose_packed(page_size, vec_bytes, r, f.n, opts.disk_budget)?;
+        d.push(Decision::new("packed_lists", p, why));
+        if p == 0 {
+            layout = LayoutKind::Id;
+            d.push(Decision::new(
+                "layout",
+                layout,
+                "no list fits the disk budget besides the node's own: plain records",
+            ));
+        }
+        p
+    } else {
+        if let Some(budget) = opts.disk_budget {
+            let plain = PageGeometry::new(page_size, vec_bytes, r, f.n)?.file_bytes();
+            if plain > budget {
+                return Err(Error::arg(format!(
+                    "disk_budget={budget} bytes is below the {plain} bytes the page file takes \
+                     (n={}, {vec_bytes} vector bytes, R={r}, {page_size}-byte pages)",
+                    f.n
+                )));
+            }
+        }
+        0
+    };
+    let adjacency = opts.adjacency.unwrap_or(pd.adjacency);
+    pick(
+        &mut d,
+        "adjacency",
+        opts.adjacency.map(|x| x.to_string()),
+        adjacency.to_string(),
+    );
+    let raw = f.raw_bytes();
+    let mut nav_sample = opts.nav_sample.unwrap_or(pd.nav_sample);
     pick(
         &mut d,
         "nav_sample",
         opts.nav_sample.map(|x| x.to_string()),
         nav_sample.to_string(),
     );
+    if opts.nav_sample.is_none() && nav_sample > 0.0 {
+        // Whether the navigation graph pays: it saves the first hops' reads
+        // (about one per hop to its depth) for its memory; when it would
+        // take more than NAV_MAX_BUDGET_SHARE of the budget, that memory
+        // serves the cache better.
+        let count = nav_sample_size(f.n, nav_sample);
+        let bytes = memory::nav_bytes_from_section(memory::nav_section_bytes(
+            count,
+            nav_graph_degree(count),
+            f.dim,
+            esz,
+        ));
+        let budget = opts
+            .memory_budget
+            .map(|b| b.resolve(raw))
+            .unwrap_or((raw as f64 * pd.budget_fraction) as u64);
+        if bytes as f64 > NAV_MAX_BUDGET_SHARE * budget as f64 {
+            nav_sample = 0.0;
+            d.push(Decision::new(
+                "nav_sample",
+                0,
+                format!(
+                    "the navigation graph ({bytes} bytes) would take over {:.0}% of the {budget}-byte \
+                     budget: memory serves the cache better",
+                    NAV_MAX_BUDGET_SHARE * 100.0
+                ),
+            ));
+        }
+    }
     let entry_clusters = opts.entry_clusters.unwrap_or(pd.entry_clusters);
     let threads = opts.threads.unwrap_or_else(default_threads);
-    let esz = f.dtype.size();
-    let geo = PageGeometry::new(page_size, f.dim * esz, r, f.n)?;
-    let raw = f.raw_bytes();
+    let geo = PageGeometry::with_packed(page_size, vec_bytes, r, packed, f.n)?;
     // The entry structure an open with default options loads.
     let nav_count = nav_sample_size(f.n, nav_sample);
     let entry = if nav_count > 0 {
@@ -265,9 +357,10 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         pq_m: m,
         block_size: geo.block_size,
         records_per_block: geo.records_per_block,
-        l: DEFAULT_L,
+        l: pd.l,
         width: search_width,
         sigma: (layout == LayoutKind::Shuffled).then_some(pd.sigma),
+        packed,
     };
     let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
     let fixed = FixedCosts {
@@ -280,7 +373,25 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         entry,
     };
     let default_budget = (raw as f64 * pd.budget_fraction).floor() as u64;
-    let (pq_bytes, mem) = memory::split_at_build(
+    // Gorgeous plans memory for the graph: the budget (20% of the raw
+    // vectors unless given) is split so the PQ codes take at most half of
+    // what the fixed structures leave, and the build picks the smallest
+    // PQ size within that cap whose sample recall holds (see
+    // `build::pq::PqSelection`); the adjacency cache gets the rest.
+    let adjacency_first = pd.cache == preset::CacheKind::Adjacency;
+    let select_pq = adjacency_first && opts.pq_bytes.is_none();
+    let budget_given = opts.memory_budget.map(|b| b.resolve(raw));
+    // The preset's budget, raised to what the index needs with four
+    // queries per worker and PQ codes by DiskANN's rule on half of it.
+    let preset_budget = {
+        let m = rules::pq_bytes_for_budget(f.n, f.dim, default_budget / 2);
+        let need = fixed.total()
+            + memory::codebook_bytes(f.dim, m)
+            + memory::pq_codes_bytes(f.n, m)
+            + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, m);
+        default_budget.max(need)
+    };
+    let (mut pq_bytes, mut mem) = memory::split_at_build(
         &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
         f.n,
         f.dim,
@@ -289,11 +400,49 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         open_threads,
         &worker,
         opts.pq_bytes,
-        opts.memory_budget.map(|b| b.resolve(raw)),
+        if adjacency_first {
+            budget_given.or(Some(preset_budget))
+        } else {
+            budget_given
+        },
         default_budget,
+        if select_pq { PQ_SHARE_ADJACENCY } else { 1.0 },
         &geo,
         &mut d,
     )?;
+    if adjacency_first && budget_given.is_none() {
+        if let Some(x) = d.iter_mut().find(|x| x.what == "memory_budget") {
+            x.rule = format!(
+                "the {preset} preset's: {:.0}% of the raw vectors ({raw} bytes), at least what \
+                 the index needs with four queries per worker",
+                pd.budget_fraction * 100.0
+            );
+        }
+    }
+    let pq_selection = select_pq.then(|| {
+        let candidates = ((pd.refine_ratio * pd.l as f32).ceil() as usize).max(10);
+        if let Some(x) = d.iter_mut().find(|x| x.what == "pq_bytes") {
+            x.rule = format!(
+                "at most {pq_bytes} (half of what the fixed structures and workers leave of the \
+                 budget; the rest holds adjacency lists); the build keeps the smallest size \
+                 whose ranking holds a sample's exact 10 nearest within its top {candidates} at \
+                 recall ≥ {:.2}",
+                1.0 - PQ_SELECT_TOLERANCE
+            );
+        }
+        build::pq::PqSelection {
+            tolerance: PQ_SELECT_TOLERANCE,
+            candidates,
+        }
+    });
+    if adjacency_first {
+        mem.cache_policy = preset::CacheKind::Adjacency.name();
+        // Lists at most R long: a lower bound on those the share holds.
+        mem.cache_nodes = memory::adjacency_lists_for(mem.cache, f.n, r as f64);
+    }
+    if pq_bytes == 0 {
+        pq_bytes = 1;
+    }
     let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
     let search = SearchPlanView::of(&plan_search(
         &SearchOptions::new(10),
@@ -306,6 +455,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             dim: f.dim,
             esz,
             pq_m: pq_bytes,
+            cache: pd.cache,
             threads: open_threads,
             scratch_allowance: mem.worker_scratch,
         },
@@ -320,10 +470,15 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         passes,
         saturate: opts.saturate.unwrap_or(false),
         pq_bytes,
+        pq_selection,
         page_size,
         threads,
         seed: opts.seed,
         layout,
+        packed,
+        replica_cap: REPLICA_CAP_PER_SLOT * packed,
+        adjacency,
+        disk_budget: opts.disk_budget,
         shuffle: ShuffleParams {
             seed: opts.seed,
             ..opts.shuffle.clone()
@@ -346,6 +501,10 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpenPlan {
     pub entry: EntryPlan,
+    /// What the cache share holds.
+    pub cache: preset::CacheKind,
+    /// Most nodes (lists) the cache may take, when asked (`cache_nodes`).
+    pub cache_limit: Option<usize>,
     /// No budget was given at build or open: nearline sized it, and a
     /// search that needs more worker scratch than it reserves takes it.
     pub budget_auto: bool,
@@ -357,10 +516,11 @@ pub struct OpenPlan {
 
 /// The geometry of an index's page file, from its manifest.
 pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
-    PageGeometry::new(
+    PageGeometry::with_packed(
         m.layout.page_size,
         m.dim * m.dtype.size(),
         m.layout.max_degree,
+        m.layout.packed,
         m.n,
     )
 }
@@ -438,7 +598,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     let codebook = memory::codebook_bytes(m.dim, pq_m);
     let shape = |pq: usize| QueryShape {
         pq_m: pq,
-        ..query_shape(m, &geo, DEFAULT_L, pd.width, pd.sigma)
+        ..query_shape(m, &geo, pd.l, pd.width, pd.sigma)
     };
     let worker = |q: usize, pq: usize| memory::worker_bytes(&shape(pq), q);
     let cores = default_threads();
@@ -482,6 +642,9 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     };
     let budget_auto = opts.memory_budget.is_none()
         && (m.spec.memory_budget_auto || m.format_minor < crate::format::manifest::CHECKSUM_MINOR);
+    let (cache, why) = rules::resolve_cache(opts.cache, pd.cache, m.has(Section::Adjacency))?;
+    d.push(Decision::new("cache", cache, why));
+    let adjacency = (cache == preset::CacheKind::Adjacency).then_some(m.build_stats.mean_degree);
     let (threads, mem) = memory::split_at_open(
         &format!("this {} index", m.spec.preset),
         budget,
@@ -495,11 +658,14 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         &worker,
         opts.cache_nodes,
         budget_auto,
+        adjacency,
         &geo,
         &mut d,
     )?;
     Ok(OpenPlan {
         entry,
+        cache,
+        cache_limit: opts.cache_nodes,
         budget_auto,
         memory: mem,
         threads,
@@ -520,6 +686,7 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, l: usize, width: usize, sigma: 
         l,
         width,
         sigma: (m.layout.kind == LayoutKind::Shuffled).then_some(sigma),
+        packed: m.layout.packed,
     }
 }
 
@@ -533,6 +700,8 @@ pub struct SearchFacts {
     pub dim: usize,
     pub esz: usize,
     pub pq_m: usize,
+    /// What the open index's cache holds.
+    pub cache: preset::CacheKind,
     /// The index's default search threads.
     pub threads: usize,
     /// Bytes the search workers may hold: the budget less everything else
@@ -541,10 +710,16 @@ pub struct SearchFacts {
 }
 
 impl SearchFacts {
-    /// The facts of the index of manifest `m`, opened with `threads`
-    /// default threads and `allowance` bytes for its workers.
-    pub fn of(m: &Manifest, threads: usize, allowance: u64) -> Result<Self> {
+    /// The facts of the index of manifest `m`, opened with a `cache`,
+    /// `threads` default threads and `allowance` bytes for its workers.
+    pub fn of(
+        m: &Manifest,
+        cache: preset::CacheKind,
+        threads: usize,
+        allowance: u64,
+    ) -> Result<Self> {
         Ok(SearchFacts {
+            cache,
             preset: m.spec.preset,
             layout: m.layout.kind,
             geo: geometry(m)?,
@@ -639,8 +814,10 @@ fn plan_search_with(
             l
         }
         None => {
-            let l = k.max(DEFAULT_L);
-            d.push("L", l, || format!("default: max(k, {DEFAULT_L})"));
+            let l = k.max(pd.l);
+            d.push("L", l, || {
+                format!("the {} preset's: max(k, {})", f.preset, pd.l)
+            });
             l
         }
     };
@@ -688,14 +865,41 @@ fn plan_search_with(
             start_width: PIPELINE_START_WIDTH.min(w).max(1),
         }),
     };
-    let (block, why) = rules::choose_block_search(opts.page_search, f.layout);
+    let (page_kind, why) = rules::choose_page(opts.page_search, f.layout)?;
+    let block = page_kind == rules::PageKind::Block;
     let sigma = opts.sigma.unwrap_or(pd.sigma);
-    let page = if block {
-        PagePlan::Block { sigma }
-    } else {
-        PagePlan::Targets
+    if opts.filter_ratio.is_some() && page_kind != rules::PageKind::Replicas {
+        return Err(Error::arg(
+            "filter_ratio applies to page_search=\"replicas\" (a replicated layout) only",
+        ));
+    }
+    let page = match page_kind {
+        rules::PageKind::Block => PagePlan::Block { sigma },
+        rules::PageKind::Targets => PagePlan::Targets,
+        rules::PageKind::Replicas => PagePlan::Replicas {
+            filter_ratio: opts.filter_ratio.unwrap_or(pd.filter_ratio),
+        },
     };
     d.push("page_search", page.name(), || why);
+    // Two-stage search when the traversal may expand nodes without their
+    // vectors (an adjacency cache, lists carried by replicated pages).
+    let two_stage =
+        f.cache == preset::CacheKind::Adjacency || page_kind == rules::PageKind::Replicas;
+    let refine_ratio = match (opts.refine_ratio, two_stage) {
+        (Some(r), _) if !r.is_finite() || r <= 0.0 || r > 1.0 => {
+            return Err(Error::arg(format!(
+                "refine_ratio={r} must be a finite fraction in (0, 1]"
+            )))
+        }
+        (Some(_), false) => {
+            return Err(Error::arg(
+                "refine_ratio applies to two-stage searches: an index opened with \
+                 cache=\"adjacency\" or built with a replicated layout",
+            ))
+        }
+        (r, true) => Some(r.unwrap_or(pd.refine_ratio)),
+        (None, false) => None,
+    };
     let range = match range {
         None => None,
         Some((radius, o)) => {
@@ -711,12 +915,30 @@ fn plan_search_with(
         }
     };
     let (mut qif, why) = rules::choose_queries_in_flight(opts.queries_in_flight, nq, threads);
+    let refine = match refine_ratio {
+        None => RefinePlan::None,
+        Some(ratio) => {
+            // A range search refines every list entry that needs it (its
+            // answers are whatever lies within the radius).
+            let candidates = match range {
+                Some(r) => r.max_l,
+                None => ((ratio * l as f32).ceil() as usize).clamp(k, l),
+            };
+            d.push("refine", candidates, || {
+                format!(
+                    "two-stage search: the best {candidates} list entries without an exact \
+                     distance are read (refine_ratio {ratio} of L={l}, at least k)"
+                )
+            });
+            RefinePlan::Rerank { candidates }
+        }
+    };
     let mut plan = SearchPlan {
         k,
         l,
         executor,
         page,
-        refine: RefinePlan::None,
+        refine,
         queries_in_flight: qif,
         range,
     };
@@ -733,6 +955,7 @@ fn plan_search_with(
         l: range.map_or(l, |r| r.max_l),
         width: w,
         sigma: block.then_some(sigma),
+        packed: f.geo.packed,
     };
     let workers = threads.min(nq.max(1)) as u64;
     let need = |q: usize| workers * memory::worker_bytes(&shape, q);
@@ -803,7 +1026,7 @@ impl SearchPlanView {
             page_search: p.plan.page.name(),
             sigma: match p.plan.page {
                 PagePlan::Block { sigma } => Some(sigma),
-                PagePlan::Targets => None,
+                PagePlan::Targets | PagePlan::Replicas { .. } => None,
             },
             refine: match p.plan.refine {
                 RefinePlan::None => "none",
@@ -824,6 +1047,7 @@ pub fn vocabulary() -> serde_json::Value {
         "presets": PresetChoice::names(),
         "executors": ExecutorChoice::names(),
         "page_searches": PageChoice::names(),
+        "caches": CacheChoice::names(),
         "entry_kinds": EntryChoice::names(),
         "layouts": LayoutKind::names(),
         "shuffles": crate::layout::shuffle::ShuffleAlgo::names(),
@@ -844,6 +1068,8 @@ pub fn defaults_json() -> serde_json::Value {
             "page_size": d.page_size, "layout": d.layout.name(), "nav_sample": d.nav_sample,
             "entry_clusters": d.entry_clusters, "W": d.width, "nav_L": d.nav_l,
             "nav_seeds": d.nav_seeds, "sigma": d.sigma, "memory_budget": d.budget_fraction,
+            "L": d.l, "cache": d.cache.name(), "adjacency": d.adjacency,
+            "refine_ratio": d.refine_ratio, "filter_ratio": d.filter_ratio,
             "executor": match d.executor {
                 preset::PresetExecutor::ByRule => "auto",
                 preset::PresetExecutor::Beam => "beam",

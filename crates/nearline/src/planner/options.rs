@@ -69,6 +69,22 @@ vocabulary! {
         Targets = "targets",
         /// Starling's block search.
         Block = "block",
+        /// Gorgeous on a replicated layout: the target records, and the
+        /// neighbours' lists they carry kept for expansion without reads.
+        Replicas = "replicas",
+    }
+}
+
+vocabulary! {
+    /// What an open asks the cache share of the budget to hold.
+    pub enum CacheChoice: "cache" {
+        /// The preset's (adjacency lists for gorgeous, whole records
+        /// otherwise).
+        Auto = "auto",
+        /// Whole records, breadth-first from the entry point (DiskANN).
+        Bfs = "bfs",
+        /// Adjacency lists first, vectors if memory remains (Gorgeous).
+        Adjacency = "adjacency",
     }
 }
 
@@ -130,6 +146,12 @@ pub struct BuildOptions {
     pub layout: Option<LayoutKind>,
     /// How a shuffled layout is made (the seed is the build's).
     pub shuffle: ShuffleParams,
+    /// Bytes the page file may take: a replicated layout packs fewer lists
+    /// to stay within it. `None`: no limit.
+    pub disk_budget: Option<u64>,
+    /// Write the adjacency section an adjacency cache loads; `None`: the
+    /// preset's.
+    pub adjacency: Option<bool>,
 }
 
 impl Default for BuildOptions {
@@ -154,6 +176,8 @@ impl Default for BuildOptions {
             entry_clusters: None,
             layout: None,
             shuffle: ShuffleParams::default(),
+            disk_budget: None,
+            adjacency: None,
         }
     }
 }
@@ -164,8 +188,11 @@ pub struct OpenOptions {
     /// Search memory budget; `None`: the budget the index was built with.
     /// What the fixed structures and the codes leave of it holds the cache.
     pub memory_budget: Option<Budget>,
-    /// Cache exactly this many nodes instead (within the budget).
+    /// Cache exactly this many nodes instead (within the budget; for an
+    /// adjacency cache, at most this many lists).
     pub cache_nodes: Option<usize>,
+    /// What the cache holds.
+    pub cache: CacheChoice,
     /// Search threads by default (and the workers whose scratch the budget
     /// reserves); `None`: all cores.
     pub threads: Option<usize>,
@@ -185,6 +212,7 @@ impl Default for OpenOptions {
         OpenOptions {
             memory_budget: None,
             cache_nodes: None,
+            cache: CacheChoice::Auto,
             threads: None,
             entry_points: 0,
             entry: EntryChoice::Auto,
@@ -215,6 +243,13 @@ pub struct SearchOptions {
     pub page_search: PageChoice,
     /// Block search's σ; `None`: 0.3.
     pub sigma: Option<f32>,
+    /// Two-stage search: the fraction of L (at least k entries) whose
+    /// exact distances the refine stage reads; `None`: the preset's (0.5).
+    pub refine_ratio: Option<f32>,
+    /// Replicated pages: a loaded neighbour is expanded without a read when
+    /// its distance is within this fraction of the list's worst; `None`:
+    /// 0.9.
+    pub filter_ratio: Option<f32>,
     /// Search threads; `None`: the index's.
     pub threads: Option<usize>,
 }
@@ -232,6 +267,8 @@ impl SearchOptions {
             queries_in_flight: None,
             page_search: PageChoice::Auto,
             sigma: None,
+            refine_ratio: None,
+            filter_ratio: None,
             threads: None,
         }
     }

@@ -3,6 +3,18 @@
 
 use crate::format::{LayoutKind, Preset};
 
+crate::util::vocabulary! {
+    /// What the cache share of the memory budget holds.
+    pub enum CacheKind: "cache" {
+        /// DiskANN's static cache: whole records, breadth-first from the
+        /// entry point.
+        Bfs = "bfs",
+        /// Gorgeous' adjacency-first cache: adjacency lists, then vectors
+        /// if memory remains.
+        Adjacency = "adjacency",
+    }
+}
+
 /// Which executor a preset runs when a search leaves it open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PresetExecutor {
@@ -45,6 +57,17 @@ pub struct PresetDefaults {
     pub sigma: f32,
     /// Default search memory budget as a fraction of the raw vector bytes.
     pub budget_fraction: f64,
+    /// Search list size when the search gives none (`max(k, l)`).
+    pub l: usize,
+    /// What the cache share holds.
+    pub cache: CacheKind,
+    /// Write the adjacency section (what an adjacency cache loads).
+    pub adjacency: bool,
+    /// Two-stage search: the fraction of L whose exact distances the refine
+    /// stage reads (when memory expansions leave nodes without one).
+    pub refine_ratio: f32,
+    /// Gorgeous' filter on expanding a loaded list without a read.
+    pub filter_ratio: f32,
 }
 
 /// Default search list size: `max(k, DEFAULT_L)`.
@@ -72,7 +95,17 @@ const BASE: PresetDefaults = PresetDefaults {
     nav_seeds: 1,
     sigma: crate::search::DEFAULT_SIGMA,
     budget_fraction: 0.125,
+    l: DEFAULT_L,
+    cache: CacheKind::Bfs,
+    adjacency: false,
+    refine_ratio: DEFAULT_REFINE_RATIO,
+    filter_ratio: DEFAULT_FILTER_RATIO,
 };
+
+/// Refine ratio when a search gives none (Gorgeous: 0.4–0.5).
+pub const DEFAULT_REFINE_RATIO: f32 = 0.5;
+/// Filter ratio when a search gives none (Gorgeous: 0.9).
+pub const DEFAULT_FILTER_RATIO: f32 = 0.9;
 
 /// The defaults of `preset`.
 pub fn defaults(preset: Preset) -> PresetDefaults {
@@ -97,6 +130,21 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
             width: 8,
             ..BASE
         },
+        // Gorgeous: one page per node carrying its nearest neighbours'
+        // lists, an adjacency-first cache, a navigation graph over 0.5%,
+        // L 128, width 8, refine ratio 0.5, filter ratio 0.9; its memory
+        // budget is 20% of the raw vectors (the paper's setting).
+        Preset::Gorgeous => PresetDefaults {
+            layout: LayoutKind::Replicated,
+            nav_sample: 0.005,
+            executor: PresetExecutor::Pipeline,
+            width: 8,
+            l: 128,
+            cache: CacheKind::Adjacency,
+            adjacency: true,
+            budget_fraction: 0.2,
+            ..BASE
+        },
     }
 }
 
@@ -115,6 +163,22 @@ mod tests {
         assert_eq!(
             (d.nav_sample, d.executor, d.layout, d.width),
             (0.01, PresetExecutor::Pipeline, LayoutKind::Shuffled, 8)
+        );
+        let d = defaults(Preset::Gorgeous);
+        assert_eq!(
+            (d.r, d.l, d.nav_sample, d.width, d.layout, d.cache),
+            (
+                64,
+                128,
+                0.005,
+                8,
+                LayoutKind::Replicated,
+                CacheKind::Adjacency
+            )
+        );
+        assert_eq!(
+            (d.refine_ratio, d.filter_ratio, d.page_size),
+            (0.5, 0.9, 4096)
         );
         let d = defaults(Preset::Diskann);
         assert_eq!(

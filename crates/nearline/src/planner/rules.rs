@@ -1,9 +1,9 @@
 //! The seed papers' decision rules, each a small function that returns its
 //! choice and the reason, so a plan can say why it is what it is.
 
-use super::options::{EntryChoice, ExecutorChoice, PageChoice, PresetChoice};
-use super::preset::{PresetExecutor, AUTO_QUERIES_IN_FLIGHT};
-use crate::format::{LayoutKind, Preset};
+use super::options::{CacheChoice, EntryChoice, ExecutorChoice, PageChoice, PresetChoice};
+use super::preset::{CacheKind, PresetExecutor, AUTO_QUERIES_IN_FLIGHT};
+use crate::format::{LayoutKind, PageGeometry, Preset};
 use crate::quant::pq::PQ_MAX_BYTES;
 use crate::{Error, Result};
 
@@ -86,24 +86,148 @@ pub fn choose_executor(
     })
 }
 
-/// Whether a search expands the other records of a page (block search).
-/// `Auto`: block search on a shuffled layout, whose pages hold a node's
-/// neighbours (Starling); the target records on the ID layout.
-pub fn choose_block_search(choice: PageChoice, layout: LayoutKind) -> (bool, String) {
-    match choice {
-        PageChoice::Targets => (false, "asked for".into()),
-        PageChoice::Block => (true, "asked for".into()),
+/// What a search does with an arrived page, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageKind {
+    Targets,
+    Block,
+    Replicas,
+}
+
+/// The page policy of a search. `Auto`: Starling's block search on a
+/// shuffled layout, whose pages hold a node's neighbours; Gorgeous'
+/// replicas on a replicated layout, whose records carry neighbours' lists;
+/// the target records on the ID layout. Replicas on a layout that packs no
+/// lists is an error.
+pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, String)> {
+    Ok(match choice {
+        PageChoice::Targets => (PageKind::Targets, "asked for".into()),
+        PageChoice::Block => (PageKind::Block, "asked for".into()),
+        PageChoice::Replicas if layout != LayoutKind::Replicated => {
+            return Err(Error::arg(format!(
+                "page_search=\"replicas\" needs a replicated layout (its records carry \
+                 neighbours' lists); this index's layout is {layout} (build with \
+                 preset=\"gorgeous\" or layout=\"replicated\")"
+            )))
+        }
+        PageChoice::Replicas => (PageKind::Replicas, "asked for".into()),
         PageChoice::Auto => match layout {
             LayoutKind::Shuffled => (
-                true,
+                PageKind::Block,
                 "Starling: a shuffled page holds the node's neighbours".into(),
             ),
+            LayoutKind::Replicated => (
+                PageKind::Replicas,
+                "Gorgeous: a replicated record carries its nearest neighbours' lists".into(),
+            ),
             LayoutKind::Id => (
-                false,
+                PageKind::Targets,
                 "DiskANN: an ID-layout page holds unrelated nodes".into(),
             ),
         },
+    })
+}
+
+/// The cache an open loads. `Auto`: the preset's; an adjacency cache
+/// needs the index's adjacency section, and without one `auto` falls back
+/// to whole records (asking for it is an error naming the fix).
+pub fn resolve_cache(
+    choice: CacheChoice,
+    preset: CacheKind,
+    has_adjacency: bool,
+) -> Result<(CacheKind, String)> {
+    Ok(match choice {
+        CacheChoice::Bfs => (CacheKind::Bfs, "asked for".into()),
+        CacheChoice::Adjacency if !has_adjacency => {
+            return Err(Error::arg(
+                "cache=\"adjacency\": this index has no adjacency section; rebuild it with \
+                 preset=\"gorgeous\" or adjacency=True (CLI: --adjacency)",
+            ))
+        }
+        CacheChoice::Adjacency => (CacheKind::Adjacency, "asked for".into()),
+        CacheChoice::Auto => match preset {
+            CacheKind::Adjacency if has_adjacency => (
+                CacheKind::Adjacency,
+                "Gorgeous: memory holds the graph before vectors".into(),
+            ),
+            CacheKind::Adjacency => (
+                CacheKind::Bfs,
+                "the index has no adjacency section: whole records, breadth-first".into(),
+            ),
+            CacheKind::Bfs => (
+                CacheKind::Bfs,
+                "DiskANN: whole records, breadth-first from the entry point".into(),
+            ),
+        },
+    })
+}
+
+/// Gorgeous' page size: the smallest of 4, 8 and 16 KiB in which a record
+/// carries at least one neighbour's list besides its own (4 KiB for most
+/// vectors, larger ones for ≥ 1024-d float).
+pub fn replicated_page_size(vec_bytes: usize, r: usize, n: usize) -> (usize, String) {
+    for p in [4096, 8192, 16384] {
+        if PageGeometry::with_packed(p, vec_bytes, r, 1, n)
+            .is_ok_and(|g| g.records_per_block >= 1 && g.block_size == p)
+        {
+            return (
+                p,
+                format!("Gorgeous: the smallest page whose record of {vec_bytes} vector bytes and R={r} packs a neighbour's list"),
+            );
+        }
     }
+    (
+        16384,
+        "Gorgeous: the largest page (no page packs a neighbour's list for these records)".into(),
+    )
+}
+
+/// Packed lists per record of a replicated layout: as many as one page per
+/// node holds (Gorgeous' C − 1, C counting the node's own list), fewer when
+/// `disk_budget` bytes cannot hold that page file (a smaller record may
+/// share its page). `Ok(0)`: plain records are all the budget holds.
+pub fn choose_packed(
+    page_size: usize,
+    vec_bytes: usize,
+    r: usize,
+    n: usize,
+    disk_budget: Option<u64>,
+) -> Result<(usize, String)> {
+    let fits_page = |p: usize| {
+        PageGeometry::with_packed(page_size, vec_bytes, r, p, n)
+            .is_ok_and(|g| g.records_per_block >= 1 && g.block_size == page_size)
+    };
+    let mut max = 0;
+    while max < 4096 && fits_page(max + 1) {
+        max += 1;
+    }
+    let Some(budget) = disk_budget else {
+        return Ok((
+            max,
+            format!("Gorgeous: every list slot a {page_size}-byte page leaves after the record"),
+        ));
+    };
+    let bytes = |p: usize| {
+        PageGeometry::with_packed(page_size, vec_bytes, r, p, n)
+            .map_or(u64::MAX, |g| g.file_bytes())
+    };
+    let plain = bytes(0);
+    if plain > budget {
+        return Err(Error::arg(format!(
+            "disk_budget={budget} bytes is below the {plain} bytes the page file takes without \
+             replication (n={n}, {vec_bytes} vector bytes, R={r}, {page_size}-byte pages); \
+             give disk_budget of at least {plain}"
+        )));
+    }
+    let p = (0..=max).rev().find(|&p| bytes(p) <= budget).unwrap_or(0);
+    Ok((
+        p,
+        format!(
+            "the most lists per record (of {max}) whose page file ({} bytes) fits \
+             disk_budget={budget}",
+            bytes(p)
+        ),
+    ))
 }
 
 /// Queries each of `threads` workers interleaves for a batch of `nq`:
@@ -224,6 +348,28 @@ mod tests {
     }
 
     #[test]
+    fn replication_fills_the_page_within_the_disk_budget() {
+        // 128-d float, R 64: 13 lists per 4 KiB page (the node's own and 12
+        // packed), as in the Gorgeous paper.
+        assert_eq!(choose_packed(4096, 512, 64, 1000, None).unwrap().0, 12);
+        let bytes = |p| {
+            PageGeometry::with_packed(4096, 512, 64, p, 1000)
+                .unwrap()
+                .file_bytes()
+        };
+        let plain = bytes(0);
+        for budget in [plain, plain * 2, plain * 3, bytes(12)] {
+            let (p, _) = choose_packed(4096, 512, 64, 1000, Some(budget)).unwrap();
+            assert!(bytes(p) <= budget);
+            assert!(p == 12 || bytes(p + 1) > budget, "{p} at {budget}");
+        }
+        assert!(choose_packed(4096, 512, 64, 1000, Some(plain - 1)).is_err());
+        // 384-d float packs fewer; 1024-d float needs 8 KiB pages.
+        assert_eq!(replicated_page_size(1536, 64, 10).0, 4096);
+        assert_eq!(replicated_page_size(4096, 64, 10).0, 8192);
+    }
+
+    #[test]
     fn pq_bytes_follow_diskann_rule() {
         assert_eq!(pq_bytes_for_budget(1_000_000, 128, 32_000_000), 32);
         assert_eq!(pq_bytes_for_budget(1_000_000, 128, 1), 1);
@@ -293,9 +439,21 @@ mod tests {
 
     #[test]
     fn page_policy_follows_the_layout() {
-        assert!(choose_block_search(PageChoice::Auto, LayoutKind::Shuffled).0);
-        assert!(!choose_block_search(PageChoice::Auto, LayoutKind::Id).0);
-        assert!(choose_block_search(PageChoice::Block, LayoutKind::Id).0);
-        assert!(!choose_block_search(PageChoice::Targets, LayoutKind::Shuffled).0);
+        let page = |c, l| choose_page(c, l).unwrap().0;
+        assert_eq!(
+            page(PageChoice::Auto, LayoutKind::Shuffled),
+            PageKind::Block
+        );
+        assert_eq!(page(PageChoice::Auto, LayoutKind::Id), PageKind::Targets);
+        assert_eq!(
+            page(PageChoice::Auto, LayoutKind::Replicated),
+            PageKind::Replicas
+        );
+        assert_eq!(page(PageChoice::Block, LayoutKind::Id), PageKind::Block);
+        assert_eq!(
+            page(PageChoice::Targets, LayoutKind::Shuffled),
+            PageKind::Targets
+        );
+        assert!(choose_page(PageChoice::Replicas, LayoutKind::Id).is_err());
     }
 }

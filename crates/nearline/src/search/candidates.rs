@@ -137,6 +137,15 @@ impl CandidateList {
             .any(|c| !c.expanded)
     }
 
+    /// Whether the candidate `(dist, id)` is in the list and not expanded.
+    #[inline]
+    pub fn is_unexpanded(&self, dist: f32, id: u32) -> bool {
+        let pos = self.items.partition_point(|c| (c.dist, c.id) < (dist, id));
+        self.items
+            .get(pos)
+            .is_some_and(|c| c.id == id && c.dist == dist && !c.expanded)
+    }
+
     /// Whether the candidate `(dist, id)` is still in the list.
     #[inline]
     pub fn contains(&self, dist: f32, id: u32) -> bool {

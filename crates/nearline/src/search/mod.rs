@@ -26,6 +26,7 @@ pub use plan::{
     DEFAULT_RANGE_RATIO, DEFAULT_SIGMA, MAX_BEAM_WIDTH, MAX_LIST_SIZE, MAX_QUERIES_IN_FLIGHT,
 };
 pub use pool::{BatchResult, WorkerPool};
+pub use query::MAX_LOADED_PER_L;
 pub use scorer::{AnyScorer, PqScorer, Scorer};
 pub use stats::QueryStats;
 

@@ -79,14 +79,26 @@ pub enum PagePlan {
         /// σ in (0, 1].
         sigma: f32,
     },
+    /// Gorgeous on a graph-replicated layout: use the target records, and
+    /// keep the neighbours' lists their records carry, so that such a
+    /// neighbour is later expanded without a read when its PQ distance is
+    /// within `filter_ratio` of the list's worst.
+    Replicas {
+        /// In (0, 1]: a loaded neighbour is expanded from memory when its
+        /// distance d satisfies `d − b ≤ filter_ratio · (w − b)`, where w
+        /// is the list's worst distance and b is 0 for metrics whose
+        /// distances are never negative (the list's best otherwise).
+        filter_ratio: f32,
+    },
 }
 
 impl PagePlan {
-    /// `"targets"` or `"block"`.
+    /// `"targets"`, `"block"` or `"replicas"`.
     pub fn name(&self) -> &'static str {
         match self {
             PagePlan::Targets => "targets",
             PagePlan::Block { .. } => "block",
+            PagePlan::Replicas { .. } => "replicas",
         }
     }
 }
@@ -210,11 +222,18 @@ impl SearchPlan {
                 )));
             }
         }
-        if let RefinePlan::Rerank { candidates } = self.refine {
-            if candidates == 0 || candidates > self.l {
+        if let PagePlan::Replicas { filter_ratio } = self.page {
+            if !filter_ratio.is_finite() || filter_ratio <= 0.0 || filter_ratio > 1.0 {
                 return Err(Error::arg(format!(
-                    "refine candidates={candidates} must be in 1..=L={}",
-                    self.l
+                    "filter_ratio={filter_ratio} must be a finite fraction in (0, 1]"
+                )));
+            }
+        }
+        if let RefinePlan::Rerank { candidates } = self.refine {
+            let most = self.range.map_or(self.l, |r| r.max_l.max(self.l));
+            if candidates == 0 || candidates > most {
+                return Err(Error::arg(format!(
+                    "refine candidates={candidates} must be in 1..={most} (the largest list)"
                 )));
             }
         }

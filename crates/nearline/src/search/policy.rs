@@ -11,6 +11,9 @@
 //!
 //! * [`TargetRecords`] (DiskANN): only the target records are used (exact
 //!   distance, then their neighbours scored and inserted).
+//! * [`Replicas`] (Gorgeous): the target records, and the neighbours'
+//!   lists a replicated record carries are kept for the query, which then
+//!   expands such a neighbour without reading it (see [`Query::in_memory`]).
 //! * [`BlockSearch`] (Starling): every record of the page gets an exact
 //!   distance (the result set is de-duplicated when the query ends); the
 //!   targets are expanded at once, and the closest ⌈σ·(others)⌉ of the
@@ -92,6 +95,57 @@ impl PagePolicy for TargetRecords {
             q.stats.used_bytes += geo.record_size as u64;
             q.stats.used_records += 1;
             q.expand_record(env, v, rec)?;
+        }
+        Ok(())
+    }
+}
+
+/// Gorgeous' page policy on a graph-replicated layout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replicas;
+
+impl PagePolicy for Replicas {
+    type State = ();
+
+    #[inline]
+    fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
+        &self,
+        env: &Env<'_, T, L, S, C>,
+        q: &mut Query<T>,
+        _st: &mut (),
+        _block: u64,
+        page: &[u8],
+        targets: &[u32],
+    ) -> Result<()> {
+        let geo = env.layout.geometry();
+        let n = env.data.n;
+        q.stats.page_records += env.layout.block_records(page) as u32;
+        for &v in targets {
+            let (_, slot) = env.layout.locate(v);
+            let rec = q.record(env, page, v, slot)?;
+            q.stats.used_bytes += geo.record_size as u64;
+            q.stats.used_records += 1;
+            q.expand_record(env, v, rec)?;
+            let corrupt = |m: String| {
+                Error::corrupt(&env.data.pages_path, format!("record of node {v}: {m}"))
+            };
+            let packed = env.layout.packed(page, slot).map_err(corrupt)?;
+            for i in 0..packed.len() {
+                let (u, list) = packed.get(i).ok_or_else(|| {
+                    corrupt(format!("packed list {i} has a degree above the bound"))
+                })?;
+                if u as usize >= n {
+                    return Err(corrupt(format!(
+                        "packs the list of node {u}, but the index has {n} nodes"
+                    )));
+                }
+                // Only a listed, unexpanded neighbour can need its list: a
+                // visited node never re-enters the list.
+                let d = env.scorer.score(&q.table, u);
+                if q.cand.is_unexpanded(d, u) {
+                    q.load_list(u, list);
+                }
+            }
         }
         Ok(())
     }

@@ -6,7 +6,7 @@
 
 use super::candidates::{CandidateList, KickedSet};
 use super::index_data::IndexData;
-use super::plan::SearchPlan;
+use super::plan::{PagePlan, SearchPlan};
 use super::scorer::Scorer;
 use super::stats::QueryStats;
 use crate::cache::Cache;
@@ -42,6 +42,9 @@ pub struct Read {
     pub tag: u32,
     pub live: bool,
 }
+
+/// Loaded lists a query keeps at most, per candidate-list entry.
+pub const MAX_LOADED_PER_L: usize = 2;
 
 /// Tag of the reads the refine stage issues.
 pub const REFINE_TAG: u32 = u32::MAX;
@@ -96,6 +99,15 @@ pub struct Query<T: Element> {
     /// Nodes expanded from memory without their vector: their exact
     /// distance is the refine stage's to compute.
     pub unrefined: IdMap<()>,
+    /// Neighbours' lists replicated pages carried (node → offset of its
+    /// degree in `loaded_lists`).
+    pub loaded: IdMap<u32>,
+    /// Loaded lists, each a degree then its ids.
+    pub loaded_lists: Vec<u32>,
+    /// Frontier nodes a beam hop serves from memory (scratch).
+    pub memory: Vec<u32>,
+    /// Lists loaded so far.
+    loads: u32,
     /// Range search: the kicked set and doubling state.
     pub range: KickedSet,
     /// Own completions needed before the query can continue (when waiting).
@@ -128,6 +140,10 @@ impl<T: Element> Default for Query<T> {
             page_nodes: Vec::new(),
             colocated: IdMap::default(),
             unrefined: IdMap::default(),
+            loaded: IdMap::default(),
+            loaded_lists: Vec::new(),
+            memory: Vec::new(),
+            loads: 0,
             range: KickedSet::default(),
             need: 0,
             refining: 0,
@@ -159,6 +175,10 @@ impl<T: Element> Query<T> {
         self.targets.clear();
         self.colocated.clear();
         self.unrefined.clear();
+        self.loaded.clear();
+        self.loaded_lists.clear();
+        self.memory.clear();
+        self.loads = 0;
         self.range.clear();
         self.need = 0;
         self.refining = 0;
@@ -180,6 +200,9 @@ impl<T: Element> Query<T> {
             + self.page_nodes.capacity() * 4
             + self.colocated.capacity() * 5
             + self.unrefined.capacity() * 5
+            + self.loaded.capacity() * 9
+            + self.loaded_lists.capacity() * 4
+            + self.memory.capacity() * 4
             + self.range.memory_bytes()
     }
 
@@ -280,6 +303,71 @@ impl<T: Element> Query<T> {
         self.expand(env, v, rec.neighbours)
     }
 
+    /// Keeps the list of neighbour `v` a replicated page carried, unless
+    /// one is kept already, `v` was expanded, or the query keeps
+    /// [`MAX_LOADED_PER_L`]·L lists already (its scratch stays bounded).
+    #[inline]
+    pub fn load_list(&mut self, v: u32, list: &[u32]) {
+        if self.loaded.contains_key(&v)
+            || self.colocated.contains_key(&v)
+            || self.loads as usize >= MAX_LOADED_PER_L * self.cand.capacity()
+        {
+            return;
+        }
+        self.loads += 1;
+        self.loaded.insert(v, self.loaded_lists.len() as u32);
+        self.loaded_lists.push(list.len() as u32);
+        self.loaded_lists.extend_from_slice(list);
+    }
+
+    /// Whether loaded node `v` at (PQ) distance `d` passes the page plan's
+    /// filter: `d − b ≤ ratio · (w − b)` with w the list's worst distance
+    /// (a list not yet full passes everything) and b 0, or the list's best
+    /// for inner product, whose distances may be negative.
+    #[inline]
+    fn passes_filter<L: Layout, S: Scorer, C: Cache>(
+        &self,
+        env: &Env<'_, T, L, S, C>,
+        d: f32,
+    ) -> bool {
+        let PagePlan::Replicas { filter_ratio } = env.plan.page else {
+            return false;
+        };
+        let items = self.cand.items();
+        if items.len() < self.cand.capacity() {
+            return true;
+        }
+        let (Some(best), Some(worst)) = (items.first(), items.last()) else {
+            return true;
+        };
+        let b = if env.data.metric == crate::distance::Metric::InnerProduct {
+            best.dist
+        } else {
+            0.0
+        };
+        d - b <= filter_ratio * (worst.dist - b)
+    }
+
+    /// Whether node `v` (PQ distance `d` when known) can be expanded from
+    /// memory now: the cache holds it, or a replicated page loaded its list
+    /// and it passes the filter.
+    #[inline]
+    pub fn in_memory<L: Layout, S: Scorer, C: Cache>(
+        &self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        d: Option<f32>,
+    ) -> bool {
+        if env.cache.contains(v) {
+            return true;
+        }
+        if self.loaded.is_empty() || !self.loaded.contains_key(&v) {
+            return false;
+        }
+        let d = d.unwrap_or_else(|| env.scorer.score(&self.table, v));
+        self.passes_filter(env, d)
+    }
+
     /// Serves node `v` from the cache if it holds it: expands it (with its
     /// exact distance when the cache keeps its vector; otherwise the node
     /// waits for the refine stage). Returns whether the cache held it.
@@ -298,11 +386,58 @@ impl<T: Element> Query<T> {
                 self.exact(env, v, vector)?;
             }
             None => {
+                self.stats.adjacency_hits += 1;
                 self.unrefined.insert(v, ());
             }
         }
         self.expand(env, v, node.neighbours)?;
         Ok(true)
+    }
+
+    /// Serves node `v` (PQ distance `d` when known) from memory if it can:
+    /// the cache, or a loaded list that passes the filter (the node then
+    /// waits for the refine stage). Returns whether it was served.
+    #[inline]
+    pub fn try_memory<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        d: Option<f32>,
+    ) -> Result<bool> {
+        if self.try_cache(env, v)? {
+            return Ok(true);
+        }
+        if !self.in_memory(env, v, d) {
+            return Ok(false);
+        }
+        self.serve_loaded(env, v)
+    }
+
+    /// Expands node `v` from the list a replicated page loaded for it (no
+    /// filter: the caller decided). Returns whether one was loaded.
+    #[inline]
+    pub fn serve_loaded<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+    ) -> Result<bool> {
+        let Some(at) = self.loaded.remove(&v) else {
+            return Ok(false);
+        };
+        let lists = std::mem::take(&mut self.loaded_lists);
+        let at = at as usize;
+        let deg = lists.get(at).copied().unwrap_or(0) as usize;
+        let r = match lists.get(at + 1..at + 1 + deg) {
+            Some(list) => {
+                self.stats.replica_hits += 1;
+                self.unrefined.insert(v, ());
+                self.colocated.insert(v, ());
+                self.expand(env, v, list)
+            }
+            None => Ok(()),
+        };
+        self.loaded_lists = lists;
+        r.map(|_| true)
     }
 
     /// The record of node `v` at `slot` of a verified page.

@@ -44,6 +44,7 @@ pub fn begin<T: Element, L: Layout, S: Scorer, C: Cache>(
         let v = q.frontier[i];
         if q.issue(env, io, slot, v, 0.0, REFINE_TAG)? {
             issued += 1;
+            q.stats.refine_reads += 1;
         }
     }
     if issued == 0 {

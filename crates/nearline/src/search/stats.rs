@@ -32,6 +32,14 @@ pub struct QueryStats {
     pub doublings: u32,
     /// Exact distances the refine stage computed (two-stage search).
     pub refined: u32,
+    /// Page reads the refine stage issued (`reads` less these: the
+    /// traversal's).
+    pub refine_reads: u32,
+    /// Cache hits that held the node's adjacency list only (its exact
+    /// distance is the refine stage's).
+    pub adjacency_hits: u32,
+    /// Nodes expanded without a read from a list a replicated page carried.
+    pub replica_hits: u32,
 }
 
 impl QueryStats {

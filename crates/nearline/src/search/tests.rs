@@ -158,6 +158,8 @@ impl P {
             queries_in_flight: (self.queries_in_flight > 0).then_some(self.queries_in_flight),
             page_search: self.page_search,
             sigma: Some(self.sigma),
+            refine_ratio: None,
+            filter_ratio: None,
             threads: Some(threads),
         }
     }

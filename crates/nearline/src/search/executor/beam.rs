@@ -77,11 +77,13 @@ impl Executor for Beam {
             st.hop += 1;
             st.hop_reads = 0;
             st.hop_done = 0;
-            // Submit the reads of uncached nodes (one read per block), then
-            // work on cached nodes while they are in flight.
+            // Submit the reads of nodes not in memory (one read per block),
+            // then work on those in memory while the reads are in flight.
+            q.memory.clear();
             for i in 0..q.frontier.len() {
                 let v = q.frontier[i];
-                if env.cache.contains(v) {
+                if q.in_memory(env, v, None) {
+                    q.memory.push(v);
                     continue;
                 }
                 if q.issue(env, io, slot, v, 0.0, st.hop)? {
@@ -95,9 +97,13 @@ impl Executor for Beam {
             if st.hop_reads > 0 {
                 io.engine.flush()?;
             }
-            for i in 0..q.frontier.len() {
-                let v = q.frontier[i];
-                q.try_cache(env, v)?;
+            // (Decided above: the expansions below may move the filter's
+            // bound, but a node not read must be served.)
+            for i in 0..q.memory.len() {
+                let v = q.memory[i];
+                if !q.try_cache(env, v)? {
+                    q.serve_loaded(env, v)?;
+                }
             }
             st.threshold = match p.early_dispatch {
                 Some(f) if st.hop_reads > 0 => {

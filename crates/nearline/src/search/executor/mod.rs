@@ -30,7 +30,7 @@ pub mod pipeline;
 
 use super::index_data::IndexData;
 use super::plan::{ExecutorPlan, PagePlan, SearchPlan, MAX_BEAM_WIDTH};
-use super::policy::{BlockSearch, PagePolicy, TargetRecords};
+use super::policy::{BlockSearch, PagePolicy, Replicas, TargetRecords};
 use super::query::{untoken, Env, Io, Phase, Query, Read, REFINE_TAG};
 use super::range::{sort_dedup, widen};
 use super::refine;
@@ -152,6 +152,15 @@ impl<T: Element> Scratch<T> {
             + self.io.engine.memory_bytes() as usize
     }
 
+    /// The candidate list (distance, id) the query of `slot` ended with
+    /// (tests compare a two-stage search with an exact re-rank of it).
+    pub fn candidates(&self, slot: usize) -> Vec<(f32, u32)> {
+        self.slots
+            .get(slot)
+            .map(|q| q.cand.items().iter().map(|c| (c.dist, c.id)).collect())
+            .unwrap_or_default()
+    }
+
     /// Reads this worker's engine has in flight (0 between batches).
     pub fn in_flight(&self) -> usize {
         self.io.engine.in_flight()
@@ -189,6 +198,8 @@ impl<T: Element> Scratch<T> {
         self.completions = comps;
         for q in &mut self.slots {
             q.phase = Phase::Done;
+            // Every read is back: none is in flight for any slot.
+            q.live = 0;
         }
         r.map(|_| ())
     }
@@ -306,6 +317,12 @@ pub fn run<T: Element>(
         (AnyLayout::Shuffled(layout), AnyScorer::Pq(scorer), AnyCache::Bfs(cache)) => {
             with_executor(&mut job, &env(data, layout, scorer, cache, p))
         }
+        (AnyLayout::Id(layout), AnyScorer::Pq(scorer), AnyCache::Adjacency(cache)) => {
+            with_executor(&mut job, &env(data, layout, scorer, cache, p))
+        }
+        (AnyLayout::Shuffled(layout), AnyScorer::Pq(scorer), AnyCache::Adjacency(cache)) => {
+            with_executor(&mut job, &env(data, layout, scorer, cache, p))
+        }
     };
     // Abandoned reads (and, after an error, every read) are reaped before
     // the worker goes back to its pool.
@@ -357,6 +374,7 @@ fn with_policy<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
     match env.plan.page {
         PagePlan::Targets => worker_loop(job, env, x, &TargetRecords),
         PagePlan::Block { sigma } => worker_loop(job, env, x, &BlockSearch { sigma }),
+        PagePlan::Replicas { .. } => worker_loop(job, env, x, &Replicas),
     }
 }
 
@@ -392,11 +410,12 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
     let result = (|| -> Result<()> {
         loop {
             // Admit queries into free slots.
-            let mut active = 0;
+            let (mut active, mut draining) = (0, 0);
             for (i, st) in states.iter_mut().enumerate() {
                 // A query served entirely from memory ends at admission:
-                // keep admitting until the slot holds a running query.
-                while !s.slots[i].active() && !exhausted {
+                // keep admitting until the slot holds a running query. A
+                // slot whose last query abandoned reads waits for them.
+                while !s.slots[i].active() && s.slots[i].live == 0 && !exhausted {
                     match (job.next)() {
                         Some(qi) => {
                             let q = job.queries.get(qi * dim..(qi + 1) * dim).ok_or_else(|| {
@@ -414,9 +433,12 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
                 }
                 if s.slots[i].active() {
                     active += 1;
+                } else if s.slots[i].live > 0 {
+                    draining += 1;
                 }
             }
-            if active == 0 {
+            // With the batch handed out, abandoned reads are the drain's.
+            if active == 0 && (draining == 0 || exhausted) {
                 return Ok(());
             }
             // Every active query has stepped as far as it can: block for the
@@ -579,7 +601,11 @@ fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: Pag
         )));
     };
     if !q.active() || q.gen != gen {
-        // A read its query abandoned (or a query that already ended).
+        // A read its query abandoned: the slot takes its next query once
+        // every such read is back (so a slot never holds more than W reads).
+        if q.gen == gen {
+            q.arrived(r);
+        }
         s.stale += 1;
         return Ok(());
     }

@@ -64,7 +64,7 @@ impl Executor for Pipeline {
                 exhausted = true;
                 break;
             };
-            if q.try_cache(env, c.id)? {
+            if q.try_memory(env, c.id, Some(c.dist))? {
                 continue;
             }
             // The routed distance identifies the list entry when the page arrives.

@@ -1,0 +1,392 @@
+//! Tests of the Gorgeous composition: graph-replicated pages, the
+//! adjacency-first cache, the two-stage search, the disk budget and the
+//! build's memory planning.
+
+use super::*;
+use crate::elem::DType;
+use crate::format::{LayoutKind, PageGeometry, Preset, Section};
+use crate::layout::{AnyLayout, Layout, RecordReader};
+use crate::planner::{plan_build, CacheChoice, DataFacts, PageChoice, PresetChoice};
+use crate::search::{search_one, QueryStats, Scratch};
+use crate::util::Budget;
+use rand::{Rng, SeedableRng};
+
+fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
+    let mut v = Vec::with_capacity(n * dim);
+    for _ in 0..n {
+        let c = rng.random_range(0..16);
+        for j in 0..dim {
+            v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
+        }
+    }
+    v
+}
+
+fn never() -> AtomicBool {
+    AtomicBool::new(false)
+}
+
+const N: usize = 6000;
+const DIM: usize = 64;
+
+fn gorgeous_opts() -> BuildOptions {
+    BuildOptions {
+        preset: PresetChoice::Named(Preset::Gorgeous),
+        r: Some(24),
+        build_l: Some(48),
+        threads: Some(2),
+        ..Default::default()
+    }
+}
+
+fn build_gorgeous(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
+    let data = clustered(N, DIM, 1);
+    let m = Matrix::from_vec(data.clone(), N, DIM).unwrap();
+    let man = build(m, dir, opts, &|_, _, _| {}, &never()).unwrap();
+    (man, data)
+}
+
+fn l2(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+}
+
+fn exact_knn(data: &[f32], q: &[f32], k: usize) -> Vec<i64> {
+    let mut d: Vec<(f32, usize)> = data
+        .chunks_exact(DIM)
+        .enumerate()
+        .map(|(i, x)| (l2(q, x), i))
+        .collect();
+    d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    d[..k].iter().map(|x| x.1 as i64).collect()
+}
+
+fn recall(idx: &Index, data: &[f32], queries: &[f32], opts: &SearchOptions) -> (f64, SearchOutput) {
+    let nq = queries.len() / DIM;
+    let out = idx.search(queries, nq, opts).unwrap();
+    let k = opts.k;
+    let mut hit = 0;
+    for (i, q) in queries.chunks_exact(DIM).enumerate() {
+        let truth = exact_knn(data, q, k);
+        hit += out.ids[i * k..(i + 1) * k]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    (hit as f64 / (nq * k) as f64, out)
+}
+
+#[test]
+fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let (man, data) = build_gorgeous(&dir, &gorgeous_opts());
+    assert_eq!(man.layout.kind, LayoutKind::Replicated);
+    // 64-d float, R 24: a 4 KiB page holds the record (256 + 4 + 96
+    // bytes) and 35 more lists (4 + 35 × (8 + 96) bytes).
+    assert_eq!(man.layout.records_per_block, 1);
+    assert_eq!(man.layout.page_size, 4096);
+    assert_eq!(man.layout.packed, 35);
+    let rep = man.layout.replication.expect("replication stats");
+    assert!(rep.max_replicas as usize <= rep.cap);
+    assert!(rep.mean_replicas > 1.0);
+    assert!(man.has(Section::Adjacency) && man.has(Section::NavGraph));
+    assert!(!man.build_stats.pq_trials.is_empty());
+    assert_eq!(
+        man.spec.pq_bytes,
+        man.build_stats.pq_trials.last().unwrap().pq_bytes
+    );
+
+    // A budget that holds every list and some vectors (this set is small
+    // for its workers).
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(2 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        idx.open_plan().cache,
+        crate::planner::preset::CacheKind::Adjacency
+    );
+    let queries = clustered(50, DIM, 7);
+    let (r, out) = recall(&idx, &data, &queries, &SearchOptions::new(10));
+    assert!(r >= 0.9, "recall {r}");
+    let sum = |f: fn(&QueryStats) -> u32| out.stats.iter().map(f).sum::<u32>();
+    // Every list is in memory: the traversal reads nothing, the refine
+    // stage reads what it ranks.
+    assert!(sum(|s| s.adjacency_hits) > 0);
+    assert!(sum(|s| s.refine_reads) > 0);
+    assert_eq!(sum(|s| s.reads), sum(|s| s.refine_reads));
+    let info = idx.info();
+    assert_eq!(info["cache"]["policy"], "adjacency", "{info}");
+    assert_eq!(info["cache"]["lists"], N, "{info}");
+    let vectors = info["cache"]["vectors"].as_u64().unwrap() as usize;
+    assert!(vectors > 0 && vectors < N, "{info}");
+}
+
+#[test]
+fn replicated_records_carry_exactly_their_neighbours_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
+    let geo = crate::planner::geometry(&man).unwrap();
+    let id = crate::layout::IdLayout::new(geo, man.n);
+    let layout = AnyLayout::Id(id);
+    let pages = dir.join("pages.bin");
+    let mut reader = RecordReader::open(&pages, &layout).unwrap();
+    let own: Vec<Vec<u32>> = (0..man.n as u32)
+        .map(|v| reader.record(v).unwrap().neighbours.to_vec())
+        .collect();
+    let bytes = std::fs::read(&pages).unwrap();
+    let mut count = vec![0usize; man.n];
+    for v in 0..man.n as u32 {
+        let (b, slot) = id.locate(v);
+        let off = geo.block_offset(b) as usize;
+        let block = &bytes[off..off + geo.block_size];
+        let packed = id.packed(block, slot).unwrap();
+        for i in 0..packed.len() {
+            let (u, list) = packed.get(i).unwrap();
+            assert!(own[v as usize].contains(&u), "{v} packs non-neighbour {u}");
+            assert_eq!(list, own[u as usize].as_slice(), "list of {u} in {v}");
+            count[u as usize] += 1;
+        }
+    }
+    let cap = man.layout.replication.unwrap().cap;
+    assert!(count.iter().all(|&c| c <= cap));
+}
+
+#[test]
+fn the_disk_budget_is_never_exceeded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vec_bytes = DIM * 4;
+    let plain = PageGeometry::new(4096, vec_bytes, 24, N)
+        .unwrap()
+        .file_bytes();
+    for factor in [1.0, 1.5, 3.0, 8.0] {
+        let budget = (plain as f64 * factor) as u64;
+        let dir = tmp.path().join(format!("d{factor}"));
+        let opts = BuildOptions {
+            disk_budget: Some(budget),
+            ..gorgeous_opts()
+        };
+        let (man, _) = build_gorgeous(&dir, &opts);
+        let size = std::fs::metadata(dir.join("pages.bin")).unwrap().len();
+        assert!(size <= budget, "{size} > {budget} at {factor}");
+        if factor == 1.0 {
+            assert_eq!(man.layout.kind, LayoutKind::Id);
+        } else {
+            assert_eq!(man.layout.kind, LayoutKind::Replicated);
+            assert!(man.layout.packed >= 1);
+        }
+        // The index still answers.
+        let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
+        let q = clustered(5, DIM, 3);
+        idx.search(&q, 5, &SearchOptions::new(10)).unwrap();
+    }
+    let e = plan_build(
+        &BuildOptions {
+            disk_budget: Some(plain - 1),
+            ..gorgeous_opts()
+        },
+        &DataFacts {
+            n: N,
+            dim: DIM,
+            dtype: DType::F32,
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("disk_budget") && e.contains(&plain.to_string()),
+        "{e}"
+    );
+}
+
+#[test]
+fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
+    // No navigation graph (its entries would add exact distances of their
+    // own) and every list in memory: the traversal reads nothing, so the
+    // results are the refine stage's exact ranking of the list.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let opts = BuildOptions {
+        nav_sample: Some(0.0),
+        memory_budget: Some(Budget::Fraction(1.0)),
+        ..gorgeous_opts()
+    };
+    let (_, data) = build_gorgeous(&dir, &opts);
+    let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
+    let d = idx.graph().data_f32().unwrap();
+    let queries = clustered(20, DIM, 5);
+    for ratio in [1.0f32, 0.5] {
+        let planned = idx
+            .plan_search(
+                &SearchOptions {
+                    refine_ratio: Some(ratio),
+                    l: Some(40),
+                    page_search: PageChoice::Targets,
+                    ..SearchOptions::new(10)
+                },
+                None,
+                1,
+            )
+            .unwrap();
+        let mut s = Scratch::new(d).unwrap();
+        for q in queries.chunks_exact(DIM) {
+            let mut st = QueryStats::default();
+            search_one(d, &mut s, q, &planned.plan, &mut st).unwrap();
+            assert_eq!(st.reads, st.refine_reads);
+            let cands = s.candidates(0);
+            let take = ((ratio * 40.0).ceil() as usize).max(10);
+            let mut exact: Vec<(f32, u32)> = cands[..take]
+                .iter()
+                .map(|&(_, v)| (l2(q, &data[v as usize * DIM..(v as usize + 1) * DIM]), v))
+                .collect();
+            exact.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let want: Vec<u32> = exact[..10].iter().map(|x| x.1).collect();
+            let got: Vec<u32> = s.results.iter().map(|x| x.1).collect();
+            assert_eq!(got, want, "ratio {ratio}");
+        }
+    }
+}
+
+#[test]
+fn the_adjacency_cache_never_exceeds_its_share() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let (man, data) = build_gorgeous(&dir, &gorgeous_opts());
+    let queries = clustered(20, DIM, 11);
+    let mut last = 0;
+    let open = |budget: u64| {
+        Index::open(
+            &dir,
+            &OpenOptions {
+                memory_budget: Some(Budget::Bytes(budget)),
+                threads: Some(2),
+                ..Default::default()
+            },
+        )
+    };
+    let minimum = match open(0) {
+        Err(Error::InvalidArgument(m)) => {
+            let at = m.find("at least ").unwrap() + 9;
+            m[at..].split(' ').next().unwrap().parse::<u64>().unwrap()
+        }
+        other => panic!("{:?}", other.err()),
+    };
+    // From nothing cached to everything and vectors.
+    let graph = 4 * man.n as u64 * (2 + man.build_stats.mean_degree.ceil() as u64);
+    for extra in [
+        0,
+        graph / 10,
+        graph / 2,
+        graph + (64 << 10),
+        2 * graph + (1 << 20),
+    ] {
+        let budget = minimum + extra + (4 << 10) * 8;
+        let frac = extra as f64 / graph as f64;
+        let idx = open(budget).unwrap();
+        let plan = idx.open_plan().memory.clone();
+        let held = idx.memory();
+        assert!(held.cache <= plan.cache, "{frac}: {held:?} {plan:?}");
+        assert!(plan.fixed() + plan.cache <= budget);
+        let c = idx.info()["cache"].clone();
+        let lists = c["lists"].as_u64().unwrap();
+        assert!(lists >= last, "more budget, fewer lists at {frac}");
+        last = lists;
+        if frac > 1.1 {
+            // Every list fits: the rest holds vectors.
+            assert_eq!(lists as usize, man.n, "{c}");
+            assert!(c["vectors"].as_u64().unwrap() > 0, "{c}");
+        }
+        let (r, out) = recall(&idx, &data, &queries, &SearchOptions::new(10));
+        assert!(r >= 0.85, "recall {r} at {frac}");
+        assert!(held.static_total() + held.worker_scratch <= budget);
+        drop(out);
+    }
+    // An index without the section cannot be asked for an adjacency cache.
+    let plain = tmp.path().join("plain");
+    let data2 = clustered(500, DIM, 2);
+    build(
+        Matrix::from_vec(data2, 500, DIM).unwrap(),
+        &plain,
+        &BuildOptions {
+            threads: Some(2),
+            r: Some(16),
+            ..Default::default()
+        },
+        &|_, _, _| {},
+        &never(),
+    )
+    .unwrap();
+    let e = Index::open(
+        &plain,
+        &OpenOptions {
+            cache: CacheChoice::Adjacency,
+            ..Default::default()
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("adjacency section"), "{e}");
+}
+
+#[test]
+fn corrupt_replicated_pages_are_detected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
+    let geo = crate::planner::geometry(&man).unwrap();
+    let pages = dir.join("pages.bin");
+    let original = std::fs::read(&pages).unwrap();
+    let q = clustered(30, DIM, 3);
+    // Only reads can meet the damage: no cache, every record read.
+    let open = || {
+        Index::open(
+            &dir,
+            &OpenOptions {
+                cache: CacheChoice::Bfs,
+                cache_nodes: Some(0),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    // A flipped byte in every packed region: the block checksum fails.
+    let mut bad = original.clone();
+    let packed_at = crate::format::PAGE_HEADER_BYTES + geo.degree_offset + 4 + 4 * geo.max_degree;
+    for b in 0..geo.n_blocks as usize {
+        bad[b * geo.block_size + packed_at + 9] ^= 0x40;
+    }
+    std::fs::write(&pages, &bad).unwrap();
+    let e = open()
+        .search(&q, 30, &SearchOptions::new(10))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    // A packed count above the slots, resealed so the checksum holds: the
+    // decoder refuses it.
+    let mut bad = original.clone();
+    for b in 0..geo.n_blocks as usize {
+        let block = &mut bad[b * geo.block_size..(b + 1) * geo.block_size];
+        block[packed_at..packed_at + 4].copy_from_slice(&(geo.packed as u32 + 1).to_le_bytes());
+        let n = crate::format::page::block_records(block);
+        crate::format::page::seal_block(block, b as u64, n, geo.layout_id);
+    }
+    std::fs::write(&pages, &bad).unwrap();
+    let e = open()
+        .search(&q, 30, &SearchOptions::new(10))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(e, Error::Corrupt { .. }) && e.to_string().contains("packs"),
+        "{e}"
+    );
+    std::fs::write(&pages, &original).unwrap();
+    open().search(&q, 30, &SearchOptions::new(10)).unwrap();
+}
