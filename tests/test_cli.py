@@ -418,3 +418,66 @@ def test_progress_callback_bars():
     assert p.stage == "layout"
     p.close()
     assert p.bar is None
+
+
+# --------------------------------------------------------------------------- help, version, global flags
+
+
+def _subparsers():
+    parser = cli.build_parser()
+    return parser, parser._subparsers._group_actions[0].choices
+
+
+def test_every_option_has_help_with_its_default():
+    """Every option of every command says what it does and what it defaults to (flags: off)."""
+    import argparse
+
+    parser, subs = _subparsers()
+    missing = []
+    for name, p in [("nearline", parser), *subs.items()]:
+        fmt = p._get_formatter()
+        for a in p._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            text = fmt._get_help_string(a) if a.help else ""
+            if not text or (a.option_strings and "default" not in text and not a.required):
+                missing.append(f"{name} {'/'.join(a.option_strings) or a.dest}")
+    assert not missing, missing
+    # Defaults come from the engine, e.g. R and build_L.
+    build_help = subs["build"].format_help()
+    assert f"default {nearline.DEFAULTS['presets']['diskann']['R']}" in build_help
+    assert "(default: off)" in build_help  # --overwrite
+
+
+def test_choice_lists_come_from_the_engine():
+    _, subs = _subparsers()
+    build_help, search_help = subs["build"].format_help(), subs["search"].format_help()
+    for name in nearline.VOCABULARY["presets"] + nearline.VOCABULARY["metrics"]:
+        assert name in build_help
+    assert "{" + ",".join(nearline.VOCABULARY["executors"]) + "}" in search_help
+    assert "{" + ",".join(nearline.VOCABULARY["presets"]) + "}" in build_help
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"nearline {nearline.__version__}"
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["info", "x"], (False, False, False)),
+    (["-q", "-v", "--debug", "info", "x"], (True, True, True)),
+    (["info", "x", "-q", "-v", "--debug"], (True, True, True)),
+    (["-q", "info", "x", "--debug"], (True, False, True)),
+    (["build", "d", "o", "-v"], (False, True, False)),
+])
+def test_global_flags_before_or_after_the_command(argv, expect):
+    a = cli.build_parser().parse_args(argv)
+    assert (a.quiet, a.verbose, a.debug) == expect
+
+
+def test_debug_after_the_command_shows_traceback(engine, monkeypatch):
+    monkeypatch.setattr(nearline, "open", lambda p, **kw: (_ for _ in ()).throw(ValueError("bad")), raising=False)
+    with pytest.raises(ValueError, match="bad"):
+        cli.main(["info", "idx", "--debug"])
