@@ -111,6 +111,8 @@ def _files(tmp_path, engine):
     ["search", "i", "q", "--queries-in-flight", "many"], ["search", "i", "q", "--io", "mmap"],
     ["search", "i", "q", "--radius", "nan"], ["search", "i", "q", "--sigma", "0"], ["search", "i", "q", "--sigma", "2"],
     ["search", "i", "q", "--page-search", "pages"], ["build", "d", "o", "--layout", "random"],
+    ["bench", "--data", "x", "--compare", "hnswlib@2"], ["bench", "--data", "x", "--compare", "diskannpy@0"],
+    ["bench", "--data", "x", "--peer-threads", "0"],
     ["build", "d", "o", "--shuffle", "metis"], ["search", "i", "q", "--range-ratio", "0"],
 ])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
@@ -276,6 +278,13 @@ def test_bench_wires_config(engine, monkeypatch, tmp_path, capsys):
     cfg = seen["cfg"]
     assert cfg.systems == ["nearline", "diskannpy", "faiss-hnsw"] and cfg.Ls == [10, 30]
     assert cfg.reps == 5 and cfg.queries_repeat == 3 and cfg.workdir == tmp_path
+    assert cfg.peer_threads is None  # default: 2x and 4x --threads
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--compare", "diskannpy,diskannpy@16",
+                     "--peer-threads", "3,6", "--workdir", str(tmp_path)]) == 0
+    assert seen["cfg"].systems == ["nearline", "diskannpy", "diskannpy@16"] and seen["cfg"].peer_threads == [3, 6]
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--peer-threads", "none",
+                     "--workdir", str(tmp_path)]) == 0
+    assert seen["cfg"].peer_threads == []
 
 
 def test_entry_options_are_passed(engine, monkeypatch, tmp_path, capsys):
@@ -335,7 +344,13 @@ def test_bench_wires_variants_baseline_latency_and_ceiling(engine, monkeypatch, 
     assert [v.name for v in cfg.variants] == ["w8", "sat"]
     assert cfg.variants[0].search == {"W": 8}
     assert cfg.variants[1].build == {"saturate": True, "R": 32} and cfg.variants[1].open == {"cache_nodes": 100}
-    assert cfg.all_systems() == ["nearline", "w8", "sat", "diskannpy"] and cfg.baseline_system() == "nearline"
+    # diskannpy also runs at 2x and 4x the bench's threads (all cores by default).
+    from nearline import peers
+
+    n = peers.env_threads(None)
+    assert cfg.peer_thread_systems() == [f"diskannpy@{2 * n}", f"diskannpy@{4 * n}"]
+    assert cfg.all_systems() == ["nearline", "w8", "sat", "diskannpy", *cfg.peer_thread_systems()]
+    assert cfg.baseline_system() == "nearline"
     assert cfg.target_recalls == [0.9, 0.97] and cfg.latency_queries == 20000 and cfg.perturb == 0.02
     assert cfg.ceiling and cfg.ceiling_depth == 64 and cfg.ceiling_seconds == 1.5
     # Defaults: 10,000 latency queries, ceiling on at depth 32 for 3 s, the standard targets.

@@ -169,13 +169,26 @@ def _budget(text: str) -> Any:
 
 
 def _systems(text: str) -> list[str]:
-    from nearline.peers import PEERS
+    """argparse type: comma-separated peers (``diskannpy@T``: diskannpy on T threads)."""
+    from nearline.peers import PEERS, THREADED_PEERS, split_system
 
     names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in PEERS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(PEERS)}")
+    for n in names:
+        try:
+            base, _ = split_system(n)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if base not in PEERS:
+            raise argparse.ArgumentTypeError(f"unknown system(s) {n}: expected some of {', '.join(PEERS)} "
+                                             f"(or {', '.join(x + '@THREADS' for x in THREADED_PEERS)})")
     return names
+
+
+def _thread_counts(text: str) -> list[int]:
+    """argparse type: comma-separated positive thread counts, or "" / none for none."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    return _int_list(text)
 
 
 def _variant(text: str) -> Any:
@@ -661,6 +674,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir) if args.workdir else bench.datasets.default_workdir(),
         out=Path(args.out) if args.out else None, plot=Path(args.plot) if args.plot else None,
         queries_repeat=args.queries_repeat, rebuild=args.rebuild, warmup=args.warmup,
+        peer_threads=args.peer_threads,
     )
     result = bench.run_bench(cfg, progress=not args.quiet)
     print(bench.format_report(result))
@@ -935,7 +949,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="synthetic:N:DIM[:SEED] | wordnet:PATH | hdf5:PATH | "
                    "files:BASE,QUERIES[,GT] (required, no default)")
     p.add_argument("--compare", type=_systems, default=["diskannpy"], help="peers, comma-separated "
-                   "(diskannpy,faiss-hnsw,hnswlib)")
+                   "(diskannpy,faiss-hnsw,hnswlib; diskannpy@T: diskannpy on T threads)")
+    p.add_argument("--peer-threads", type=_thread_counts, default=None, metavar="T[,T...]",
+                   help="diskannpy runs one query per thread while nearline interleaves several: diskannpy also "
+                   "runs at these thread counts (as diskannpy@T, same index, no latency run) and the report "
+                   "gives nearline's QPS ratio against its best one beside the equal-threads ratio (default: "
+                   "2x and 4x --threads; 'none' for none)")
     p.add_argument("--skip-nearline", action="store_true",
                    help="leave out the plain nearline system (variants and peers still run)")
     p.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME:key=value[,...]",
