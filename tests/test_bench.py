@@ -866,3 +866,5 @@ def test_bench_diskannpy_at_its_best_thread_count(tmp_path):
     text = bench.format_report(res)
     assert "QPS ratio nearline/best diskannpy @ recall 0.95 = " in text
     assert "build diskannpy@4" in text and "the index of diskannpy" in text
+    # Runs of one index compare no builds.
+    assert "build time ratio diskannpy@2/diskannpy" not in text and "build time ratio nearline/diskannpy" in text

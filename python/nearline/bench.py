@@ -1465,8 +1465,10 @@ def format_report(result: dict[str, Any]) -> str:
             if r.get("disk_util_a") is not None or r.get("disk_util_b") is not None:
                 line += f", disk {_pct(r.get('disk_util_a'))} vs {_pct(r.get('disk_util_b'))}"
             lines.append(line)
-        lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
-                     f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
+        summ = result["summary"]
+        if summ.get(a, {}).get("index") is None or summ.get(a, {}).get("index") != summ.get(b, {}).get("index"):
+            lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
+                         f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
     best_lines = _best_peer_lines(result)
     if best_lines:
         lines.append("")
