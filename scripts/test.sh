@@ -5,9 +5,12 @@
 #
 # Every cargo step (clippy, the Rust tests, the extension maturin builds for
 # the Python tests) runs with the `ci` profile (Cargo.toml) in one target
-# directory, so each crate compiles once per run and an unchanged tree
-# compiles nothing. The extension left in .venv is then the `ci` build (debug
-# assertions on); `bash scripts/setup.sh` puts the release build back.
+# directory, so the Rust tests reuse what the extension build compiled
+# (dependencies whose features do not differ between the two graphs, about
+# half of them: pyo3 and numpy turn on features of some shared crates) and an
+# unchanged tree compiles nothing. The extension left in .venv is then the
+# `ci` build (debug assertions and overflow checks on); `bash scripts/setup.sh`
+# puts the release build back (from its own cache: no recompile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
