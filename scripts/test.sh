@@ -2,16 +2,29 @@
 # The project's whole test suite: formatting, lints, Rust unit/property
 # tests, the Python suite, and the Python end-to-end tests again with the
 # pread I/O fallback forced. Fails loudly on the first error.
+#
+# Every cargo step (clippy, the Rust tests, the extension maturin builds for
+# the Python tests) runs with the `ci` profile (Cargo.toml) in one target
+# directory, so the Rust tests reuse what the extension build compiled
+# (dependencies whose features do not differ between the two graphs, about
+# half of them: pyo3 and numpy turn on features of some shared crates) and an
+# unchanged tree compiles nothing. The extension left in .venv is then the
+# `ci` build (debug assertions and overflow checks on); `bash scripts/setup.sh`
+# puts the release build back (from its own cache: no recompile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== setup"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
+export NEARLINE_CARGO_PROFILE=ci
+echo "== setup (extension built with the ci profile)"
 bash scripts/setup.sh
+# setup.sh made the venv; the same interpreter configures pyo3 for every cargo step.
+export PYO3_PYTHON="$PWD/.venv/bin/python"
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
+cargo clippy --profile ci --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test -p nearline
+cargo test --profile ci -p nearline
 echo "== pytest"
 .venv/bin/python -m pytest -q tests
 echo "== pytest (pread I/O engine forced)"

@@ -231,7 +231,7 @@ def test_diskannpy_end_to_end_through_worker(tmp_path):
     pytest.importorskip("diskannpy")
     cfg = bench.BenchConfig(data="synthetic:2000:16", systems=["diskannpy"], Ls=[10, 40], k=10, R=16, build_L=32,
                             pq_bytes=8, threads=2, reps=2, workdir=tmp_path, warmup=10, latency_queries=20,
-                            out=tmp_path / "r.json")
+                            out=tmp_path / "r.json", peer_threads=[])
     res = bench.run_bench(cfg, progress=False)
     b = res["builds"]["diskannpy"]
     assert b["pq_bytes"] == 8 and b["build_s"] > 0 and b["peak_rss_bytes"] > 0
@@ -330,7 +330,8 @@ def test_run_bench_orchestration_with_fake_engine(tmp_path, monkeypatch):
 
     monkeypatch.setattr(bench, "run_worker", in_process)
     cfg = bench.BenchConfig(data="synthetic:1000:8", systems=["nearline", "diskannpy"], Ls=[5, 10, 20, 40], k=10,
-                            R=16, build_L=24, threads=1, reps=2, workdir=tmp_path, warmup=0, latency_queries=5)
+                            R=16, build_L=24, threads=1, reps=2, workdir=tmp_path, warmup=0, latency_queries=5,
+                            peer_threads=[])
     res = bench.run_bench(cfg, progress=False)
     assert built["R"] == 16 and built["build_L"] == 24 and built["metric"] == "l2"
     assert calls == [("build", "nearline"), ("build", "diskannpy"), ("search", "nearline"), ("search", "diskannpy"),
@@ -436,10 +437,14 @@ def test_check_variant_supported_against_signatures():
 
 def test_config_systems_baseline_and_validation(tmp_path):
     w2 = bench.parse_variant("w2:W=2")
-    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy", "hnswlib"], variants=[w2], workdir=tmp_path)
-    assert cfg.all_systems() == ["nearline", "w2", "diskannpy", "hnswlib"]
+    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy", "hnswlib"], variants=[w2], workdir=tmp_path,
+                            threads=2)
+    # diskannpy also runs at 2x and 4x the threads (it searches one query per thread).
+    assert cfg.all_systems() == ["nearline", "w2", "diskannpy", "hnswlib", "diskannpy@4", "diskannpy@8"]
     assert cfg.baseline_system() == "diskannpy"  # the first peer
     cfg.validate()
+    cfg.peer_threads = []
+    assert cfg.all_systems() == ["nearline", "w2", "diskannpy", "hnswlib"]
     cfg = bench.BenchConfig(data="x", systems=[], variants=[w2, bench.parse_variant("r8:R=8")], workdir=tmp_path)
     assert cfg.all_systems() == ["w2", "r8"] and cfg.baseline_system() == "w2"
     cfg.baseline = "r8"
@@ -762,3 +767,104 @@ def test_bench_end_to_end_two_variants(tmp_path):
     text = bench.format_report(res)
     assert "disk ceiling:" in text and "latency w2: 300 queries per L" in text and "io µs" in text
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------- a fair peer: diskannpy's best thread count
+
+
+def test_split_system_and_peer_thread_systems(tmp_path):
+    assert peers.split_system("diskannpy") == ("diskannpy", None)
+    assert peers.split_system("diskannpy@8") == ("diskannpy", 8)
+    for bad, match in (("annoy", "unknown system"), ("hnswlib@4", "only diskannpy take"),
+                       ("diskannpy@0", "positive integer"), ("diskannpy@x", "positive integer")):
+        with pytest.raises(ValueError, match=match):
+            peers.split_system(bad)
+    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy"], threads=2, workdir=tmp_path)
+    assert cfg.peer_thread_counts() == [4, 8]
+    assert cfg.all_systems() == ["nearline", "diskannpy", "diskannpy@4", "diskannpy@8"]
+    cfg.peer_threads = [2, 3, 3]  # the bench's own count and repeats add nothing
+    assert cfg.peer_thread_systems() == ["diskannpy@3"]
+    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy", "diskannpy@16"], threads=1, workdir=tmp_path,
+                            peer_threads=[16, 2])
+    assert cfg.all_systems() == ["nearline", "diskannpy", "diskannpy@16", "diskannpy@2"]
+    cfg.validate()
+    assert cfg.baseline_system() == "diskannpy"
+    # Range mode compares by doubling k only: no thread sweep.
+    cfg = bench.BenchConfig(data="x", systems=["nearline", "diskannpy"], radius=1.0, workdir=tmp_path)
+    assert "diskannpy@4" not in cfg.all_systems()
+    for kw, match in (({"systems": ["hnswlib@2"]}, "only diskannpy"), ({"peer_threads": [0]}, "--peer-threads")):
+        with pytest.raises(ValueError, match=match):
+            bench.BenchConfig(**{"data": "x", "systems": ["nearline", "diskannpy"], "workdir": tmp_path,
+                                 **kw}).validate()
+
+
+def _curve(*pts):
+    return {"points": [{"L": 10 * (i + 1), "recall": r, "qps": q} for i, (r, q) in enumerate(pts)]}
+
+
+def test_best_peer_ratios_and_report():
+    summary = {
+        "nearline": _curve((0.85, 3000.0), (0.95, 2000.0), (0.99, 1000.0)),
+        "w8": _curve((0.85, 2500.0), (0.95, 1500.0), (0.99, 900.0)),
+        "diskannpy": _curve((0.85, 1500.0), (0.95, 1000.0), (0.99, 500.0)),
+        "diskannpy@4": _curve((0.85, 2000.0), (0.95, 1600.0), (0.985, 700.0)),
+        "diskannpy@8": _curve((0.85, 1800.0), (0.95, 1250.0), (0.99, 600.0)),
+        "hnswlib": _curve((0.85, 9000.0), (0.99, 8000.0)),
+    }
+    systems = ["nearline", "w8", "diskannpy", "hnswlib", "diskannpy@4", "diskannpy@8"]
+    best = bench.best_peer_ratios(summary, systems, ["nearline", "w8"], 2, [0.95, 0.99])
+    assert set(best) == {"diskannpy"}
+    fam = best["diskannpy"]
+    assert fam["threads"] == {"diskannpy": 2, "diskannpy@4": 4, "diskannpy@8": 8}
+    row = fam["at_recall"]["0.95"]
+    assert row["best"] == "diskannpy@4" and row["best_threads"] == 4 and row["equal_threads"] == "diskannpy"
+    assert row["ratios"]["nearline"]["qps_ratio_best"] == pytest.approx(2000 / 1600)
+    assert row["ratios"]["nearline"]["qps_ratio_equal_threads"] == pytest.approx(2.0)
+    assert row["ratios"]["w8"]["qps_ratio_best"] == pytest.approx(1500 / 1600)
+    # At 0.99 diskannpy@4 does not reach the target: the best of those that do.
+    row = best["diskannpy"]["at_recall"]["0.99"]
+    assert row["qps"]["diskannpy@4"] is None and row["best"] == "diskannpy@8"
+    assert row["ratios"]["nearline"]["qps_ratio_best"] == pytest.approx(1000 / 600)
+    # One member only: nothing to choose from.
+    assert bench.best_peer_ratios(summary, ["nearline", "diskannpy"], ["nearline"], 2, [0.95]) == {}
+    result = {"params": {"k": 10, "threads": 2}, "summary": summary, "comparisons": {}, "builds": {},
+              "best_peer": best}
+    text = bench.format_report(result)
+    assert ("QPS ratio nearline/best diskannpy @ recall 0.95 = 1.25 (best: diskannpy@4, 4 threads; "
+            "QPS diskannpy 1000, diskannpy@4 1600, diskannpy@8 1250); at equal threads (diskannpy) = 2.00") in text
+    assert "diskannpy at its best thread count" in text
+
+
+def test_bench_diskannpy_at_its_best_thread_count(tmp_path):
+    """End to end on tiny data: diskannpy at the bench's thread count and at 2x and 4x it, one index,
+    the same alternation; the best-peer ratios in the summary, the report and the JSON."""
+    pytest.importorskip("diskannpy")
+    cfg = bench.BenchConfig(data="synthetic:2000:16", systems=["nearline", "diskannpy"], Ls=[10, 20, 40], k=10,
+                            R=16, build_L=32, pq_bytes=8, threads=1, reps=1, workdir=tmp_path, warmup=10,
+                            latency_queries=20, ceiling=False, target_recalls=[0.95], out=tmp_path / "r.json")
+    res = bench.run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert saved["params"]["systems"] == ["nearline", "diskannpy", "diskannpy@2", "diskannpy@4"]
+    assert saved["params"]["peer_threads"] == [2, 4]
+    # One diskannpy index, searched at 1, 2 and 4 threads; the extra runs skip the latency run.
+    keys = {saved["summary"][s]["index"] for s in ("diskannpy", "diskannpy@2", "diskannpy@4")}
+    assert len(keys) == 1
+    assert [saved["runs"][s][0]["threads"] for s in ("nearline", "diskannpy", "diskannpy@2", "diskannpy@4")] == \
+        [1, 1, 2, 4]
+    assert saved["summary"]["diskannpy"]["points"][0]["lat_queries"] == 20
+    assert saved["summary"]["diskannpy@4"]["points"][0].get("lat_queries") is None
+    for s in ("diskannpy@2", "diskannpy@4"):
+        assert all(p["qps"] > 0 and 0 < p["recall"] <= 1 for p in saved["summary"][s]["points"])
+    fam = saved["best_peer"]["diskannpy"]
+    assert fam["threads"] == {"diskannpy": 1, "diskannpy@2": 2, "diskannpy@4": 4}
+    row = fam["at_recall"]["0.95"]
+    best_qps = max(q for q in row["qps"].values() if q is not None)
+    assert row["qps"][row["best"]] == best_qps
+    r = row["ratios"]["nearline"]
+    assert r["qps_ratio_best"] == pytest.approx(r["qps"] / best_qps)
+    assert r["qps_ratio_best"] <= r["qps_ratio_equal_threads"] + 1e-12
+    text = bench.format_report(res)
+    assert "QPS ratio nearline/best diskannpy @ recall 0.95 = " in text
+    assert "build diskannpy@4" in text and "the index of diskannpy" in text
+    # Runs of one index compare no builds.
+    assert "build time ratio diskannpy@2/diskannpy" not in text and "build time ratio nearline/diskannpy" in text

@@ -111,6 +111,8 @@ def _files(tmp_path, engine):
     ["search", "i", "q", "--queries-in-flight", "many"], ["search", "i", "q", "--io", "mmap"],
     ["search", "i", "q", "--radius", "nan"], ["search", "i", "q", "--sigma", "0"], ["search", "i", "q", "--sigma", "2"],
     ["search", "i", "q", "--page-search", "pages"], ["build", "d", "o", "--layout", "random"],
+    ["bench", "--data", "x", "--compare", "hnswlib@2"], ["bench", "--data", "x", "--compare", "diskannpy@0"],
+    ["bench", "--data", "x", "--peer-threads", "0"],
     ["build", "d", "o", "--shuffle", "metis"], ["search", "i", "q", "--range-ratio", "0"],
 ])
 def test_bad_arguments_are_argparse_errors(argv, capsys):
@@ -276,6 +278,13 @@ def test_bench_wires_config(engine, monkeypatch, tmp_path, capsys):
     cfg = seen["cfg"]
     assert cfg.systems == ["nearline", "diskannpy", "faiss-hnsw"] and cfg.Ls == [10, 30]
     assert cfg.reps == 5 and cfg.queries_repeat == 3 and cfg.workdir == tmp_path
+    assert cfg.peer_threads is None  # default: 2x and 4x --threads
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--compare", "diskannpy,diskannpy@16",
+                     "--peer-threads", "3,6", "--workdir", str(tmp_path)]) == 0
+    assert seen["cfg"].systems == ["nearline", "diskannpy", "diskannpy@16"] and seen["cfg"].peer_threads == [3, 6]
+    assert cli.main(["-q", "bench", "--data", "synthetic:100:4", "--peer-threads", "none",
+                     "--workdir", str(tmp_path)]) == 0
+    assert seen["cfg"].peer_threads == []
 
 
 def test_entry_options_are_passed(engine, monkeypatch, tmp_path, capsys):
@@ -335,7 +344,13 @@ def test_bench_wires_variants_baseline_latency_and_ceiling(engine, monkeypatch, 
     assert [v.name for v in cfg.variants] == ["w8", "sat"]
     assert cfg.variants[0].search == {"W": 8}
     assert cfg.variants[1].build == {"saturate": True, "R": 32} and cfg.variants[1].open == {"cache_nodes": 100}
-    assert cfg.all_systems() == ["nearline", "w8", "sat", "diskannpy"] and cfg.baseline_system() == "nearline"
+    # diskannpy also runs at 2x and 4x the bench's threads (all cores by default).
+    from nearline import peers
+
+    n = peers.env_threads(None)
+    assert cfg.peer_thread_systems() == [f"diskannpy@{2 * n}", f"diskannpy@{4 * n}"]
+    assert cfg.all_systems() == ["nearline", "w8", "sat", "diskannpy", *cfg.peer_thread_systems()]
+    assert cfg.baseline_system() == "nearline"
     assert cfg.target_recalls == [0.9, 0.97] and cfg.latency_queries == 20000 and cfg.perturb == 0.02
     assert cfg.ceiling and cfg.ceiling_depth == 64 and cfg.ceiling_seconds == 1.5
     # Defaults: 10,000 latency queries, ceiling on at depth 32 for 3 s, the standard targets.
@@ -418,3 +433,66 @@ def test_progress_callback_bars():
     assert p.stage == "layout"
     p.close()
     assert p.bar is None
+
+
+# --------------------------------------------------------------------------- help, version, global flags
+
+
+def _subparsers():
+    parser = cli.build_parser()
+    return parser, parser._subparsers._group_actions[0].choices
+
+
+def test_every_option_has_help_with_its_default():
+    """Every option of every command says what it does and what it defaults to (flags: off)."""
+    import argparse
+
+    parser, subs = _subparsers()
+    missing = []
+    for name, p in [("nearline", parser), *subs.items()]:
+        fmt = p._get_formatter()
+        for a in p._actions:
+            if isinstance(a, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            text = fmt._get_help_string(a) if a.help else ""
+            if not text or (a.option_strings and "default" not in text and not a.required):
+                missing.append(f"{name} {'/'.join(a.option_strings) or a.dest}")
+    assert not missing, missing
+    # Defaults come from the engine, e.g. R and build_L.
+    build_help = subs["build"].format_help()
+    assert f"default {nearline.DEFAULTS['presets']['diskann']['R']}" in build_help
+    assert "(default: off)" in build_help  # --overwrite
+
+
+def test_choice_lists_come_from_the_engine():
+    _, subs = _subparsers()
+    build_help, search_help = subs["build"].format_help(), subs["search"].format_help()
+    for name in nearline.VOCABULARY["presets"] + nearline.VOCABULARY["metrics"]:
+        assert name in build_help
+    assert "{" + ",".join(nearline.VOCABULARY["executors"]) + "}" in search_help
+    assert "{" + ",".join(nearline.VOCABULARY["presets"]) + "}" in build_help
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"nearline {nearline.__version__}"
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["info", "x"], (False, False, False)),
+    (["-q", "-v", "--debug", "info", "x"], (True, True, True)),
+    (["info", "x", "-q", "-v", "--debug"], (True, True, True)),
+    (["-q", "info", "x", "--debug"], (True, False, True)),
+    (["build", "d", "o", "-v"], (False, True, False)),
+])
+def test_global_flags_before_or_after_the_command(argv, expect):
+    a = cli.build_parser().parse_args(argv)
+    assert (a.quiet, a.verbose, a.debug) == expect
+
+
+def test_debug_after_the_command_shows_traceback(engine, monkeypatch):
+    monkeypatch.setattr(nearline, "open", lambda p, **kw: (_ for _ in ()).throw(ValueError("bad")), raising=False)
+    with pytest.raises(ValueError, match="bad"):
+        cli.main(["info", "idx", "--debug"])

@@ -88,6 +88,13 @@ PathLike = Union[str, "os.PathLike[str]"]
 _DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8), np.dtype(np.int8)}
 
 
+def _api_names(spec: Dict[str, Any], call: str) -> Dict[str, Any]:
+    """``spec`` with its keys spelled as the options of ``call`` (the engine's vocabulary): the
+    manifest stores a few in lower case (``r``, ``build_l``)."""
+    names = {o.lower(): o for o in VOCABULARY["options"][call]}
+    return {names.get(k.lower(), k): v for k, v in spec.items()}
+
+
 def _given(**kw: Any) -> Dict[str, Any]:
     """The options the caller gave (``None`` leaves an option to the engine's default)."""
     return {k: v for k, v in kw.items() if v is not None}
@@ -598,8 +605,12 @@ class Index:
 
     def info(self) -> Dict[str, Any]:
         """Sizes, the memory budget's split next to what is held, the plan (with the
-        rule behind each choice), I/O engine and build spec."""
-        return json.loads(self._raw.info())
+        rule behind each choice), I/O engine and build spec (``info()["build"]``,
+        under the option names ``build`` takes: ``R``, ``build_L``, ...)."""
+        info = json.loads(self._raw.info())
+        if isinstance(info.get("build"), dict):
+            info["build"] = _api_names(info["build"], "build")
+        return info
 
     def close(self) -> None:
         """Releases the index's memory and files. Further searches raise ValueError."""

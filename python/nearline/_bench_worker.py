@@ -197,6 +197,7 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "system": name,
         "kind": system,
+        "threads": p.threads,
         "nq": nq,
         "open_s": open_s,
         "rss_before_open_bytes": rss0,

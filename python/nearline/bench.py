@@ -18,6 +18,16 @@ Every system builds and searches in its own subprocess (``nearline._bench_worker
    at matched recall (:func:`interpolate_at_recall`), the disk utilisation of
    each system, JSON and an optional plot.
 
+**A fair peer.** nearline's batch search interleaves several queries per thread
+(``queries_in_flight="auto"``: 4), diskannpy runs one query per thread. So with
+``diskannpy`` in ``systems`` the bench also runs ``diskannpy@T``, the same index
+searched on ``T`` threads, for ``T`` in ``peer_threads`` (default 2x and 4x the
+bench's threads: 4 and 8 on a 2-core machine), in the same alternation; their
+runs skip the latency run (the comparison is one of throughput). The report and
+the JSON (``best_peer``) then give each nearline configuration's QPS ratio
+against diskannpy at its best thread count, at each target recall, beside the
+ratio at equal threads (:func:`best_peer_ratios`).
+
 **Range mode** (``BenchConfig.radius`` or ``range_neighbors``; ``nearline bench
 --radius R`` / ``--range-neighbors N``): the same builds, alternation and
 medians, but every system answers the queries' range search at each L and is
@@ -267,6 +277,10 @@ class BenchConfig:
     ceiling_depth: int = 32
     ceiling_seconds: float = 3.0
     timeout_s: Optional[float] = None
+    #: Extra thread counts at which each peer of ``peers.THREADED_PEERS`` in
+    #: ``systems`` also runs (as ``NAME@T``); None: 2x and 4x the bench's threads;
+    #: [] : none. k-NN mode only.
+    peer_threads: Optional[list[int]] = None
     #: Range mode: the radius (squared L2 distance, or inner product / cosine similarity score).
     radius: Optional[float] = None
     #: Range mode: pick the radius giving this mean number of exact neighbours per query.
@@ -322,8 +336,33 @@ class BenchConfig:
         return plain + [v if isinstance(v, Variant) else parse_variant(str(v)) for v in self.variants]
 
     def all_systems(self) -> list[str]:
-        """System names in run order: nearline configurations first, then the peers as listed."""
-        return [v.name for v in self.nearline_variants()] + [s for s in self.systems if s != "nearline"]
+        """System names in run order: nearline configurations first, then the peers as listed, then the
+        extra thread counts of thread-scalable peers (:meth:`peer_thread_systems`)."""
+        return ([v.name for v in self.nearline_variants()] + [s for s in self.systems if s != "nearline"]
+                + self.peer_thread_systems())
+
+    def peer_thread_counts(self) -> list[int]:
+        """``peer_threads``, or by default 2x and 4x the bench's threads."""
+        if self.peer_threads is not None:
+            return [int(x) for x in self.peer_threads]
+        base = peers.env_threads(self.threads)
+        return [2 * base, 4 * base]
+
+    def peer_thread_systems(self) -> list[str]:
+        """``NAME@T`` for each listed peer of ``peers.THREADED_PEERS`` and each extra thread count
+        (not the bench's own, not one listed already); none in range mode."""
+        if self.range_mode:
+            return []
+        base = peers.env_threads(self.threads)
+        out: list[str] = []
+        for s in self.systems:
+            if s not in peers.THREADED_PEERS:
+                continue
+            for n in self.peer_thread_counts():
+                name = f"{s}@{n}"
+                if n != base and name not in self.systems and name not in out:
+                    out.append(name)
+        return out
 
     def baseline_system(self) -> str:
         """``baseline`` if set, else the first peer, else the first system.
@@ -346,9 +385,11 @@ class BenchConfig:
         """Checks the options that do not need the data; raises ``ValueError`` naming the option."""
         if self.k <= 0:
             raise ValueError(f"--k must be positive, got {self.k}")
-        bad = [s for s in self.systems if s not in peers.SYSTEMS]
-        if bad:
-            raise ValueError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(peers.SYSTEMS)}")
+        for s in self.systems:
+            peers.split_system(s)  # ValueError naming an unknown system or a bad NAME@THREADS
+        if self.peer_threads is not None and any(
+                isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in self.peer_threads):
+            raise ValueError(f"--peer-threads {self.peer_threads}: expected positive integers")
         names = self.all_systems()
         if not names:
             raise ValueError("nothing to benchmark: no nearline system, variant or peer")
@@ -677,6 +718,57 @@ def matched_ratios(
     return out
 
 
+def best_peer_ratios(summary: dict[str, dict[str, Any]], systems: Sequence[str], configs: Sequence[str],
+                     threads: int, targets: Sequence[float] = TARGET_RECALLS) -> dict[str, Any]:
+    """Each nearline configuration against a thread-scalable peer at its best thread count.
+
+    ``systems`` are the run's names; the members of a peer's family are the peer
+    (at the bench's ``threads``) and its ``NAME@T`` runs. For every family with two
+    or more members and every target recall: each member's QPS there (interpolated
+    in log space as in :func:`matched_ratios`; None where its curve does not
+    bracket the target), the best member, and for each of ``configs`` (nearline's)
+    its QPS, ``qps_ratio_best`` (against the best member) and
+    ``qps_ratio_equal_threads`` (against the member at ``threads``). Returns
+    ``{peer: {"threads": {member: T}, "at_recall": {"0.95": {...}}}}``.
+    """
+    families: dict[str, dict[str, int]] = {}
+    for s in systems:
+        try:
+            base, n = peers.split_system(s)
+        except ValueError:
+            continue  # a nearline variant's name
+        if base in peers.THREADED_PEERS and s in summary:
+            families.setdefault(base, {})[s] = n if n is not None else int(threads)
+    out: dict[str, Any] = {}
+    for base, members in families.items():
+        if len(members) < 2:
+            continue
+        at: dict[str, Any] = {}
+        equal = next((m for m, n in members.items() if n == threads), None)
+        for t in targets:
+            qps = {m: _qps_at(summary[m], t) for m in members}
+            reached = {m: q for m, q in qps.items() if q is not None}
+            if not reached:
+                continue
+            best = max(reached, key=lambda m: reached[m])
+            row: dict[str, Any] = {"best": best, "best_threads": members[best], "qps": qps,
+                                   "equal_threads": equal, "ratios": {}}
+            for c in configs:
+                qc = _qps_at(summary.get(c, {}), t)
+                q_eq = qps.get(equal) if equal is not None else None
+                row["ratios"][c] = {"qps": qc, "qps_ratio_best": _ratio(qc, reached[best]),
+                                    "qps_ratio_equal_threads": _ratio(qc, q_eq)}
+            at[f"{t:.2f}"] = row
+        out[base] = {"threads": members, "at_recall": at}
+    return out
+
+
+def _qps_at(s: dict[str, Any], target: float) -> Optional[float]:
+    pts = s.get("points", [])
+    return interpolate_at_recall([p.get("recall") for p in pts], [p.get("qps") for p in pts], target,
+                                 log_scale=True)
+
+
 def median_points(runs: Sequence[Sequence[dict[str, Any]]],
                   metrics: Sequence[str] = POINT_METRICS) -> list[dict[str, Any]]:
     """Per-L medians over repetitions of each numeric metric (``None`` where no rep has it)."""
@@ -1001,12 +1093,16 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         builds[v.name] = res
         index_dirs[v.name] = work / "indexes" / key
         index_keys[v.name] = key
+    peer_builds: dict[str, dict[str, Any]] = {}
     for system in systems[len(variants):]:
-        if system == "diskannpy" and not pq_bytes:
+        base, _threads = peers.split_system(system)  # diskannpy@T searches diskannpy's index
+        if base == "diskannpy" and not pq_bytes:
             pq_bytes = peers.default_pq_bytes(ds.n, ds.dim, ds.base.dtype.itemsize, cfg.memory_budget)
             log.warning("nearline's PQ size unknown; diskannpy uses %d bytes per vector", pq_bytes)
-        key = params_key(system, ds.name, p, pq_bytes)
-        builds[system] = _build_one(cfg, system, key, work, logs, ds, p, pq_bytes, None)
+        key = params_key(base, ds.name, p, pq_bytes)
+        if key not in peer_builds:
+            peer_builds[key] = _build_one(cfg, base, key, work, logs, ds, p, pq_bytes, None)
+        builds[system] = peer_builds[key]
         index_dirs[system] = work / "indexes" / key
         index_keys[system] = key
 
@@ -1028,11 +1124,15 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
 
     def search_spec(system: str) -> dict[str, Any]:
         v = variant_of.get(system)
-        spec = {"action": "search", "system": "nearline" if v else system, "name": system,
+        base, threads = ("nearline", None) if v else peers.split_system(system)
+        params = dataclasses.asdict(p)
+        if threads is not None:  # a peer at its own thread count: throughput only
+            params["threads"] = threads
+        spec = {"action": "search", "system": base, "name": system,
                 "index_dir": str(index_dirs[system]), "queries": str(ds.queries_path), "gt": str(ds.gt_path),
-                "k": cfg.k, "Ls": Ls, "params": dataclasses.asdict(p), "queries_repeat": cfg.queries_repeat,
-                "warmup": cfg.warmup, "latency_queries": cfg.latency_queries, "perturb": cfg.perturb,
-                "seed": cfg.seed}
+                "k": cfg.k, "Ls": Ls, "params": params, "queries_repeat": cfg.queries_repeat,
+                "warmup": cfg.warmup, "latency_queries": cfg.latency_queries if threads is None else 0,
+                "perturb": cfg.perturb, "seed": cfg.seed}
         if v is not None and (v.open or v.search):
             spec["variant"] = v.spec()
         if v is not None and v.runner.get("python"):
@@ -1064,13 +1164,16 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             "build_time_ratio": _ratio(builds[other].get("build_s"), builds[baseline].get("build_s")),
             "peak_build_rss_ratio": _ratio(builds[other].get("peak_rss_bytes"), builds[baseline].get("peak_rss_bytes")),
         }
+    best_peer = best_peer_ratios(summary, systems, [v.name for v in variants], p.threads, cfg.target_recalls)
     result = {
         "params": {**dataclasses.asdict(p), "Ls": Ls, "k": cfg.k, "reps": cfg.reps,
                    "queries_repeat": cfg.queries_repeat, "systems": systems, "baseline": baseline,
                    "variants": [v.spec() for v in variants if v.name != "nearline"],
                    "target_recalls": list(cfg.target_recalls), "latency_queries": cfg.latency_queries,
-                   "perturb": cfg.perturb, "pq_bytes_matched": pq_bytes},
+                   "perturb": cfg.perturb, "pq_bytes_matched": pq_bytes,
+                   "peer_threads": cfg.peer_thread_counts()},
         **_result_body(cfg, ds, builds, runs, ceiling, summary, comparisons),
+        "best_peer": best_peer,
     }
     _save_result(cfg, result)
     if cfg.plot:
@@ -1362,11 +1465,37 @@ def format_report(result: dict[str, Any]) -> str:
             if r.get("disk_util_a") is not None or r.get("disk_util_b") is not None:
                 line += f", disk {_pct(r.get('disk_util_a'))} vs {_pct(r.get('disk_util_b'))}"
             lines.append(line)
-        lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
-                     f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
+        summ = result["summary"]
+        if summ.get(a, {}).get("index") is None or summ.get(a, {}).get("index") != summ.get(b, {}).get("index"):
+            lines.append(f"build time ratio {a}/{b} = {_fmt(comp['build_time_ratio'], '.2f')}, "
+                         f"peak build RSS ratio = {_fmt(comp['peak_build_rss_ratio'], '.2f')}")
+    best_lines = _best_peer_lines(result)
+    if best_lines:
+        lines.append("")
+        lines.extend(best_lines)
     lines.append("")
     lines.extend(_build_lines(result, width))
     return "\n".join(lines)
+
+
+def _best_peer_lines(result: dict[str, Any]) -> list[str]:
+    """The ratios against each thread-scalable peer at its best thread count (``best_peer``)."""
+    out: list[str] = []
+    threads = result["params"].get("threads")
+    for base, fam in (result.get("best_peer") or {}).items():
+        counts = ", ".join(f"{m} {n}" for m, n in sorted(fam["threads"].items(), key=lambda kv: kv[1]))
+        out.append(f"{base} at its best thread count (it runs one query per thread; threads: {counts}; "
+                   f"nearline's configurations run {threads} threads):")
+        if not fam["at_recall"]:
+            out.append(f"  no target recall reached by any {base} run")
+        for t, row in fam["at_recall"].items():
+            others = ", ".join(f"{m} {_fmt(q, '.0f')}" for m, q in row["qps"].items())
+            for c, r in row["ratios"].items():
+                out.append(f"QPS ratio {c}/best {base} @ recall {t} = {_fmt(r['qps_ratio_best'], '.2f')} "
+                           f"(best: {row['best']}, {row['best_threads']} threads; QPS {others}); "
+                           f"at equal threads ({row['equal_threads'] or '-'}) = "
+                           f"{_fmt(r['qps_ratio_equal_threads'], '.2f')}")
+    return out
 
 
 def _ceiling_lines(result: dict[str, Any]) -> list[str]:

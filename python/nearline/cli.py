@@ -140,14 +140,16 @@ def _defaults() -> dict[str, Any]:
 def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
     """``--entry``, ``--entry-points``, ``--nav-L``, ``--nav-seeds`` (search/bench)."""
     who = "nearline: " if bench else ""
+    d = _defaults()["presets"]["diskann"]
     p.add_argument("--entry", default=None, choices=_vocab()["entry_kinds"],
                    help=f"{who}where queries start: auto (nav graph if built, else centroids, else sampled when "
-                        "--entry-points > 0, else medoid), medoid, sampled, nav, centroids")
+                        "--entry-points > 0, else medoid), medoid, sampled, nav, centroids (default: auto)")
     p.add_argument("--entry-points", type=_nonneg_int, default=None,
-                   help=f"{who}sampled in-memory entry points (entry 'sampled'; 0 = none)")
-    p.add_argument("--nav-L", type=_positive_int, default=None, help=f"{who}navigation-graph search list size (32)")
+                   help=f"{who}sampled in-memory entry points (entry 'sampled'; default 0 = none)")
+    p.add_argument("--nav-L", type=_positive_int, default=None,
+                   help=f"{who}navigation-graph search list size (default {d['nav_L']})")
     p.add_argument("--nav-seeds", type=_positive_int, default=None,
-                   help=f"{who}navigation-graph seeds per query (1)")
+                   help=f"{who}navigation-graph seeds per query (default {d['nav_seeds']})")
 
 
 def _budget(text: str) -> Any:
@@ -167,13 +169,26 @@ def _budget(text: str) -> Any:
 
 
 def _systems(text: str) -> list[str]:
-    from nearline.peers import PEERS
+    """argparse type: comma-separated peers (``diskannpy@T``: diskannpy on T threads)."""
+    from nearline.peers import PEERS, THREADED_PEERS, split_system
 
     names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in PEERS]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown system(s) {', '.join(bad)}: expected some of {', '.join(PEERS)}")
+    for n in names:
+        try:
+            base, _ = split_system(n)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        if base not in PEERS:
+            raise argparse.ArgumentTypeError(f"unknown system(s) {n}: expected some of {', '.join(PEERS)} "
+                                             f"(or {', '.join(x + '@THREADS' for x in THREADED_PEERS)})")
     return names
+
+
+def _thread_counts(text: str) -> list[int]:
+    """argparse type: comma-separated positive thread counts, or "" / none for none."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    return _int_list(text)
 
 
 def _variant(text: str) -> Any:
@@ -273,24 +288,38 @@ def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
         for k, v in d.items():
             out.extend(_flatten(v, f"{prefix}{k}."))
         return out
+    if isinstance(d, list) and d and all(isinstance(x, dict) and {"what", "value", "rule"} <= set(x) for x in d):
+        # A plan's decisions: one row each, the value with the rule that chose it.
+        return [(f"{prefix}{x['what']}", f"{x['value']}  ({x['rule']})") for x in d]
     return [(prefix[:-1], d)]
 
 
+def _short(v: Any) -> str:
+    """A value for a table: floats rounded to 4 significant digits (1 decimal from 1000 up), the
+    float32 noise of stored options (1.2000000476837158) gone."""
+    if isinstance(v, float) and np.isfinite(v):
+        if v == int(v) and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
 def format_info(info: dict[str, Any]) -> str:
-    """Two-column table of an ``Index.info()`` dict (nested keys dotted; memory in human units)."""
+    """Two-column table of an ``Index.info()`` dict (nested keys dotted, the API's option names;
+    memory in human units; floats rounded)."""
     rows = []
     first = ("path", "n", "dim", "dtype", "metric", "preset", "R", "pq_bytes", "page_size", "records_per_page")
     flat = _flatten(info)
     flat.sort(key=lambda kv: first.index(kv[0]) if kv[0] in first else len(first))  # stable: rest keep order
     for key, val in flat:
         if isinstance(val, (list, tuple)):
-            val = ", ".join(str(v) for v in val)
-        elif key.startswith("memory.") and not key.endswith(("nodes", "within_budget")) or (
+            val = ", ".join(_short(v) for v in val)
+        elif key.startswith("memory.") and not key.endswith(("nodes", "within_budget", "budget_auto")) or (
             key.endswith(("bytes", "budget")) and not key.endswith("pq_bytes")
         ):
             if isinstance(val, (int, float)) and not isinstance(val, bool):
-                val = f"{_human_bytes(val)} ({val})"
-        rows.append((key, str(val)))
+                val = f"{_human_bytes(val)} ({_short(val)})"
+        rows.append((key, _short(val)))
     width = max((len(k) for k, _ in rows), default=0)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -645,6 +674,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir) if args.workdir else bench.datasets.default_workdir(),
         out=Path(args.out) if args.out else None, plot=Path(args.plot) if args.plot else None,
         queries_repeat=args.queries_repeat, rebuild=args.rebuild, warmup=args.warmup,
+        peer_threads=args.peer_threads,
     )
     result = bench.run_bench(cfg, progress=not args.quiet)
     print(bench.format_report(result))
@@ -747,7 +777,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", type=_budget, default=None,
                    help="search memory budget, binding: bytes, 512MB, 2GiB or a fraction of the raw vectors "
                    f"(default {base['memory_budget']}, raised to the minimum the index needs)")
-    p.add_argument("--build-memory-budget", type=_budget, default=None, help="memory the build may use")
+    p.add_argument("--build-memory-budget", type=_budget, default=None,
+                   help="memory the build may use; above it the build partitions the data (default: the plan's)")
     p.add_argument("--page-size", type=_positive_int, default=None, choices=v["page_sizes"],
                    help=f"page size (default {base['page_size']})")
     p.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
@@ -770,21 +801,58 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
 # --------------------------------------------------------------------------- parser
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Appends each option's default to its help (``--flag``: off), unless the help names it already.
+
+    Options whose default is ``None`` are left to the engine: their help states the
+    engine's default in words (tests check that every option's help has one).
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{text} (default: off)"
+        d = action.default
+        shown = ",".join(str(x) for x in d) if isinstance(d, (list, tuple)) else str(d)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def _global_flags(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--debug``, ``-v``, ``-q``: on the top parser and again on every subcommand (so they work
+    after it too); a subcommand's copies default to SUPPRESS so they never undo the top ones."""
+    kw: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--debug", action="store_true", help="show tracebacks of engine errors (default: off)", **kw)
+    p.add_argument("-v", "--verbose", action="store_true", help="log INFO messages (default: off)", **kw)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars (default: off)", **kw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``nearline`` command."""
-    parser = argparse.ArgumentParser(prog="nearline", description="nearline: disk-resident vector search")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of engine errors")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log INFO messages")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    import nearline
+
+    parser = argparse.ArgumentParser(prog="nearline", description="nearline: disk-resident vector search",
+                                     formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"nearline {nearline.__version__}")
+    _global_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_parser = sub.add_parser
+
+    def sub_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        p = add_parser(name, formatter_class=_HelpFormatter, **kw)
+        _global_flags(p, top=False)
+        return p
+
+    sub.add_parser = sub_parser  # type: ignore[method-assign]
 
     p = sub.add_parser("demo", help="build and search a synthetic data set")
-    p.add_argument("--n", type=_positive_int, default=20000)
-    p.add_argument("--dim", type=_positive_int, default=64)
-    p.add_argument("--k", type=_positive_int, default=10)
-    p.add_argument("--L", type=_positive_int, default=None)
-    p.add_argument("--threads", type=_positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n", type=_positive_int, default=20000, help="vectors to generate")
+    p.add_argument("--dim", type=_positive_int, default=64, help="their dimension")
+    p.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
+    p.add_argument("--L", type=_positive_int, default=None, help="search list size (default: max(k, 100))")
+    p.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the build")
     p.add_argument("--workdir", default=None, help="keep the data and index here (default: a temp dir)")
     p.set_defaults(func=cmd_demo)
 
@@ -792,84 +860,101 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", help="vector file (.fbin/.u8bin/.i8bin/.f16bin/.bin/.fvecs/.bvecs/.npy)")
     p.add_argument("out", help="index path")
     _add_build_options(p)
-    p.add_argument("--ids", default=None, metavar="IDS_FILE", help="external ids (.npy, .txt, .csv, or uint64 .bin)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing index at OUT (never anything else)")
+    p.add_argument("--ids", default=None, metavar="IDS_FILE",
+                   help="external ids (.npy, .txt, .csv, or uint64 .bin; default: none, row numbers)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing index at OUT, atomically; a directory that is not a nearline index, "
+                   "or that holds the data being read, is never replaced")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("plan", help="show what a build or an open would choose, and why, without doing it")
     p.add_argument("target", help="a vector file (the build's plan) or an index directory (the open's plan)")
     _add_build_options(p)
-    p.add_argument("--cache-nodes", type=_nonneg_int, default=None, help="index: cache exactly this many nodes")
-    p.add_argument("--io", default=None, choices=_vocab()["io_engines"], help="index: I/O engine")
+    p.add_argument("--cache-nodes", type=_nonneg_int, default=None,
+                   help="index: cache exactly this many nodes (default: what the budget leaves)")
+    p.add_argument("--io", default=None, choices=_vocab()["io_engines"], help="index: I/O engine (default: auto)")
     _add_entry_options(p)
     p.add_argument("--nq", type=_positive_int, default=10000, help="index: queries of the planned batch")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("search", help="search an index")
-    p.add_argument("index")
-    p.add_argument("queries")
-    p.add_argument("--k", type=_positive_int, default=10)
-    p.add_argument("--L", type=_positive_int, default=None)
+    p.add_argument("index", help="index directory")
+    p.add_argument("queries", help="query vector file")
+    p.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
+    p.add_argument("--L", type=_positive_int, default=None,
+                   help=f"search list size (default: max(k, {_defaults()['L']}); range search: 100)")
     p.add_argument("--W", type=_positive_int, default=None, help="beam/pipeline width (default: the preset's)")
     p.add_argument("--executor", choices=_vocab()["executors"], default=None,
-                   help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records)")
+                   help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records; "
+                   "default: the preset's)")
     p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")
     p.add_argument("--early-dispatch", type=_fraction, default=None, metavar="F",
-                   help="issue the next hop once this fraction of the current hop's pages is processed")
+                   help="issue the next hop once this fraction of the current hop's pages is processed "
+                   "(default: off, the whole hop)")
     p.add_argument("--queries-in-flight", type=_queries_in_flight, default=None, metavar="Q",
                    help="queries each search thread interleaves on its I/O queue: 1..64, or auto (default: "
                         "4 per thread when the batch has that many; 1 gives each query its thread alone)")
-    p.add_argument("--threads", type=_positive_int, default=None)
-    p.add_argument("--memory-budget", type=_budget, default=None)
+    p.add_argument("--threads", type=_positive_int, default=None, help="search threads (default: all cores)")
+    p.add_argument("--memory-budget", type=_budget, default=None,
+                   help="memory budget of the open index: bytes, 512MB, 2GiB or a fraction of the raw vectors; "
+                   "re-plans the cache without a rebuild (default: the index's budget from its build)")
     p.add_argument("--io", default=None, choices=_vocab()["io_engines"],
                    help="I/O engine: auto (default: io_uring, else pread), uring, uring-poll (a kernel submission "
                         "thread and spinning waits: lowest latency, a busy core per search thread) or pread")
     _add_entry_options(p)
-    p.add_argument("--gt", default=None, help="ground-truth file (recall@k is reported)")
-    p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz")
+    p.add_argument("--gt", default=None, help="ground-truth file: recall@k is reported (default: none)")
+    p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz (default: none)")
     p.add_argument("--page-search", choices=_vocab()["page_searches"], default=None,
-                   help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout)")
+                   help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout; "
+                   "default)")
     p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
                    "(default 0.3)")
     p.add_argument("--radius", type=_finite_float, default=None,
                    help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
-                        "range ground-truth file and AP is reported")
+                        "range ground-truth file and AP is reported (default: none, k-NN search)")
     p.add_argument("--range-ratio", type=_fraction, default=0.5, metavar="PHI",
                    help="range search doubles its list while results fill at least this share of it")
-    p.add_argument("--max-L", type=_positive_int, default=None, help="largest list a range search doubles to")
+    p.add_argument("--max-L", type=_positive_int, default=None,
+                   help="largest list a range search doubles to (default: 1024 x L)")
     p.add_argument("--entry-cutoff", type=_finite_float, default=None, metavar="C",
                    help="range search: a query whose nearest in-memory entry point lies beyond C x radius "
-                        "(C >= 1) ends unread with no results (l2/cosine; needs nav, sampled or centroid entries)")
+                        "(C >= 1) ends unread with no results (l2/cosine; needs nav, sampled or centroid entries; "
+                        "default: off)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("gt", help="compute exact ground truth (k-NN, or range search with --radius)")
-    p.add_argument("base")
-    p.add_argument("queries")
+    p.add_argument("base", help="base vector file")
+    p.add_argument("queries", help="query vector file")
     p.add_argument("out", nargs="?", default=None,
                    help="output file (k-NN: DiskANN ground truth; range: DiskANN range ground truth + distances)")
     p.add_argument("--k", type=_positive_int, default=None, help="neighbours per query (default 100)")
     p.add_argument("--radius", type=_finite_float, default=None, metavar="R",
                    help="write range ground truth: every vector with squared L2 distance <= R (l2) or score >= R "
-                   "(ip, cosine)")
+                   "(ip, cosine) (default: none, k-NN ground truth)")
     p.add_argument("--mean-neighbors", type=_positive_float, default=None, metavar="N",
                    help="print the radius at which queries have N exact neighbours on average; without --radius, "
-                   "write range ground truth at it (if OUT is given)")
-    p.add_argument("--metric", default="l2", choices=_vocab()["metrics"])
-    p.add_argument("--threads", type=_positive_int, default=None)
+                   "write range ground truth at it (if OUT is given; default: none)")
+    p.add_argument("--metric", default="l2", choices=_vocab()["metrics"], help="similarity")
+    p.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
     p.set_defaults(func=cmd_gt)
 
     p = sub.add_parser("info", help="describe an index")
-    p.add_argument("index")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("index", help="index directory")
+    p.add_argument("--json", action="store_true", help="print the info as JSON")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("bench", help="benchmark against diskannpy and in-memory references")
     p.add_argument("--data", required=True, help="synthetic:N:DIM[:SEED] | wordnet:PATH | hdf5:PATH | "
-                   "files:BASE,QUERIES[,GT]")
+                   "files:BASE,QUERIES[,GT] (required, no default)")
     p.add_argument("--compare", type=_systems, default=["diskannpy"], help="peers, comma-separated "
-                   "(diskannpy,faiss-hnsw,hnswlib)")
+                   "(diskannpy,faiss-hnsw,hnswlib; diskannpy@T: diskannpy on T threads)")
+    p.add_argument("--peer-threads", type=_thread_counts, default=None, metavar="T[,T...]",
+                   help="diskannpy runs one query per thread while nearline interleaves several: diskannpy also "
+                   "runs at these thread counts (as diskannpy@T, same index, no latency run) and the report "
+                   "gives nearline's QPS ratio against its best one beside the equal-threads ratio (default: "
+                   "2x and 4x --threads; 'none' for none)")
     p.add_argument("--skip-nearline", action="store_true",
                    help="leave out the plain nearline system (variants and peers still run)")
     p.add_argument("--variant", type=_variant, action="append", default=[], metavar="NAME:key=value[,...]",
@@ -884,9 +969,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recalls at which ratios are interpolated (default 0.90,0.95,0.99)")
     p.add_argument("--radius", type=_finite_float, default=None, metavar="R",
                    help="range mode: every system answers range search at radius R (squared L2 distance, or "
-                   "ip/cosine score), scored by average precision (AP) against exact range ground truth")
+                   "ip/cosine score), scored by average precision (AP) against exact range ground truth "
+                   "(default: none, k-NN mode)")
     p.add_argument("--range-neighbors", type=_positive_float, default=None, metavar="N",
-                   help="range mode with the radius at which queries have N exact neighbours on average")
+                   help="range mode with the radius at which queries have N exact neighbours on average "
+                   "(default: none)")
     p.add_argument("--target-ap", type=_recalls, default=None, metavar="AP[,AP...]",
                    help="range mode: APs at which ratios are interpolated (default 0.80,0.90,0.95)")
     p.add_argument("--range-methods", type=_range_methods, default=None, metavar="M[,M...]",
@@ -909,28 +996,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ceiling-seconds", type=_positive_float, default=3.0,
                    help="duration of each disk-ceiling measurement")
     p.add_argument("--no-ceiling", action="store_true", help="do not measure the disk ceiling")
-    p.add_argument("--L", type=_int_list, default=[10, 20, 30, 50, 70, 100, 150, 200])
-    p.add_argument("--k", type=_positive_int, default=10)
-    p.add_argument("--R", type=_positive_int, default=64)
-    p.add_argument("--build-L", type=_positive_int, default=100)
-    p.add_argument("--alpha", type=float, default=1.2)
-    p.add_argument("--pq-bytes", type=_positive_int, default=None)
-    p.add_argument("--memory-budget", type=_budget, default=None, help="nearline's search memory budget at build")
-    p.add_argument("--build-memory-budget", type=_budget, default=None)
+    p.add_argument("--L", type=_int_list, default=[10, 20, 30, 50, 70, 100, 150, 200],
+                   help="search list sizes of the sweep")
+    p.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
+    p.add_argument("--R", type=_positive_int, default=64, help="maximum degree (every disk system)")
+    p.add_argument("--build-L", type=_positive_int, default=100, help="build candidate list size (every disk system)")
+    p.add_argument("--alpha", type=float, default=1.2, help="pruning α (every disk system)")
+    p.add_argument("--pq-bytes", type=_positive_int, default=None,
+                   help="PQ bytes per vector (default: nearline's choice, which diskannpy then gets too)")
+    p.add_argument("--memory-budget", type=_budget, default=None,
+                   help="nearline's search memory budget at build (default: nearline sizes one)")
+    p.add_argument("--build-memory-budget", type=_budget, default=None,
+                   help="memory the builds may use (default: nearline's plan; diskannpy: 4x the raw vectors, "
+                   "at least 1 GB)")
     p.add_argument("--cache-budget", type=_budget, default=0, help="node cache at search (both disk systems)")
     _add_entry_options(p, bench=True)
     p.add_argument("--nav-sample", type=_finite_float, default=0.0, metavar="F",
                    help="nearline: build a navigation graph over this fraction of the vectors (e.g. 0.01)")
     p.add_argument("--entry-clusters", type=_nonneg_int, default=0, metavar="C",
                    help="nearline: build k-means centroid entry points (e.g. 300)")
-    p.add_argument("--threads", type=_positive_int, default=None)
-    p.add_argument("--W", type=_positive_int, default=4)
-    p.add_argument("--reps", type=_positive_int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workdir", default=None)
-    p.add_argument("--out", default=None, help="results JSON")
-    p.add_argument("--plot", default=None, help="QPS-recall PNG")
-    p.add_argument("--queries-repeat", type=_positive_int, default=1)
+    p.add_argument("--threads", type=_positive_int, default=None, help="search threads of every system "
+                   "(default: all cores)")
+    p.add_argument("--W", type=_positive_int, default=4, help="beam width of every disk system")
+    p.add_argument("--reps", type=_positive_int, default=3, help="alternating repetitions")
+    p.add_argument("--seed", type=int, default=0, help="seed of the builds and the perturbations")
+    p.add_argument("--workdir", default=None, help="data, indexes and logs (default: $NEARLINE_WORKDIR or "
+                   "./bench-out)")
+    p.add_argument("--out", default=None, help="results JSON (default: none)")
+    p.add_argument("--plot", default=None, help="QPS-recall PNG (default: none)")
+    p.add_argument("--queries-repeat", type=_positive_int, default=1,
+                   help="times the query set is searched in each recall batch")
     p.add_argument("--warmup", type=int, default=100, help="warm-up queries per search process")
     p.add_argument("--rebuild", action="store_true", help="rebuild cached indexes")
     p.set_defaults(func=cmd_bench)
@@ -940,9 +1035,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=_depth, default=32, help="reads in flight (1..256)")
     p.add_argument("--block-size", type=_block_size, default=None,
                    help="bytes per read, a multiple of 4096 (default: an index's read size, else 4096)")
-    p.add_argument("--seconds", type=_positive_float, default=3.0)
-    p.add_argument("--io", default="auto", choices=_vocab()["io_engines"])
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--seconds", type=_positive_float, default=3.0, help="how long to read")
+    p.add_argument("--io", default="auto", choices=_vocab()["io_engines"], help="I/O engine")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_disk_ceiling)
     return parser
 

@@ -10,6 +10,11 @@ one system per process. Imports of the engine and the peers are lazy.
   bytes per vector matched to nearline's (see :func:`diskann_search_memory_gb`).
 * ``faiss-hnsw``: ``faiss.IndexHNSWFlat(dim, 32)``, in memory (no reads).
 * ``hnswlib``: ``hnswlib.Index`` with ``M = R/2``, in memory (no reads).
+
+``diskannpy@T`` is diskannpy searching on ``T`` threads (same index): nearline's
+batch search interleaves several queries per thread while diskannpy runs one
+query per thread, so the benchmark also runs diskannpy at more threads than
+nearline and compares against the best of them (see :func:`split_system`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,28 @@ log = logging.getLogger(__name__)
 
 PEERS = ("diskannpy", "faiss-hnsw", "hnswlib")
 SYSTEMS = ("nearline",) + PEERS
+#: Peers that search one query per thread and so may run at their own thread
+#: count, as ``NAME@T`` (nearline interleaves queries within a thread instead).
+THREADED_PEERS = ("diskannpy",)
+
+
+def split_system(name: str) -> tuple[str, Optional[int]]:
+    """``"diskannpy@4"`` -> ``("diskannpy", 4)``; ``"diskannpy"`` -> ``("diskannpy", None)``.
+
+    Raises ``ValueError`` for an unknown system, a thread count on a peer not in
+    :data:`THREADED_PEERS`, or a thread count that is not a positive integer.
+    """
+    base, sep, rest = str(name).partition("@")
+    if base not in SYSTEMS:
+        raise ValueError(f"unknown system {name!r}: expected one of {', '.join(SYSTEMS)} "
+                         f"(or {', '.join(t + '@THREADS' for t in THREADED_PEERS)})")
+    if not sep:
+        return base, None
+    if base not in THREADED_PEERS:
+        raise ValueError(f"system {name!r}: only {', '.join(THREADED_PEERS)} take a thread count (NAME@THREADS)")
+    if not rest.isdigit() or int(rest) < 1:
+        raise ValueError(f"system {name!r}: the thread count after '@' must be a positive integer")
+    return base, int(rest)
 
 # DiskANN's get_memory_budget(): above THRESHOLD GB it reserves SPACE GB for cached nodes.
 _DISKANN_CACHE_SPACE_GB = 0.25
