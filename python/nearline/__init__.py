@@ -454,6 +454,7 @@ class Index:
         queries_in_flight: Union[None, int, str] = None,
         page_search: Optional[str] = None,
         sigma: Optional[float] = None,
+        repeatable: Optional[bool] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
@@ -495,6 +496,12 @@ class Index:
                 for), ``"block"`` (Starling's block search) or ``"auto"`` (default:
                 block search on a shuffled layout, targets on the ID layout).
             sigma: block search's pruning ratio σ in (0, 1] (default 0.3).
+            repeatable: ``True`` (default): each query processes its pages in the order
+                it issued the reads (a page that arrives early waits), so the same
+                query on the same index returns the same ids, distances and
+                statistics whatever the timing of its reads. ``False``: pages are
+                processed as they arrive; the pipeline and early dispatch may then
+                find slightly different neighbours from run to run under load.
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -505,7 +512,7 @@ class Index:
         q, single = self._queries(queries)
         opts = _given(k=k, L=L, W=W, threads=threads, executor=executor, adaptive_beam=adaptive_beam,
                       early_dispatch=early_dispatch, queries_in_flight=queries_in_flight,
-                      page_search=page_search, sigma=sigma)
+                      page_search=page_search, sigma=sigma, repeatable=repeatable)
         ids, dists, stats = self._raw.search(q, bool(return_stats), **opts)
         if single:
             ids, dists = ids[0], dists[0]
@@ -536,6 +543,7 @@ class Index:
         page_search: Optional[str] = None,
         sigma: Optional[float] = None,
         entry_cutoff: Optional[float] = None,
+        repeatable: Optional[bool] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """Range search: every vector within ``radius`` of each query (Starling §5.3).
 
@@ -577,7 +585,7 @@ class Index:
         opts = _given(L=L, W=W, ratio=ratio, max_L=max_L, threads=threads, executor=executor,
                       adaptive_beam=adaptive_beam, early_dispatch=early_dispatch,
                       queries_in_flight=queries_in_flight, page_search=page_search, sigma=sigma,
-                      entry_cutoff=entry_cutoff)
+                      entry_cutoff=entry_cutoff, repeatable=repeatable)
         lims, ids, dists, stats = self._raw.range_search(q, radius, bool(return_stats), **opts)
         if return_stats:
             return lims, ids, dists, stats

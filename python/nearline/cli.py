@@ -440,7 +440,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The search options given on the command line (``search`` and ``search --radius``)."""
     opts = {"L": args.L, "W": args.W, "threads": args.threads, "executor": args.executor,
             "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
-            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma}
+            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma,
+            "repeatable": False if args.no_repeatable else None}
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -832,6 +833,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout)")
     p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
                    "(default 0.3)")
+    p.add_argument("--no-repeatable", action="store_true",
+                   help="process pages as they arrive instead of in the order each query issued its reads "
+                        "(results of the pipeline and early dispatch may then vary with the timing of reads)")
     p.add_argument("--radius", type=_finite_float, default=None,
                    help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
                         "range ground-truth file and AP is reported")

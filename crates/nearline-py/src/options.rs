@@ -378,6 +378,7 @@ pub const SEARCH_KEYS: &[&str] = &[
     "queries_in_flight",
     "page_search",
     "sigma",
+    "repeatable",
 ];
 
 /// The range options' names besides the search options.
@@ -391,6 +392,7 @@ pub const RANGE_KEYS: &[&str] = &[
     "queries_in_flight",
     "page_search",
     "sigma",
+    "repeatable",
     "ratio",
     "max_L",
     "entry_cutoff",
@@ -443,6 +445,7 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
             .unwrap_or(PageChoice::Auto),
         sigma: k.f64("sigma")?.map(|x| x as f32),
         threads: k.usize("threads")?,
+        repeatable: k.bool("repeatable")?.unwrap_or(true),
     })
 }
 

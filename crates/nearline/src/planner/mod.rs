@@ -689,6 +689,7 @@ fn plan_search_with(
         refine: RefinePlan::None,
         queries_in_flight: qif,
         range,
+        repeatable: opts.repeatable,
     };
     plan.check()?;
     // The workers' scratch must fit what the budget leaves them.
@@ -751,6 +752,7 @@ pub struct SearchPlanView {
     pub sigma: Option<f32>,
     pub refine: &'static str,
     pub queries_in_flight: usize,
+    pub repeatable: bool,
     pub threads: usize,
     pub scratch: u64,
     pub decisions: Vec<Decision>,
@@ -780,6 +782,7 @@ impl SearchPlanView {
                 RefinePlan::Rerank { .. } => "rerank",
             },
             queries_in_flight: p.plan.queries_in_flight,
+            repeatable: p.plan.repeatable,
             threads: p.threads,
             scratch: p.scratch,
             decisions: p.decisions.clone(),

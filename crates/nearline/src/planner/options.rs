@@ -217,6 +217,10 @@ pub struct SearchOptions {
     pub sigma: Option<f32>,
     /// Search threads; `None`: the index's.
     pub threads: Option<usize>,
+    /// Pages processed in the order each query issued its reads, so results
+    /// do not depend on the timing of reads (default); `false`: as they
+    /// arrive.
+    pub repeatable: bool,
 }
 
 impl SearchOptions {
@@ -233,6 +237,7 @@ impl SearchOptions {
             page_search: PageChoice::Auto,
             sigma: None,
             threads: None,
+            repeatable: true,
         }
     }
 }
