@@ -325,9 +325,14 @@ fn reference_beam(d: &IndexData<f32>, q: &[f32], p: &P) -> (Vec<(f32, u32)>, Que
             cand.insert(pq.score(&table, v), v);
         }
     }
-    loop {
+    for hop in 0.. {
+        let w = if p.adaptive_beam {
+            (1usize << hop.min(16)).min(p.w)
+        } else {
+            p.w
+        };
         let mut frontier = Vec::new();
-        cand.take_unexpanded(p.w, &mut frontier);
+        cand.take_unexpanded(w, &mut frontier);
         if frontier.is_empty() {
             break;
         }
@@ -415,6 +420,40 @@ fn beam_gives_exactly_the_synchronous_beam() {
     }
 }
 
+/// Adaptive beam (AlayaLaser): hop i reads min(2^i, W) blocks. The
+/// executor gives exactly the synchronous beam with that width, which is
+/// not the plain beam's search (a no-op adaptive beam fails here).
+#[test]
+fn adaptive_beam_is_the_synchronous_beam_with_doubling_width() {
+    let f = fixture();
+    let d = data(&f.plain);
+    let mut s = Scratch::new(d).unwrap();
+    let mut differs = 0;
+    for (l, w) in [(40, 8), (60, 16)] {
+        let plain = params(ExecutorChoice::Beam, l, w);
+        let adaptive = P {
+            adaptive_beam: true,
+            ..plain
+        };
+        for q in f.queries.chunks_exact(DIM).take(20) {
+            let (want, want_st) = reference_beam(d, q, &adaptive);
+            let mut st = QueryStats::default();
+            one(&f.plain, &mut s, q, &adaptive, &mut st).unwrap();
+            assert_eq!(s.results, want, "L={l} W={w}");
+            assert_eq!(counts(&st), counts(&want_st), "L={l} W={w}");
+            let (_, plain_st) = reference_beam(d, q, &plain);
+            if counts(&plain_st) != counts(&want_st) {
+                differs += 1;
+            }
+        }
+    }
+    assert!(
+        differs >= 10,
+        "adaptive and plain beams searched alike for {} of 40 queries",
+        40 - differs
+    );
+}
+
 /// Runs `p` on one worker over a fake engine (seed, delays) and returns
 /// its results and the engine's largest number of reads in flight.
 fn over_fake(
@@ -446,6 +485,63 @@ fn over_fake(
     };
     assert_eq!(fe.double_completions(), 0);
     (got, fe.max_in_flight())
+}
+
+/// Early dispatch (AlayaLaser) issues the next hop while the current hop's
+/// last pages are still in flight: one query keeps more than W reads in
+/// flight, which the synchronous beam never does (a no-op early dispatch
+/// fails here).
+#[test]
+fn early_dispatch_overlaps_hops() {
+    let f = fixture();
+    let queries = &f.queries[..8 * DIM];
+    let beam = P {
+        queries_in_flight: 1,
+        ..params(ExecutorChoice::Beam, 60, 8)
+    };
+    let early = P {
+        early_dispatch: Some(0.5),
+        ..beam
+    };
+    for seed in 0..3 {
+        let (_, sync) = over_fake(&f.plain, &f.pages, &beam, queries, seed, 6);
+        assert!(
+            sync <= 8,
+            "the synchronous beam kept {sync} reads in flight"
+        );
+        let (_, overlapped) = over_fake(&f.plain, &f.pages, &early, queries, seed, 6);
+        assert!(
+            overlapped > 8,
+            "early dispatch never had two hops in flight (at most {overlapped} reads)"
+        );
+    }
+}
+
+/// PipeANN's width starts at 4 and grows with useful arrivals: one query
+/// keeps more than 4 reads in flight (a pipeline whose width never grows
+/// fails here), and never more than W.
+#[test]
+fn pipeline_width_grows_from_its_start_width() {
+    let f = fixture();
+    let queries = &f.queries[..8 * DIM];
+    for w in [8, 32] {
+        let p = P {
+            queries_in_flight: 1,
+            ..params(ExecutorChoice::Pipeline, 100, w)
+        };
+        let plan = p.plan(&f.plain, 8);
+        let crate::search::plan::ExecutorPlan::Pipeline(pp) = plan.executor else {
+            panic!("pipeline expected")
+        };
+        assert_eq!(pp.start_width, 4);
+        for seed in 0..3 {
+            let (_, most) = over_fake(&f.plain, &f.pages, &p, queries, seed, 8);
+            assert!(
+                most > 4 && most <= w,
+                "W={w}: at most {most} reads in flight"
+            );
+        }
+    }
 }
 
 /// A query's index, results, counts and co-located expansions.
