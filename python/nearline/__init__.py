@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
@@ -262,7 +263,10 @@ def build(
         pq_bytes: PQ code bytes per vector. Default: DiskANN's rule,
             floor(left / n), on what the fixed structures leave of the budget.
         build_memory_budget: memory the build may use (same forms); when data and
-            graph do not fit, the build partitions the data and merges the parts.
+            graph do not fit, the build partitions the data and merges the parts
+            (a UserWarning says when the parts are small enough to cost recall,
+            with the budgets that avoid it); a budget no plan fits is a
+            ValueError stating the least budget that does.
         page_size: 4096 (default), 8192 or 16384.
         threads: build threads (default: all cores). seed: RNG seed (default 0;
             builds are deterministic for a fixed seed and thread count).
@@ -309,8 +313,13 @@ def build(
         if isinstance(cb, _TqdmProgress):
             cb.close()
     idx = open(path)
-    lay = idx.info()["layout"]
+    info = idx.info()
+    lay = info["layout"]
     log.info("built %s: layout %s, OR(G) = %s", path, lay["kind"], lay.get("overlap_ratio"))
+    # What the engine says the user should know about this build (a graph built
+    # in shards small enough to cost recall, with the budgets that avoid it).
+    for message in info.get("warnings", ()):
+        warnings.warn(f"nearline.build: {message}", UserWarning, stacklevel=2)
     return idx
 
 

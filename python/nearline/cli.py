@@ -13,6 +13,7 @@ import logging
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -324,11 +325,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         ids = _read_ids(args.ids)
     progress = _Progress(not args.quiet)
     t0 = time.perf_counter()
-    try:
-        idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
-                       **_build_options(args))
-    finally:
-        progress.close()
+    # The build's warnings (a graph built in shards small enough to cost recall)
+    # go to stderr after the progress bars, whatever the warning filters say.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
+                           **_build_options(args))
+        finally:
+            progress.close()
+            for w in caught:
+                print(f"nearline: warning: {w.message}", file=sys.stderr)
     elapsed = time.perf_counter() - t0
     with idx:
         info = idx.info()

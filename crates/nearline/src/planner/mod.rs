@@ -94,6 +94,9 @@ pub struct PlannedBuild {
     /// The default search of the index (`k` 10), as planned for one batch.
     pub search: SearchPlanView,
     pub decisions: Vec<Decision>,
+    /// What the user should know before the build runs (a graph built in
+    /// shards small enough to cost recall).
+    pub warnings: Vec<String>,
 }
 
 /// Checks the build options that are not the planner's to choose.
@@ -295,6 +298,10 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         &mut d,
     )?;
     let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
+    // The graph stage within the build budget (refused here, before the PQ
+    // stage, when no plan fits).
+    let gb = rules::graph_build(f.n, f.dim, esz, r, pq_bytes, threads, build_memory_budget)?;
+    d.push(Decision::new("graph_shards", gb.shards, gb.why));
     let search = SearchPlanView::of(&plan_search_with(
         &SearchOptions::new(10),
         None,
@@ -339,7 +346,26 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         memory: mem,
         search,
         decisions: d,
+        warnings: gb.warning.into_iter().collect(),
     })
+}
+
+/// What the user of an index built as `m` should know about its build (a
+/// graph built in shards small enough to cost recall).
+pub fn build_warnings(m: &Manifest) -> Vec<String> {
+    let s = &m.spec;
+    rules::sharding_warning(
+        m.n,
+        m.dim,
+        m.dtype.size(),
+        s.r,
+        s.pq_bytes,
+        s.threads,
+        s.build_memory_budget,
+        m.build_stats.shards,
+    )
+    .into_iter()
+    .collect()
 }
 
 /// How an index is opened, resolved.
