@@ -9,6 +9,7 @@
 //! big-ann-benchmarks tools and NumPy on every common platform.
 
 use crate::data::matrix::{Matrix, MatrixView};
+use crate::distance::{oversized, squared_norm_f64};
 use crate::elem::{DType, Element};
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -818,20 +819,27 @@ pub fn check_finite<T: Element>(what: &str, data: MatrixView<'_, T>) -> Result<(
                 .position(|x| !x.to_f32().is_finite())
                 .map(|i| (ci * per + i / d, i % d, chunk[i].to_f32()))
         });
-    match bad {
+    if let Some((r, c, v)) = bad {
+        let what_is = if v.is_nan() {
+            "NaN"
+        } else if v > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        };
+        return Err(Error::arg(format!(
+            "{what}: row {r}, column {c} is {what_is} (vectors must be finite)"
+        )));
+    }
+    // Finite values whose squares overflow would give infinite distances.
+    let big = (0..data.n())
+        .into_par_iter()
+        .with_min_len(per)
+        .map(|r| (r, squared_norm_f64(data.row(r))))
+        .find_first(|&(_, n2)| oversized(n2).is_some());
+    match big.and_then(|(r, n2)| Some((r, oversized(n2)?))) {
         None => Ok(()),
-        Some((r, c, v)) => {
-            let what_is = if v.is_nan() {
-                "NaN"
-            } else if v > 0.0 {
-                "inf"
-            } else {
-                "-inf"
-            };
-            Err(Error::arg(format!(
-                "{what}: row {r}, column {c} is {what_is} (vectors must be finite)"
-            )))
-        }
+        Some((r, why)) => Err(Error::arg(format!("{what}: row {r} {why}"))),
     }
 }
 
@@ -1668,6 +1676,25 @@ mod tests {
                 .contains("row 1, column 1 is inf")
         );
         check_finite("u", MatrixView::new(&[255u8, 0], 1, 2).unwrap()).unwrap();
+        // Finite values whose squared norm overflows float32 distances.
+        let mut v = vec![0.5f32; n * d];
+        v[17_000 * d + 2] = 1e38;
+        v[29_000 * d] = 3e19;
+        let e = err_text(check_finite("big", MatrixView::new(&v, n, d).unwrap()));
+        assert!(
+            e.contains("big: row 17000 has squared norm 1.000e76") && e.contains("scale the data"),
+            "{e}"
+        );
+        v[17_000 * d + 2] = 0.0;
+        // 3e19 squared (9e38) is finite in f64 but beyond f32::MAX / 4.
+        let e = err_text(check_finite("big", MatrixView::new(&v, n, d).unwrap()));
+        assert!(
+            e.contains("big: row 29000 has squared norm 9.000e38"),
+            "{e}"
+        );
+        // Just inside the limit: accepted.
+        v[29_000 * d] = 9e18;
+        check_finite("big", MatrixView::new(&v, n, d).unwrap()).unwrap();
         check_finite("i", MatrixView::new(&[-128i8, 0], 2, 1).unwrap()).unwrap();
         check_finite::<f32>("e", MatrixView::new(&[], 0, 2).unwrap()).unwrap();
     }

@@ -214,10 +214,12 @@ pub fn engine_depth(p: &SearchPlan) -> usize {
 /// (internal distance, id) and its statistics.
 pub type Emit<'a> = dyn FnMut(usize, &[(f32, u32)], &QueryStats) + 'a;
 
-/// Converts a float query to the index's element type (normalising it for
-/// cosine). Errors name the first value that does not fit.
+/// Converts query `qi` (of its batch) to the index's element type
+/// (normalising it for cosine). Errors name the query and the first value
+/// that does not fit, or a squared norm beyond what float32 distances hold.
 pub fn prepare_query<T: Element>(
     metric: Metric,
+    qi: usize,
     q: &[f32],
     qf: &mut Vec<f32>,
     qt: &mut Vec<T>,
@@ -226,8 +228,11 @@ pub fn prepare_query<T: Element>(
     qf.extend_from_slice(q);
     if let Some((i, v)) = qf.iter().enumerate().find(|(_, v)| !v.is_finite()) {
         return Err(Error::arg(format!(
-            "query value at column {i} is {v}: queries must be finite"
+            "query {qi}: value at column {i} is {v}: queries must be finite"
         )));
+    }
+    if let Some(why) = crate::distance::oversized(crate::distance::squared_norm_f64(qf)) {
+        return Err(Error::arg(format!("query {qi} {why}")));
     }
     if metric == Metric::Cosine {
         crate::distance::normalize(qf);
@@ -238,7 +243,8 @@ pub fn prepare_query<T: Element>(
             Some(x) => qt.push(x),
             None => {
                 return Err(Error::arg(format!(
-                    "query value {v} at column {i} is not representable as {} (the index's dtype)",
+                    "query {qi}: value {v} at column {i} is not representable as {} (the \
+                     index's dtype)",
                     T::DTYPE
                 )))
             }
@@ -500,7 +506,7 @@ fn start<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
     q.qi = qi;
     *mark = q.started;
     x.start(xs);
-    prepare_query(data.metric, query, &mut q.qf, &mut q.qt)?;
+    prepare_query(data.metric, qi, query, &mut q.qf, &mut q.qt)?;
     if data.n == 0 {
         q.phase = Phase::Done;
         return Ok(());
