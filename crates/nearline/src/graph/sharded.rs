@@ -34,7 +34,9 @@ use super::{Graph, MatrixSpace, PointDistance, VamanaParams};
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
 use crate::elem::Element;
-use crate::quant::kmeans::{kmeans, nearest_centroids, KMeansParams};
+use crate::quant::kmeans::{
+    kmeans_cancellable, nearest_centroids, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES,
+};
 use crate::util::BigBuf;
 use crate::{Error, Result};
 use rand::SeedableRng;
@@ -272,9 +274,15 @@ pub fn build_with_budget<T: Element>(
     }
 }
 
-/// Rows per streaming block: about 1/16 of the budget, at least 64 rows.
+/// Most rows per streaming block: the cancel flag is checked between
+/// blocks, so a cancelled build stops within this many rows of work.
+const MAX_STREAM_ROWS: usize = 65_536;
+
+/// Rows per streaming block: about 1/16 of the budget, at least 64 rows and
+/// at most [`MAX_STREAM_ROWS`].
 fn stream_rows(budget: u64, row_bytes: usize, n: usize) -> usize {
-    ((budget / 16) as usize / row_bytes.max(1)).clamp(64, n.max(64))
+    ((budget / 16).min(usize::MAX as u64) as usize / row_bytes.max(1))
+        .clamp(64, n.clamp(64, MAX_STREAM_ROWS))
 }
 
 fn check_cancel(cancel: &AtomicBool) -> Result<()> {
@@ -372,12 +380,18 @@ pub fn build_sharded<T: Element>(
         if i >= released + block {
             data.release_rows(released, i);
             released = i;
+            check_cancel(cancel)?;
         }
     }
     data.release_rows(released, n);
     drop(sample_ids);
     check_cancel(cancel)?;
-    let km = kmeans(
+    // The n × k lower bounds (f32) only where half of what the global state
+    // leaves holds them (they change the speed, not the result).
+    let lb_entries = ((budget_bytes.saturating_sub(global_bytes(n, plan.shard_r)) / 2 / 4)
+        .min(usize::MAX as u64) as usize)
+        .min(LOWER_BOUNDS_MAX_ENTRIES);
+    let km = kmeans_cancellable(
         &sample,
         dim,
         &KMeansParams {
@@ -385,6 +399,8 @@ pub fn build_sharded<T: Element>(
             max_iters: 12,
             seed: params.seed,
         },
+        lb_entries,
+        Some(cancel),
     )?;
     drop(sample);
     let centroids = km.centroids;
@@ -449,6 +465,7 @@ pub fn build_sharded<T: Element>(
         let mut buf: BigBuf<T> = BigBuf::zeroed(ids.len() * dim);
         let mut p = 0usize;
         for a in (0..n).step_by(block) {
+            check_cancel(cancel)?;
             let b = (a + block).min(n);
             while p < ids.len() && (ids[p] as usize) < b {
                 buf[p * dim..(p + 1) * dim].copy_from_slice(data.row(ids[p] as usize));
