@@ -235,7 +235,8 @@ def build(
         data: a 2-D numpy array (float32, float16, uint8, int8; float64 is cast to
             float32) or a path to a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin,
             .fvecs/.bvecs, .npy). Arrays are copied; files are memory-mapped and
-            streamed, so data larger than memory should be passed as a file.
+            streamed, so data larger than memory should be passed as a file (a
+            float64 .npy file is read into memory as float32).
         path: the index directory to create.
         metric: ``"l2"`` (squared Euclidean, default), ``"ip"`` (inner product) or
             ``"cosine"`` (float data only; vectors are normalised).
@@ -634,7 +635,10 @@ class Index:
 
 
 def read_vectors(path: PathLike, dtype: Optional[str] = None) -> np.ndarray:
-    """Reads a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin, .fvecs/.bvecs, .npy) into memory."""
+    """Reads a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin, .fvecs/.bvecs, .npy) into memory.
+
+    A float64 ``.npy`` file reads as float32, as float64 arrays are cast everywhere
+    else; a value beyond float32's range is a ValueError naming its row and column."""
     return _nearline.read_vectors(os.fspath(path), dtype)
 
 
