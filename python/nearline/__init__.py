@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
@@ -241,7 +242,8 @@ def build(
         data: a 2-D numpy array (float32, float16, uint8, int8; float64 is cast to
             float32) or a path to a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin,
             .fvecs/.bvecs, .npy). Arrays are copied; files are memory-mapped and
-            streamed, so data larger than memory should be passed as a file.
+            streamed, so data larger than memory should be passed as a file (a
+            float64 .npy file is read into memory as float32).
         path: the index directory to create.
         metric: ``"l2"`` (squared Euclidean, default), ``"ip"`` (inner product) or
             ``"cosine"`` (float data only; vectors are normalised).
@@ -269,7 +271,10 @@ def build(
         pq_bytes: PQ code bytes per vector. Default: DiskANN's rule,
             floor(left / n), on what the fixed structures leave of the budget.
         build_memory_budget: memory the build may use (same forms); when data and
-            graph do not fit, the build partitions the data and merges the parts.
+            graph do not fit, the build partitions the data and merges the parts
+            (a UserWarning says when the parts are small enough to cost recall,
+            with the budgets that avoid it); a budget no plan fits is a
+            ValueError stating the least budget that does.
         page_size: 4096 (default), 8192 or 16384.
         threads: build threads (default: all cores). seed: RNG seed (default 0;
             builds are deterministic for a fixed seed and thread count).
@@ -316,8 +321,13 @@ def build(
         if isinstance(cb, _TqdmProgress):
             cb.close()
     idx = open(path)
-    lay = idx.info()["layout"]
+    info = idx.info()
+    lay = info["layout"]
     log.info("built %s: layout %s, OR(G) = %s", path, lay["kind"], lay.get("overlap_ratio"))
+    # What the engine says the user should know about this build (a graph built
+    # in shards small enough to cost recall, with the budgets that avoid it).
+    for message in info.get("warnings", ()):
+        warnings.warn(f"nearline.build: {message}", UserWarning, stacklevel=2)
     return idx
 
 
@@ -461,6 +471,7 @@ class Index:
         queries_in_flight: Union[None, int, str] = None,
         page_search: Optional[str] = None,
         sigma: Optional[float] = None,
+        repeatable: Optional[bool] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
@@ -502,6 +513,12 @@ class Index:
                 for), ``"block"`` (Starling's block search) or ``"auto"`` (default:
                 block search on a shuffled layout, targets on the ID layout).
             sigma: block search's pruning ratio σ in (0, 1] (default 0.3).
+            repeatable: ``True`` (default): each query processes its pages in the order
+                it issued the reads (a page that arrives early waits), so the same
+                query on the same index returns the same ids, distances and
+                statistics whatever the timing of its reads. ``False``: pages are
+                processed as they arrive; the pipeline and early dispatch may then
+                find slightly different neighbours from run to run under load.
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -512,7 +529,7 @@ class Index:
         q, single = self._queries(queries)
         opts = _given(k=k, L=L, W=W, threads=threads, executor=executor, adaptive_beam=adaptive_beam,
                       early_dispatch=early_dispatch, queries_in_flight=queries_in_flight,
-                      page_search=page_search, sigma=sigma)
+                      page_search=page_search, sigma=sigma, repeatable=repeatable)
         ids, dists, stats = self._raw.search(q, bool(return_stats), **opts)
         if single:
             ids, dists = ids[0], dists[0]
@@ -543,6 +560,7 @@ class Index:
         page_search: Optional[str] = None,
         sigma: Optional[float] = None,
         entry_cutoff: Optional[float] = None,
+        repeatable: Optional[bool] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """Range search: every vector within ``radius`` of each query (Starling §5.3).
 
@@ -584,7 +602,7 @@ class Index:
         opts = _given(L=L, W=W, ratio=ratio, max_L=max_L, threads=threads, executor=executor,
                       adaptive_beam=adaptive_beam, early_dispatch=early_dispatch,
                       queries_in_flight=queries_in_flight, page_search=page_search, sigma=sigma,
-                      entry_cutoff=entry_cutoff)
+                      entry_cutoff=entry_cutoff, repeatable=repeatable)
         lims, ids, dists, stats = self._raw.range_search(q, radius, bool(return_stats), **opts)
         if return_stats:
             return lims, ids, dists, stats
@@ -628,7 +646,10 @@ class Index:
 
 
 def read_vectors(path: PathLike, dtype: Optional[str] = None) -> np.ndarray:
-    """Reads a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin, .fvecs/.bvecs, .npy) into memory."""
+    """Reads a vector file (.fbin/.f16bin/.u8bin/.i8bin/.bin, .fvecs/.bvecs, .npy) into memory.
+
+    A float64 ``.npy`` file reads as float32, as float64 arrays are cast everywhere
+    else; a value beyond float32's range is a ValueError naming its row and column."""
     return _nearline.read_vectors(os.fspath(path), dtype)
 
 

@@ -104,7 +104,8 @@ VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
               "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters"),
     "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
-    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma"),
+    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma",
+               "repeatable"),
     "range": ("ratio", "max_L", "entry_cutoff"),
     # The Python interpreter that runs the variant's build and searches: one
     # with another version of nearline installed (the previous release, say),

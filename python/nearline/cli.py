@@ -13,6 +13,7 @@ import logging
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -353,11 +354,17 @@ def cmd_build(args: argparse.Namespace) -> int:
         ids = _read_ids(args.ids)
     progress = _Progress(not args.quiet)
     t0 = time.perf_counter()
-    try:
-        idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
-                       **_build_options(args))
-    finally:
-        progress.close()
+    # The build's warnings (a graph built in shards small enough to cost recall)
+    # go to stderr after the progress bars, whatever the warning filters say.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
+                           **_build_options(args))
+        finally:
+            progress.close()
+            for w in caught:
+                print(f"nearline: warning: {w.message}", file=sys.stderr)
     elapsed = time.perf_counter() - t0
     with idx:
         info = idx.info()
@@ -469,7 +476,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     """The search options given on the command line (``search`` and ``search --radius``)."""
     opts = {"L": args.L, "W": args.W, "threads": args.threads, "executor": args.executor,
             "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
-            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma}
+            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma,
+            "repeatable": False if args.no_repeatable else None}
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -910,6 +918,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "default)")
     p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
                    "(default 0.3)")
+    p.add_argument("--no-repeatable", action="store_true",
+                   help="process pages as they arrive instead of in the order each query issued its reads "
+                        "(results of the pipeline and early dispatch may then vary with the timing of reads)")
     p.add_argument("--radius", type=_finite_float, default=None,
                    help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
                         "range ground-truth file and AP is reported (default: none, k-NN search)")

@@ -395,6 +395,7 @@ pub const SEARCH_KEYS: &[&str] = &[
     "sigma",
     "refine_ratio",
     "filter_ratio",
+    "repeatable",
 ];
 
 /// The range options' names besides the search options.
@@ -410,6 +411,7 @@ pub const RANGE_KEYS: &[&str] = &[
     "sigma",
     "refine_ratio",
     "filter_ratio",
+    "repeatable",
     "ratio",
     "max_L",
     "entry_cutoff",
@@ -464,6 +466,7 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
         refine_ratio: k.f64("refine_ratio")?.map(|x| x as f32),
         filter_ratio: k.f64("filter_ratio")?.map(|x| x as f32),
         threads: k.usize("threads")?,
+        repeatable: k.bool("repeatable")?.unwrap_or(true),
     })
 }
 

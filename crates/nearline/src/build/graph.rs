@@ -4,7 +4,7 @@
 use super::{BuildPlan, Progress};
 use crate::data::matrix::Matrix;
 use crate::elem::Element;
-use crate::graph::{build_with_budget, estimate_build_bytes, Graph, VamanaParams};
+use crate::graph::{build_with_budget, plan_graph_build, Graph, GraphBuild, VamanaParams};
 use crate::Result;
 use std::sync::atomic::AtomicBool;
 
@@ -35,10 +35,12 @@ pub fn run<T: Element>(
         ..VamanaParams::default()
     };
     let esz = T::DTYPE.size();
-    let shards = if estimate_build_bytes(n, dim, esz, plan.r) <= budget {
-        1
-    } else {
-        crate::graph::sharded::plan_shards(n, dim, esz, plan.r, budget).map_or(0, |p| p.shards)
+    // (The planner checked that a plan fits; an error here is reported by
+    // the build below.)
+    let shards = match plan_graph_build(n, dim, esz, plan.r, budget, rayon::current_num_threads()) {
+        Ok(GraphBuild::OneShot) => 1,
+        Ok(GraphBuild::Sharded(p)) => p.shards,
+        Err(_) => 0,
     };
     let gp = |d: u64, t: u64| progress("graph", d, t);
     let (graph, medoid) = build_with_budget(data, plan.metric, &params, budget, &gp, cancel)?;

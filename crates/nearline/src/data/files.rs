@@ -2,13 +2,16 @@
 //!
 //! Formats: `.fbin/.u8bin/.i8bin/.f16bin` (int32 n, int32 d, row-major data),
 //! `.fvecs/.bvecs/.ivecs` (each row: int32 d, then d values), `.npy` (2-D,
-//! C order, dtype <f4, <f2, |u1, |i1). Ground truth: DiskANN format
+//! C order, dtype <f4, <f2, |u1, |i1; <f8 is read as float32, as the Python
+//! API casts float64 arrays, refusing values beyond float32's range).
+//! Ground truth: DiskANN format
 //! (int32 n, int32 k, n·k u32 ids, n·k f32 distances) or `.ivecs` (ids only).
 //!
 //! All integers and values are little-endian, as written by DiskANN, the
 //! big-ann-benchmarks tools and NumPy on every common platform.
 
 use crate::data::matrix::{Matrix, MatrixView};
+use crate::distance::{oversized, squared_norm_f64};
 use crate::elem::{DType, Element};
 use crate::{Error, Result};
 use rayon::prelude::*;
@@ -40,6 +43,9 @@ pub struct VectorFileInfo {
     pub data_offset: usize,
     /// Whether rows are contiguous (memory-mappable as a matrix).
     pub contiguous: bool,
+    /// The file stores float64 values (an `.npy` of `<f8`): they are read
+    /// as float32 (`dtype`), converted into memory.
+    pub from_f64: bool,
 }
 
 /// Extensions accepted for vector files, for error messages.
@@ -219,6 +225,7 @@ fn probe_bin(file: &File, path: &Path, len: u64, dtype: DType) -> Result<VectorF
         dim: d,
         data_offset: 8,
         contiguous: true,
+        from_f64: false,
     })
 }
 
@@ -278,6 +285,7 @@ fn probe_vecs(file: &File, path: &Path, len: u64, dtype: DType) -> Result<Vector
         dim: d,
         data_offset: 4,
         contiguous: false,
+        from_f64: false,
     })
 }
 
@@ -435,19 +443,22 @@ impl<'a> HeaderParser<'a> {
     }
 }
 
-fn npy_dtype(path: &Path, descr: &str) -> Result<DType> {
+/// The element type an `.npy` descr is read as, and whether the file holds
+/// float64 (read as float32).
+fn npy_dtype(path: &Path, descr: &str) -> Result<(DType, bool)> {
     match descr {
-        "<f4" => Ok(DType::F32),
-        "<f2" => Ok(DType::F16),
-        "|u1" | "<u1" | "u1" | "=u1" => Ok(DType::U8),
-        "|i1" | "<i1" | "i1" | "=i1" => Ok(DType::I8),
+        "<f4" => Ok((DType::F32, false)),
+        "<f8" => Ok((DType::F32, true)),
+        "<f2" => Ok((DType::F16, false)),
+        "|u1" | "<u1" | "u1" | "=u1" => Ok((DType::U8, false)),
+        "|i1" | "<i1" | "i1" | "=i1" => Ok((DType::I8, false)),
         d if d.starts_with('>') => Err(Error::format(
             path,
             format!("npy dtype {d:?} is big-endian; save the array as little-endian (e.g. arr.astype('<f4'))"),
         )),
         d => Err(Error::format(
             path,
-            format!("npy dtype {d:?} is not supported: expected '<f4' (float32), '<f2' (float16), '|u1' (uint8) or '|i1' (int8)"),
+            format!("npy dtype {d:?} is not supported: expected '<f4' (float32), '<f8' (float64, read as float32), '<f2' (float16), '|u1' (uint8) or '|i1' (int8)"),
         )),
     }
 }
@@ -531,7 +542,7 @@ fn probe_npy(file: &File, path: &Path, len: u64) -> Result<VectorFileInfo> {
         Some(PyValue::Tuple(t)) => t.clone(),
         _ => return Err(Error::format(path, "npy header has no tuple field 'shape'")),
     };
-    let dtype = npy_dtype(path, &descr)?;
+    let (dtype, from_f64) = npy_dtype(path, &descr)?;
     if shape.len() != 2 {
         return Err(Error::format(
             path,
@@ -550,15 +561,31 @@ fn probe_npy(file: &File, path: &Path, len: u64) -> Result<VectorFileInfo> {
     }
     let (n, d) = (n as usize, d as usize);
     let offset = (hstart + hlen) as usize;
-    let expected = bin_size(path, offset, n, d, dtype)?;
-    check_exact_size(path, len, expected, n, d, dtype)?;
+    if from_f64 {
+        // Twice the float32 size; the message names the stored type.
+        let expected = bin_size(path, offset, n, 2 * d, dtype)?;
+        if len != expected {
+            return Err(Error::format(
+                path,
+                format!(
+                    "npy data is {} bytes, expected {} bytes for shape ({n}, {d}) of float64",
+                    len - offset as u64,
+                    expected - offset as u64
+                ),
+            ));
+        }
+    } else {
+        let expected = bin_size(path, offset, n, d, dtype)?;
+        check_exact_size(path, len, expected, n, d, dtype)?;
+    }
     Ok(VectorFileInfo {
         format: VectorFileFormat::Npy,
         dtype,
         n,
         dim: d,
         data_offset: offset,
-        contiguous: true,
+        contiguous: !from_f64,
+        from_f64,
     })
 }
 
@@ -583,7 +610,9 @@ pub fn open_vectors<T: Element>(path: &Path) -> Result<Matrix<T>> {
             "it was opened as",
         ));
     }
-    if info.contiguous {
+    if info.from_f64 {
+        read_f64_as_f32(path, &info)
+    } else if info.contiguous {
         if info.n == 0 || info.data_offset.is_multiple_of(std::mem::align_of::<T>()) {
             Matrix::map_file(path, info.data_offset, info.n, info.dim)
         } else {
@@ -606,6 +635,58 @@ fn read_contiguous_owned<T: Element>(path: &Path, info: &VectorFileInfo) -> Resu
         info.data_offset as u64,
     )?;
     Matrix::from_vec(data, info.n, info.dim)
+}
+
+/// Reads the float64 values of an `.npy` file as float32 (the file's
+/// `dtype` is F32, so `T` is f32), refusing finite values beyond float32's
+/// range (NaN and infinities pass, for the callers' finiteness checks).
+fn read_f64_as_f32<T: Element>(path: &Path, info: &VectorFileInfo) -> Result<Matrix<T>> {
+    let (file, len) = open_len(path)?;
+    let (n, d) = (info.n, info.dim);
+    if len as usize != info.data_offset + n * d * 8 {
+        return Err(Error::format(path, "file changed size while being read"));
+    }
+    let mut data = vec![<T as bytemuck::Zeroable>::zeroed(); n * d];
+    if n == 0 {
+        return Matrix::from_vec(data, n, d);
+    }
+    // SAFETY: read-only private mapping of a file we only read; concurrent
+    // external truncation would raise SIGBUS, as with every mmap reader.
+    let map = unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| Error::io(path, e))?;
+    let src = &map[info.data_offset..];
+    let per = rows_per_task(d);
+    let bad = data
+        .par_chunks_mut(per * d)
+        .enumerate()
+        .map(|(ci, dst)| {
+            let first = ci * per * d;
+            for (j, out) in dst.iter_mut().enumerate() {
+                let at = (first + j) * 8;
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&src[at..at + 8]);
+                let v = f64::from_le_bytes(b);
+                if v.is_finite() && v.abs() > f32::MAX as f64 {
+                    return Some((first + j, v));
+                }
+                match T::from_f32(v as f32) {
+                    Some(x) => *out = x,
+                    None => return Some((first + j, v)),
+                }
+            }
+            None
+        })
+        .find_first(Option::is_some)
+        .flatten();
+    if let Some((i, v)) = bad {
+        return Err(Error::arg(format!(
+            "{}: row {}, column {} is {v:e}, beyond float32's range (values are read as float32); \
+             scale the data down",
+            path.display(),
+            i / d,
+            i % d
+        )));
+    }
+    Matrix::from_vec(data, n, d)
 }
 
 /// Rows per parallel task when copying/scanning.
@@ -818,20 +899,27 @@ pub fn check_finite<T: Element>(what: &str, data: MatrixView<'_, T>) -> Result<(
                 .position(|x| !x.to_f32().is_finite())
                 .map(|i| (ci * per + i / d, i % d, chunk[i].to_f32()))
         });
-    match bad {
+    if let Some((r, c, v)) = bad {
+        let what_is = if v.is_nan() {
+            "NaN"
+        } else if v > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        };
+        return Err(Error::arg(format!(
+            "{what}: row {r}, column {c} is {what_is} (vectors must be finite)"
+        )));
+    }
+    // Finite values whose squares overflow would give infinite distances.
+    let big = (0..data.n())
+        .into_par_iter()
+        .with_min_len(per)
+        .map(|r| (r, squared_norm_f64(data.row(r))))
+        .find_first(|&(_, n2)| oversized(n2).is_some());
+    match big.and_then(|(r, n2)| Some((r, oversized(n2)?))) {
         None => Ok(()),
-        Some((r, c, v)) => {
-            let what_is = if v.is_nan() {
-                "NaN"
-            } else if v > 0.0 {
-                "inf"
-            } else {
-                "-inf"
-            };
-            Err(Error::arg(format!(
-                "{what}: row {r}, column {c} is {what_is} (vectors must be finite)"
-            )))
-        }
+        Some((r, why)) => Err(Error::arg(format!("{what}: row {r} {why}"))),
     }
 }
 
@@ -1378,6 +1466,68 @@ mod tests {
         }
     }
 
+    /// float64 `.npy` files read as float32, as the Python API casts
+    /// float64 arrays: whatever the header's alignment; values beyond
+    /// float32's range are refused with their row and column.
+    #[test]
+    fn npy_float64_reads_as_float32() {
+        let dir = tmp();
+        let p = dir.path().join("f8.npy");
+        let vals: Vec<f64> = (0..12).map(|i| i as f64 / 3.0 - 1.5).collect();
+        let raw: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 3), }";
+        let want: Vec<f32> = vals.iter().map(|&v| v as f32).collect();
+        for pad in [64, 1] {
+            npy_file(&p, 1, dict, pad, &raw);
+            let info = probe(&p, None).unwrap();
+            assert_eq!((info.dtype, info.n, info.dim), (DType::F32, 4, 3));
+            assert!(info.from_f64 && !info.contiguous);
+            assert_eq!(probe(&p, Some(DType::F32)).unwrap(), info);
+            let m = open_vectors::<f32>(&p).unwrap();
+            assert_eq!((m.n(), m.dim()), (4, 3));
+            assert_eq!(m.as_slice(), &want[..]);
+            let e = err_text(open_vectors::<u8>(&p));
+            assert!(e.contains("float32"), "{e}");
+        }
+        // Empty arrays and the largest float32 read; beyond it is refused.
+        npy_file(
+            &p,
+            1,
+            "{'descr': '<f8', 'fortran_order': False, 'shape': (0, 3), }",
+            64,
+            &[],
+        );
+        assert_eq!(open_vectors::<f32>(&p).unwrap().n(), 0);
+        let mut big = vals.clone();
+        big[5] = f32::MAX as f64;
+        big[7] = -1e39;
+        let raw: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+        npy_file(&p, 1, dict, 64, &raw);
+        let e = err_text(open_vectors::<f32>(&p));
+        assert!(
+            e.contains("row 2, column 1 is -1e39, beyond float32's range"),
+            "{e}"
+        );
+        big[7] = f64::NAN;
+        let raw: Vec<u8> = big.iter().flat_map(|v| v.to_le_bytes()).collect();
+        npy_file(&p, 1, dict, 64, &raw);
+        let m = open_vectors::<f32>(&p).unwrap();
+        assert_eq!(m.as_slice()[5], f32::MAX);
+        // NaN passes the reader; builds and searches refuse it by row.
+        assert!(m.as_slice()[7].is_nan());
+        let e = err_text(check_finite("f8.npy", m.view()));
+        assert!(e.contains("row 2, column 1 is NaN"), "{e}");
+        // Big-endian float64 is refused as every big-endian type.
+        npy_file(
+            &p,
+            1,
+            "{'descr': '>f8', 'fortran_order': False, 'shape': (4, 3), }",
+            64,
+            &raw,
+        );
+        assert!(err_text(probe(&p, None)).contains("big-endian"));
+    }
+
     #[test]
     fn npy_bad_inputs() {
         let dir = tmp();
@@ -1392,7 +1542,7 @@ mod tests {
             (
                 "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }",
                 &data,
-                "<f8",
+                "expected 48 bytes for shape (2, 3) of float64",
             ),
             (
                 "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
@@ -1668,6 +1818,25 @@ mod tests {
                 .contains("row 1, column 1 is inf")
         );
         check_finite("u", MatrixView::new(&[255u8, 0], 1, 2).unwrap()).unwrap();
+        // Finite values whose squared norm overflows float32 distances.
+        let mut v = vec![0.5f32; n * d];
+        v[17_000 * d + 2] = 1e38;
+        v[29_000 * d] = 3e19;
+        let e = err_text(check_finite("big", MatrixView::new(&v, n, d).unwrap()));
+        assert!(
+            e.contains("big: row 17000 has squared norm 1.000e76") && e.contains("scale the data"),
+            "{e}"
+        );
+        v[17_000 * d + 2] = 0.0;
+        // 3e19 squared (9e38) is finite in f64 but beyond f32::MAX / 4.
+        let e = err_text(check_finite("big", MatrixView::new(&v, n, d).unwrap()));
+        assert!(
+            e.contains("big: row 29000 has squared norm 9.000e38"),
+            "{e}"
+        );
+        // Just inside the limit: accepted.
+        v[29_000 * d] = 9e18;
+        check_finite("big", MatrixView::new(&v, n, d).unwrap()).unwrap();
         check_finite("i", MatrixView::new(&[-128i8, 0], 2, 1).unwrap()).unwrap();
         check_finite::<f32>("e", MatrixView::new(&[], 0, 2).unwrap()).unwrap();
     }

@@ -75,6 +75,37 @@ impl std::fmt::Display for Metric {
     }
 }
 
+/// The largest squared norm a vector may have: `f32::MAX / 4`. A squared
+/// L2 distance between two vectors is at most 4 × the larger squared norm,
+/// and an inner product at most the larger squared norm, so within it every
+/// distance (and every PQ centroid's, a mean of such vectors) stays finite
+/// in float32. Finite values can exceed it (1e38 squared overflows).
+pub const MAX_SQUARED_NORM: f64 = f32::MAX as f64 / 4.0;
+
+/// The squared norm of `x`, summed in f64 (it never overflows).
+#[inline]
+pub fn squared_norm_f64<T: Element>(x: &[T]) -> f64 {
+    x.iter()
+        .map(|v| {
+            let f = v.to_f32() as f64;
+            f * f
+        })
+        .sum()
+}
+
+/// Why a vector of squared norm `norm2` cannot be used, when it exceeds
+/// [`MAX_SQUARED_NORM`] (`None` when it fits).
+pub fn oversized(norm2: f64) -> Option<String> {
+    (norm2 > MAX_SQUARED_NORM).then(|| {
+        format!(
+            "has squared norm {norm2:.3e}, more than float32 distances can hold (at most \
+             {MAX_SQUARED_NORM:.3e}, so that the squared distance between two vectors stays \
+             finite); scale the data and the queries down by one constant factor (neighbours \
+             do not change)"
+        )
+    })
+}
+
 /// Normalises `v` to unit length in place; zero vectors stay zero.
 pub fn normalize(v: &mut [f32]) {
     let n = kernels::dot_f32(v, v).sqrt();

@@ -8,7 +8,7 @@ pub mod vamana;
 
 use crate::util::BigBuf;
 pub use nav::NavGraph;
-pub use sharded::{build_with_budget, estimate_build_bytes};
+pub use sharded::{build_with_budget, estimate_build_bytes, plan_graph_build, GraphBuild};
 pub use space::{MatrixSpace, PointDistance};
 pub use vamana::{
     build_vamana, medoid, search_graph, search_graph_with, SearchScratch, VamanaParams,

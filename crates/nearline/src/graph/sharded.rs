@@ -34,7 +34,9 @@ use super::{Graph, MatrixSpace, PointDistance, VamanaParams};
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
 use crate::elem::Element;
-use crate::quant::kmeans::{kmeans, nearest_centroids, KMeansParams};
+use crate::quant::kmeans::{
+    kmeans_cancellable, nearest_centroids, KMeansParams, LOWER_BOUNDS_MAX_ENTRIES,
+};
 use crate::util::BigBuf;
 use crate::{Error, Result};
 use rand::SeedableRng;
@@ -59,8 +61,20 @@ const THREAD_FIXED_BYTES: u64 = 1 << 20;
 /// `+ t·(n·4 + 1 MiB)` (per-thread visited stamps, lists and allocator arena)
 /// `+ B·r·16` (one batch's out-lists and back-edge pairs, `B` the batch cap).
 pub fn estimate_build_bytes(n: usize, dim: usize, elem_size: usize, r: usize) -> u64 {
+    estimate_build_bytes_on(n, dim, elem_size, r, rayon::current_num_threads())
+}
+
+/// [`estimate_build_bytes`] for a build on `threads` threads (the planner's
+/// view, outside the build's thread pool).
+pub fn estimate_build_bytes_on(
+    n: usize,
+    dim: usize,
+    elem_size: usize,
+    r: usize,
+    threads: usize,
+) -> u64 {
     let n64 = n as u64;
-    let t = rayon::current_num_threads().max(1) as u64;
+    let t = threads.max(1) as u64;
     let vectors = n64 * dim as u64 * elem_size as u64;
     let graph = n64 * (slack_degree(r) as u64 + 1) * 4;
     let per_point = n64 * 4;
@@ -93,13 +107,25 @@ fn global_bytes(n: usize, shard_r: usize) -> u64 {
 }
 
 /// Bytes of one shard of `m` points: its vectors, its ids and its build.
-fn shard_bytes(m: usize, dim: usize, elem_size: usize, shard_r: usize) -> u64 {
-    estimate_build_bytes(m, dim, elem_size, shard_r) + m as u64 * 4
+fn shard_bytes(m: usize, dim: usize, elem_size: usize, shard_r: usize, threads: usize) -> u64 {
+    estimate_build_bytes_on(m, dim, elem_size, shard_r, threads) + m as u64 * 4
+}
+
+/// The most points a shard of a sharded build of `n` points in `shards`
+/// shards holds (every point joins 2 shards; 20% slack for uneven parts).
+pub fn shard_capacity(n: usize, shards: usize) -> usize {
+    (2 * n * 12).div_ceil(10 * shards.max(1)).min(n)
+}
+
+/// Degree of the per-shard graphs of a sharded build at degree `r`.
+fn shard_degree(r: usize) -> usize {
+    (2 * r / 3).max(1)
 }
 
 /// Plans a sharded build of `n × dim` elements of `elem_size` bytes at degree
 /// `r` within `budget_bytes`: the smallest shard count `s ≥ 3` that fits.
 /// `None` when no shard count fits (the budget cannot even hold the graph).
+/// Runs on the caller's rayon pool's thread count.
 pub fn plan_shards(
     n: usize,
     dim: usize,
@@ -107,7 +133,26 @@ pub fn plan_shards(
     r: usize,
     budget_bytes: u64,
 ) -> Option<ShardPlan> {
-    let shard_r = (2 * r / 3).max(1);
+    plan_shards_on(
+        n,
+        dim,
+        elem_size,
+        r,
+        budget_bytes,
+        rayon::current_num_threads(),
+    )
+}
+
+/// [`plan_shards`] for a build on `threads` threads.
+pub fn plan_shards_on(
+    n: usize,
+    dim: usize,
+    elem_size: usize,
+    r: usize,
+    budget_bytes: u64,
+    threads: usize,
+) -> Option<ShardPlan> {
+    let shard_r = shard_degree(r);
     let global = global_bytes(n, shard_r);
     if global >= budget_bytes || n < 3 {
         return None;
@@ -119,8 +164,8 @@ pub fn plan_shards(
         .min((avail / (dim as u64 * 4 + 32)) as usize);
     let max_shards = (n / 2).clamp(3, 4096);
     for s in 3..=max_shards {
-        let cap = (2 * n * 12).div_ceil(10 * s).min(n);
-        let shard = shard_bytes(cap, dim, elem_size, shard_r);
+        let cap = shard_capacity(n, s);
+        let shard = shard_bytes(cap, dim, elem_size, shard_r, threads);
         if shard <= avail && sample >= s {
             let kmeans_bytes = sample as u64 * (dim as u64 * 4 + 32);
             return Some(ShardPlan {
@@ -133,6 +178,60 @@ pub fn plan_shards(
         }
     }
     None
+}
+
+/// How the graph of a build is made within a budget.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GraphBuild {
+    /// The whole graph at once (the budget holds a one-shot build).
+    OneShot,
+    /// Partitioned into shards, built one after another, then merged.
+    Sharded(ShardPlan),
+}
+
+/// The graph build of `n × dim` elements of `elem_size` bytes at degree `r`
+/// on `threads` threads within `budget_bytes`, or — when no plan fits —
+/// the least budget that holds one (always above `budget_bytes`).
+pub fn plan_graph_build(
+    n: usize,
+    dim: usize,
+    elem_size: usize,
+    r: usize,
+    budget_bytes: u64,
+    threads: usize,
+) -> std::result::Result<GraphBuild, u64> {
+    if estimate_build_bytes_on(n, dim, elem_size, r, threads) <= budget_bytes {
+        return Ok(GraphBuild::OneShot);
+    }
+    match plan_shards_on(n, dim, elem_size, r, budget_bytes, threads) {
+        Some(p) => Ok(GraphBuild::Sharded(p)),
+        None => Err(min_graph_budget(n, dim, elem_size, r, threads)),
+    }
+}
+
+/// The least budget in which the graph of `n × dim` elements of
+/// `elem_size` bytes at degree `r` can be built on `threads` threads
+/// (sharded, or at once when no sharded plan takes less).
+pub fn min_graph_budget(n: usize, dim: usize, elem_size: usize, r: usize, threads: usize) -> u64 {
+    let one = estimate_build_bytes_on(n, dim, elem_size, r, threads);
+    let fits = |b: u64| plan_shards_on(n, dim, elem_size, r, b, threads).is_some();
+    // A larger budget never plans fewer shards' worth of room: the least
+    // budget that fits is found by bisection below the one-shot estimate.
+    let mut lo = global_bytes(n, shard_degree(r));
+    if lo >= one || !fits(one) {
+        return one;
+    }
+    let mut hi = one;
+    // Invariant: fits(hi), !fits(lo) (the budget must exceed the global state).
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
 }
 
 /// Builds the graph of `data` within `budget_bytes` of resident memory:
@@ -153,28 +252,37 @@ pub fn build_with_budget<T: Element>(
         return Err(Error::arg("cannot build a graph over 0 points"));
     }
     let esz = std::mem::size_of::<T>();
-    if estimate_build_bytes(n, dim, esz, params.r) <= budget_bytes {
-        let view = data.view();
-        let space = MatrixSpace::new(view, metric);
-        let start = medoid(view);
-        let g = build_vamana(&space, start, params, progress, cancel)?;
-        return Ok((g, start));
-    }
-    let plan = plan_shards(n, dim, esz, params.r, budget_bytes).ok_or_else(|| {
-        Error::arg(format!(
-            "build memory budget of {budget_bytes} bytes is too small for {n} points of \
-             dimension {dim} at degree {}: the merged graph alone needs {} bytes; \
-             raise the build budget",
+    let threads = rayon::current_num_threads();
+    match plan_graph_build(n, dim, esz, params.r, budget_bytes, threads) {
+        Ok(GraphBuild::OneShot) => {
+            let view = data.view();
+            let space = MatrixSpace::new(view, metric);
+            let start = medoid(view);
+            let g = build_vamana(&space, start, params, progress, cancel)?;
+            Ok((g, start))
+        }
+        Ok(GraphBuild::Sharded(plan)) => {
+            build_sharded(data, metric, params, &plan, budget_bytes, progress, cancel)
+        }
+        Err(need) => Err(Error::arg(format!(
+            "a graph build memory budget of {budget_bytes} bytes is too small for {n} points \
+             of dimension {dim} at degree {} on {threads} threads: it needs at least {need} \
+             bytes (the merged graph of a sharded build alone takes {}); raise the build budget",
             params.r,
-            global_bytes(n, (2 * params.r / 3).max(1))
-        ))
-    })?;
-    build_sharded(data, metric, params, &plan, budget_bytes, progress, cancel)
+            global_bytes(n, shard_degree(params.r))
+        ))),
+    }
 }
 
-/// Rows per streaming block: about 1/16 of the budget, at least 64 rows.
+/// Most rows per streaming block: the cancel flag is checked between
+/// blocks, so a cancelled build stops within this many rows of work.
+const MAX_STREAM_ROWS: usize = 65_536;
+
+/// Rows per streaming block: about 1/16 of the budget, at least 64 rows and
+/// at most [`MAX_STREAM_ROWS`].
 fn stream_rows(budget: u64, row_bytes: usize, n: usize) -> usize {
-    ((budget / 16) as usize / row_bytes.max(1)).clamp(64, n.max(64))
+    ((budget / 16).min(usize::MAX as u64) as usize / row_bytes.max(1))
+        .clamp(64, n.clamp(64, MAX_STREAM_ROWS))
 }
 
 fn check_cancel(cancel: &AtomicBool) -> Result<()> {
@@ -272,12 +380,18 @@ pub fn build_sharded<T: Element>(
         if i >= released + block {
             data.release_rows(released, i);
             released = i;
+            check_cancel(cancel)?;
         }
     }
     data.release_rows(released, n);
     drop(sample_ids);
     check_cancel(cancel)?;
-    let km = kmeans(
+    // The n × k lower bounds (f32) only where half of what the global state
+    // leaves holds them (they change the speed, not the result).
+    let lb_entries = ((budget_bytes.saturating_sub(global_bytes(n, plan.shard_r)) / 2 / 4)
+        .min(usize::MAX as u64) as usize)
+        .min(LOWER_BOUNDS_MAX_ENTRIES);
+    let km = kmeans_cancellable(
         &sample,
         dim,
         &KMeansParams {
@@ -285,6 +399,8 @@ pub fn build_sharded<T: Element>(
             max_iters: 12,
             seed: params.seed,
         },
+        lb_entries,
+        Some(cancel),
     )?;
     drop(sample);
     let centroids = km.centroids;
@@ -349,6 +465,7 @@ pub fn build_sharded<T: Element>(
         let mut buf: BigBuf<T> = BigBuf::zeroed(ids.len() * dim);
         let mut p = 0usize;
         for a in (0..n).step_by(block) {
+            check_cancel(cancel)?;
             let b = (a + block).min(n);
             while p < ids.len() && (ids[p] as usize) < b {
                 buf[p * dim..(p + 1) * dim].copy_from_slice(data.row(ids[p] as usize));
@@ -501,6 +618,42 @@ mod tests {
             &AtomicBool::new(false),
         );
         assert!(matches!(res, Err(Error::InvalidArgument(_))));
+    }
+
+    /// The least budget of a graph build is exact (it plans, a byte less
+    /// does not) and lies above every budget that is refused; a refused
+    /// build states it.
+    #[test]
+    fn min_graph_budget_is_the_least_that_plans() {
+        for (n, dim, r, t) in [(20_000, 64, 64, 2), (5000, 96, 24, 4), (1000, 8, 16, 1)] {
+            let need = min_graph_budget(n, dim, 4, r, t);
+            assert!(plan_graph_build(n, dim, 4, r, need, t).is_ok());
+            assert_eq!(plan_graph_build(n, dim, 4, r, need - 1, t), Err(need));
+            assert_eq!(plan_graph_build(n, dim, 4, r, 0, t), Err(need));
+            assert!(need > global_bytes(n, shard_degree(r)));
+        }
+        let m = Matrix::from_vec(vec![0f32; 4000 * 8], 4000, 8).unwrap();
+        let t = rayon::current_num_threads();
+        let need = min_graph_budget(4000, 8, 4, 16, t);
+        let p = VamanaParams {
+            r: 16,
+            ..VamanaParams::default()
+        };
+        let e = build_with_budget(
+            &m,
+            Metric::L2,
+            &p,
+            1000,
+            &|_, _| {},
+            &AtomicBool::new(false),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("budget of 1000 bytes is too small")
+                && e.contains(&format!("needs at least {need} bytes")),
+            "{e}"
+        );
     }
 
     #[test]

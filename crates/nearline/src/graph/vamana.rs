@@ -524,6 +524,9 @@ pub fn build_vamana<D: PointDistance>(
     // at once cost ~120 bytes per node, outside the build estimate).
     let over: Vec<u32> = (0..n as u32).filter(|&v| g.degree(v) > r).collect();
     for chunk in over.chunks(PRUNE_CHUNK) {
+        if cancel.load(AtomicOrdering::Relaxed) {
+            return Err(Error::Cancelled);
+        }
         let pruned: Vec<Vec<u32>> = chunk
             .par_iter()
             .map(|&v| {

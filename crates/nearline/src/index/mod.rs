@@ -353,6 +353,7 @@ impl Index {
             "simd": crate::kernels::simd_level(),
             "build": m.spec,
             "build_stats": m.build_stats,
+            "warnings": planner::build_warnings(m),
             "wal_sequence": m.wal_sequence,
         })
     }

@@ -184,6 +184,113 @@ fn cancelled_build_leaves_nothing() {
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
 }
 
+/// A build cancelled as a stage starts (the flag set from the progress
+/// callback) stops inside that stage, before its first step completes and
+/// before any later stage reports, and leaves nothing behind: PQ training,
+/// the graph, the block shuffle, the page file, the navigation graph and the
+/// centroid entries each check the flag.
+#[test]
+fn cancel_stops_every_build_stage_before_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, dim) = (3000, 8);
+    let data = clustered(n, dim, 4);
+    let order = ["pq", "graph", "shuffle", "layout", "nav", "centroids"];
+    for (i, stage) in order.iter().enumerate() {
+        let dir = tmp.path().join("c");
+        let cancel = AtomicBool::new(false);
+        let seen = std::sync::Mutex::new(Vec::<(String, u64)>::new());
+        let r = build(
+            Matrix::from_vec(data.clone(), n, dim).unwrap(),
+            &dir,
+            &BuildOptions {
+                r: Some(8),
+                build_l: Some(16),
+                pq_bytes: Some(4),
+                threads: Some(2),
+                layout: Some(crate::layout::LayoutKind::Shuffled),
+                nav_sample: Some(0.05),
+                entry_clusters: Some(8),
+                memory_budget: Some(ROOMY),
+                ..Default::default()
+            },
+            &|s, d, _| {
+                seen.lock().unwrap().push((s.to_string(), d));
+                if s == *stage {
+                    cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            },
+            &cancel,
+        );
+        assert!(matches!(r, Err(Error::Cancelled)), "{stage}: {r:?}");
+        let seen = seen.into_inner().unwrap();
+        assert!(seen.iter().any(|(s, _)| s == stage), "{stage} never began");
+        for (s, d) in &seen {
+            assert!(!order[i + 1..].contains(&s.as_str()), "{stage}: {s} began");
+            if s == stage {
+                assert_eq!(*d, 0, "{stage} went on after the flag was set");
+            }
+        }
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+}
+
+/// Finite values whose squares overflow float32 distances (1e38) are
+/// refused: at build naming the row, at search naming the query; both say
+/// to scale the data. Just inside the limit they build and search, with
+/// finite distances.
+#[test]
+fn vectors_beyond_float32_distances_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (n, dim) = (2000, 8);
+    let mut data = clustered(n, dim, 9);
+    data[1234 * dim + 5] = 1e38;
+    let opts = BuildOptions {
+        r: Some(8),
+        build_l: Some(16),
+        pq_bytes: Some(4),
+        memory_budget: Some(ROOMY),
+        ..Default::default()
+    };
+    let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
+    let e = build(m, &tmp.path().join("a"), &opts, &|_, _, _| {}, &never())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("row 1234 has squared norm 1.000e76") && e.contains("scale the data"),
+        "{e}"
+    );
+    // Large but within f32::MAX / 4 once squared and summed: accepted.
+    data[1234 * dim + 5] = 9e18;
+    let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
+    build(m, &tmp.path().join("b"), &opts, &|_, _, _| {}, &never()).unwrap();
+    let idx = Index::open(
+        &tmp.path().join("b"),
+        &OpenOptions {
+            memory_budget: Some(ROOMY),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut q = data[..3 * dim].to_vec();
+    let out = idx.search(&q, 3, &SearchOptions::new(5)).unwrap();
+    assert!(out.distances.iter().all(|d| d.is_finite()));
+    q[2 * dim + 1] = -2e19;
+    let e = idx
+        .search(&q, 3, &SearchOptions::new(5))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("query 2 has squared norm") && e.contains("scale the data"),
+        "{e}"
+    );
+    q[2 * dim + 1] = f32::NAN;
+    let e = idx
+        .search(&q, 3, &SearchOptions::new(5))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("query 2: value at column 1 is NaN"), "{e}");
+}
+
 #[test]
 fn saturation_fills_lists_towards_r() {
     let tmp = tempfile::tempdir().unwrap();

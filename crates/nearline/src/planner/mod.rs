@@ -112,6 +112,9 @@ pub struct PlannedBuild {
     /// The default search of the index (`k` 10), as planned for one batch.
     pub search: SearchPlanView,
     pub decisions: Vec<Decision>,
+    /// What the user should know before the build runs (a graph built in
+    /// shards small enough to cost recall).
+    pub warnings: Vec<String>,
 }
 
 /// Checks the build options that are not the planner's to choose.
@@ -444,6 +447,10 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         pq_bytes = 1;
     }
     let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
+    // The graph stage within the build budget (refused here, before the PQ
+    // stage, when no plan fits).
+    let gb = rules::graph_build(f.n, f.dim, esz, r, pq_bytes, threads, build_memory_budget)?;
+    d.push(Decision::new("graph_shards", gb.shards, gb.why));
     let search = SearchPlanView::of(&plan_search(
         &SearchOptions::new(10),
         None,
@@ -494,7 +501,26 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         memory: mem,
         search,
         decisions: d,
+        warnings: gb.warning.into_iter().collect(),
     })
+}
+
+/// What the user of an index built as `m` should know about its build (a
+/// graph built in shards small enough to cost recall).
+pub fn build_warnings(m: &Manifest) -> Vec<String> {
+    let s = &m.spec;
+    rules::sharding_warning(
+        m.n,
+        m.dim,
+        m.dtype.size(),
+        s.r,
+        s.pq_bytes,
+        s.threads,
+        s.build_memory_budget,
+        m.build_stats.shards,
+    )
+    .into_iter()
+    .collect()
 }
 
 /// How an index is opened, resolved.
@@ -941,6 +967,7 @@ fn plan_search_with(
         refine,
         queries_in_flight: qif,
         range,
+        repeatable: opts.repeatable,
     };
     plan.check()?;
     // The workers' scratch must fit what the budget leaves them.
@@ -1004,6 +1031,7 @@ pub struct SearchPlanView {
     pub sigma: Option<f32>,
     pub refine: &'static str,
     pub queries_in_flight: usize,
+    pub repeatable: bool,
     pub threads: usize,
     pub scratch: u64,
     pub decisions: Vec<Decision>,
@@ -1033,6 +1061,7 @@ impl SearchPlanView {
                 RefinePlan::Rerank { .. } => "rerank",
             },
             queries_in_flight: p.plan.queries_in_flight,
+            repeatable: p.plan.repeatable,
             threads: p.threads,
             scratch: p.scratch,
             decisions: p.decisions.clone(),

@@ -252,6 +252,10 @@ pub struct SearchOptions {
     pub filter_ratio: Option<f32>,
     /// Search threads; `None`: the index's.
     pub threads: Option<usize>,
+    /// Pages processed in the order each query issued its reads, so results
+    /// do not depend on the timing of reads (default); `false`: as they
+    /// arrive.
+    pub repeatable: bool,
 }
 
 impl SearchOptions {
@@ -270,6 +274,7 @@ impl SearchOptions {
             refine_ratio: None,
             filter_ratio: None,
             threads: None,
+            repeatable: true,
         }
     }
 }

@@ -107,9 +107,18 @@ pub(crate) fn kmeans_cancellable(
     run(data, dim, n, params, use_lb, cancel)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Cancel checks made on this thread (each follows at most one seed or
+    /// one iteration of work): the tests count the work a cancelled run did.
+    pub(crate) static CHECKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Fails with [`Error::Cancelled`] once `cancel` is set.
 #[inline]
 fn check(cancel: Option<&std::sync::atomic::AtomicBool>) -> Result<()> {
+    #[cfg(test)]
+    CHECKS.with(|c| c.set(c.get() + 1));
     match cancel {
         Some(c) if c.load(std::sync::atomic::Ordering::Relaxed) => Err(Error::Cancelled),
         _ => Ok(()),
@@ -603,6 +612,42 @@ pub fn nearest_centroids(centroids: &[f32], dim: usize, x: &[f32], m: usize) -> 
 mod tests {
     use super::*;
     use rand::Rng;
+    use std::sync::atomic::AtomicBool;
+
+    /// Runs `f` and returns its result with the cancel checks it made on
+    /// this thread.
+    fn counting<R>(f: impl FnOnce() -> R) -> (R, usize) {
+        CHECKS.with(|c| c.set(0));
+        let r = f();
+        (r, CHECKS.with(|c| c.get()))
+    }
+
+    /// A cancelled k-means stops at its first check: after the first seed's
+    /// distances, before any other seed or iteration. Not cancelled, the
+    /// same run checks once per further seed and per iteration.
+    #[test]
+    fn cancelled_kmeans_stops_after_one_seed() {
+        let (data, _) = blobs(8, 200, 16, 4.0, 3);
+        let params = KMeansParams {
+            k: 64,
+            max_iters: 10,
+            seed: 1,
+        };
+        let set = AtomicBool::new(true);
+        for lb in [0, LOWER_BOUNDS_MAX_ENTRIES] {
+            let (r, checks) = counting(|| kmeans_cancellable(&data, 16, &params, lb, Some(&set)));
+            assert!(matches!(r, Err(Error::Cancelled)), "{r:?}");
+            assert_eq!(checks, 1, "work done after the flag was seen");
+        }
+        let unset = AtomicBool::new(false);
+        let (r, checks) = counting(|| {
+            kmeans_cancellable(&data, 16, &params, LOWER_BOUNDS_MAX_ENTRIES, Some(&unset))
+        });
+        let r = r.unwrap();
+        // k - 1 further seeds, then one check per iteration begun.
+        assert_eq!(checks, params.k - 1 + r.iters, "{} iterations", r.iters);
+        assert!(r.iters >= 1);
+    }
 
     /// `k` well-separated Gaussian-ish blobs of `per` points each.
     fn blobs(k: usize, per: usize, dim: usize, spread: f32, seed: u64) -> (Vec<f32>, Vec<usize>) {

@@ -606,6 +606,36 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// PQ training with the cancel flag set returns `Cancelled` with each
+    /// chunk's k-means stopped at its first check (after its first seed):
+    /// one check per chunk, where a full training makes 255 seeds' and
+    /// every iteration's worth per chunk.
+    #[test]
+    fn cancelled_training_stops_every_chunk_after_one_seed() {
+        use crate::quant::kmeans::CHECKS;
+        let (n, dim, m) = (600, 16, 8);
+        let sample = clustered(n, dim, 12, 1.0, 5);
+        // One worker thread: every chunk's k-means runs (and counts) on it.
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let run = |flag: bool| {
+            pool.install(|| {
+                CHECKS.with(|c| c.set(0));
+                let cancel = AtomicBool::new(flag);
+                let r = PqCodebook::train_cancellable(&sample, dim, m, Metric::L2, 3, &cancel);
+                (r, CHECKS.with(|c| c.get()))
+            })
+        };
+        let (r, checks) = run(true);
+        assert!(matches!(r, Err(Error::Cancelled)), "{:?}", r.err());
+        assert!(checks <= m, "{checks} checks for {m} chunks");
+        let (r, full) = run(false);
+        r.unwrap();
+        assert!(full >= m * 255, "a full training made {full} checks");
+    }
+
     fn clustered(n: usize, dim: usize, k: usize, spread: f32, seed: u64) -> Vec<f32> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let centres: Vec<f32> = (0..k * dim)

@@ -148,6 +148,13 @@ pub struct SearchPlan {
     pub queries_in_flight: usize,
     /// `Some`: a range search (Starling's candidate-list doubling).
     pub range: Option<RangeParams>,
+    /// Each query processes its pages in the order it issued the reads
+    /// (pages that arrive early wait in a per-query reorder buffer), so the
+    /// same query on the same index gives the same results and statistics
+    /// whatever the timing of its reads. `false`: pages are processed as
+    /// they arrive (the beam without early dispatch and with target records
+    /// is repeatable either way).
+    pub repeatable: bool,
 }
 
 impl SearchPlan {
@@ -165,6 +172,7 @@ impl SearchPlan {
             refine: RefinePlan::None,
             queries_in_flight: 1,
             range: None,
+            repeatable: true,
         }
     }
 

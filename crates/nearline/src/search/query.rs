@@ -12,10 +12,11 @@ use super::stats::QueryStats;
 use crate::cache::Cache;
 use crate::elem::Element;
 use crate::format::page::RecordView;
-use crate::io::{BufferPool, IoEngine};
+use crate::io::{BufferPool, Completion, IoEngine};
 use crate::layout::Layout;
 use crate::util::IdMap;
 use crate::{Error, Result};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// What one search loop runs with: the index and its concrete components
@@ -114,6 +115,14 @@ pub struct Query<T: Element> {
     pub need: usize,
     /// Refine reads still in flight.
     pub refining: usize,
+    /// Repeatable plans: the reads not yet processed, in the order they were
+    /// issued (the next page to process is the front one's).
+    order: VecDeque<u16>,
+    /// Repeatable plans: completions that arrived before an earlier read of
+    /// the query, by read id, with their buffers.
+    held: Vec<Option<Completion>>,
+    /// How many entries of `held` are filled.
+    n_held: usize,
     pub started: Instant,
     /// Statistics of the query.
     pub stats: QueryStats,
@@ -147,6 +156,9 @@ impl<T: Element> Default for Query<T> {
             range: KickedSet::default(),
             need: 0,
             refining: 0,
+            order: VecDeque::new(),
+            held: Vec::new(),
+            n_held: 0,
             started: Instant::now(),
             stats: QueryStats::default(),
         }
@@ -183,6 +195,10 @@ impl<T: Element> Query<T> {
         self.need = 0;
         self.refining = 0;
         self.frontier.clear();
+        // (Held completions went back to the pool when the last query of
+        // the slot ended: `release_held`.)
+        debug_assert_eq!(self.n_held, 0);
+        self.order.clear();
     }
 
     /// Bytes of scratch this slot holds.
@@ -204,6 +220,8 @@ impl<T: Element> Query<T> {
             + self.loaded_lists.capacity() * 4
             + self.memory.capacity() * 4
             + self.range.memory_bytes()
+            + self.order.capacity() * 2
+            + self.held.capacity() * std::mem::size_of::<Option<Completion>>()
     }
 
     /// Marks `v` expanded from a page read for another node: it is never
@@ -515,6 +533,9 @@ impl<T: Element> Query<T> {
             self.live -= 1;
             return Err(e);
         }
+        if env.plan.repeatable {
+            self.order.push_back(r);
+        }
         self.targets.push(Target {
             node: v,
             dist,
@@ -538,6 +559,82 @@ impl<T: Element> Query<T> {
         self.free_reads.push(r);
         self.live -= 1;
         Some(read)
+    }
+
+    /// Repeatable plans: keeps the completion of read `r` until the query's
+    /// earlier reads are processed. Errors when `r` is not a read in flight
+    /// (an engine error the caller reports).
+    pub fn hold(&mut self, r: u16, c: Completion) -> std::result::Result<(), Completion> {
+        let live = self.reads.get(r as usize).is_some_and(|x| x.live);
+        let i = r as usize;
+        if !live {
+            return Err(c);
+        }
+        if self.held.len() <= i {
+            self.held.resize_with(i + 1, || None);
+        }
+        if self.held[i].is_some() {
+            return Err(c);
+        }
+        self.held[i] = Some(c);
+        self.n_held += 1;
+        Ok(())
+    }
+
+    /// Repeatable plans: the completion of the next read in issue order, if
+    /// it has arrived (taken out of the reorder buffer).
+    #[inline]
+    pub fn next_held(&mut self) -> Option<(u16, Completion)> {
+        let &r = self.order.front()?;
+        let c = self.held.get_mut(r as usize)?.take()?;
+        self.order.pop_front();
+        self.n_held -= 1;
+        Some((r, c))
+    }
+
+    /// Completions of the engine that must arrive before the query can go
+    /// on: of the first `need` reads in issue order (repeatable plans: the
+    /// pages it must process next), those not yet arrived; `need` itself
+    /// otherwise (pages are processed as they arrive). At least 1.
+    #[inline]
+    pub fn engine_need(&self, repeatable: bool) -> usize {
+        let need = self.need.max(1);
+        if !repeatable {
+            return need;
+        }
+        self.order
+            .iter()
+            .take(need)
+            .filter(|&&r| self.held.get(r as usize).is_none_or(Option::is_none))
+            .count()
+            .max(1)
+    }
+
+    /// Returns the buffers of every held completion to `pool` (when the
+    /// query ends, or its batch does) and forgets the issue order. Returns
+    /// how many completions were dropped.
+    pub fn release_held(&mut self, pool: &mut BufferPool) -> u64 {
+        self.order.clear();
+        if self.n_held == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for (r, h) in self.held.iter_mut().enumerate() {
+            if let Some(c) = h.take() {
+                pool.put(c.buf);
+                n += 1;
+                // Its read is back: no longer in flight.
+                if let Some(read) = self.reads.get_mut(r) {
+                    if read.live {
+                        read.live = false;
+                        self.live -= 1;
+                        self.free_reads.push(r as u16);
+                    }
+                }
+            }
+        }
+        self.n_held = 0;
+        n
     }
 
     /// Moves the targets of read `r` into `page_nodes`.

@@ -52,7 +52,7 @@ pub fn begin<T: Element, L: Layout, S: Scorer, C: Cache>(
     }
     io.engine.flush()?;
     q.refining = issued;
-    q.need = issued;
+    q.need = refine_need(env, q);
     q.phase = Phase::Refining;
     Ok(true)
 }
@@ -76,6 +76,21 @@ pub fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
         q.exact(env, v, rec.vector)?;
     }
     q.refining = q.refining.saturating_sub(1);
-    q.need = q.refining;
+    q.need = refine_need(env, q);
     Ok(q.refining == 0)
+}
+
+/// Pages the stage must still process: its own reads, and for a repeatable
+/// plan (pages processed in issue order) every read still in flight, late
+/// pages of the traversal included.
+#[inline]
+fn refine_need<T: Element, L: Layout, S: Scorer, C: Cache>(
+    env: &Env<'_, T, L, S, C>,
+    q: &Query<T>,
+) -> usize {
+    if env.plan.repeatable {
+        q.live
+    } else {
+        q.refining
+    }
 }

@@ -129,6 +129,8 @@ struct P {
     sigma: f32,
     /// Internal radius and options of a range search.
     range: Option<RangeParams>,
+    /// Pages processed in issue order (the default).
+    repeatable: bool,
 }
 
 impl P {
@@ -144,6 +146,7 @@ impl P {
             page_search: PageChoice::Auto,
             sigma: 0.3,
             range: None,
+            repeatable: true,
         }
     }
 
@@ -161,6 +164,7 @@ impl P {
             refine_ratio: None,
             filter_ratio: None,
             threads: Some(threads),
+            repeatable: self.repeatable,
         }
     }
 
@@ -323,9 +327,14 @@ fn reference_beam(d: &IndexData<f32>, q: &[f32], p: &P) -> (Vec<(f32, u32)>, Que
             cand.insert(pq.score(&table, v), v);
         }
     }
-    loop {
+    for hop in 0.. {
+        let w = if p.adaptive_beam {
+            (1usize << hop.min(16)).min(p.w)
+        } else {
+            p.w
+        };
         let mut frontier = Vec::new();
-        cand.take_unexpanded(p.w, &mut frontier);
+        cand.take_unexpanded(w, &mut frontier);
         if frontier.is_empty() {
             break;
         }
@@ -413,6 +422,228 @@ fn beam_gives_exactly_the_synchronous_beam() {
     }
 }
 
+/// Adaptive beam (AlayaLaser): hop i reads min(2^i, W) blocks. The
+/// executor gives exactly the synchronous beam with that width, which is
+/// not the plain beam's search (a no-op adaptive beam fails here).
+#[test]
+fn adaptive_beam_is_the_synchronous_beam_with_doubling_width() {
+    let f = fixture();
+    let d = data(&f.plain);
+    let mut s = Scratch::new(d).unwrap();
+    let mut differs = 0;
+    for (l, w) in [(40, 8), (60, 16)] {
+        let plain = params(ExecutorChoice::Beam, l, w);
+        let adaptive = P {
+            adaptive_beam: true,
+            ..plain
+        };
+        for q in f.queries.chunks_exact(DIM).take(20) {
+            let (want, want_st) = reference_beam(d, q, &adaptive);
+            let mut st = QueryStats::default();
+            one(&f.plain, &mut s, q, &adaptive, &mut st).unwrap();
+            assert_eq!(s.results, want, "L={l} W={w}");
+            assert_eq!(counts(&st), counts(&want_st), "L={l} W={w}");
+            let (_, plain_st) = reference_beam(d, q, &plain);
+            if counts(&plain_st) != counts(&want_st) {
+                differs += 1;
+            }
+        }
+    }
+    assert!(
+        differs >= 10,
+        "adaptive and plain beams searched alike for {} of 40 queries",
+        40 - differs
+    );
+}
+
+/// Runs `p` on one worker over a fake engine (seed, delays) and returns
+/// its results and the engine's largest number of reads in flight.
+fn over_fake(
+    idx: &Index,
+    pages: &Arc<Vec<u8>>,
+    p: &P,
+    queries: &[f32],
+    seed: u64,
+    delay: u32,
+) -> (Finished, usize) {
+    let d = data(idx);
+    let nq = queries.len() / DIM;
+    let fake = IoEngine::fake(
+        pages.clone(),
+        FakeOptions {
+            seed,
+            max_delay_polls: delay,
+            ..Default::default()
+        },
+    );
+    let mut s = Scratch::with_engine(d, fake);
+    let (r, got) = run_all(d, &mut s, &p.plan(idx, nq), queries);
+    r.unwrap();
+    assert_eq!(s.in_flight(), 0);
+    let (alloc, free) = s.buffers();
+    assert_eq!(alloc, free, "every buffer back in the pool");
+    let IoEngine::Fake(fe) = s.engine() else {
+        panic!("fake engine expected")
+    };
+    assert_eq!(fe.double_completions(), 0);
+    (got, fe.max_in_flight())
+}
+
+/// Early dispatch (AlayaLaser) issues the next hop while the current hop's
+/// last pages are still in flight: one query keeps more than W reads in
+/// flight, which the synchronous beam never does (a no-op early dispatch
+/// fails here).
+#[test]
+fn early_dispatch_overlaps_hops() {
+    let f = fixture();
+    let queries = &f.queries[..8 * DIM];
+    let beam = P {
+        queries_in_flight: 1,
+        ..params(ExecutorChoice::Beam, 60, 8)
+    };
+    let early = P {
+        early_dispatch: Some(0.5),
+        ..beam
+    };
+    for seed in 0..3 {
+        let (_, sync) = over_fake(&f.plain, &f.pages, &beam, queries, seed, 6);
+        assert!(
+            sync <= 8,
+            "the synchronous beam kept {sync} reads in flight"
+        );
+        let (_, overlapped) = over_fake(&f.plain, &f.pages, &early, queries, seed, 6);
+        assert!(
+            overlapped > 8,
+            "early dispatch never had two hops in flight (at most {overlapped} reads)"
+        );
+    }
+}
+
+/// PipeANN's width starts at 4 and grows with useful arrivals: one query
+/// keeps more than 4 reads in flight (a pipeline whose width never grows
+/// fails here), and never more than W.
+#[test]
+fn pipeline_width_grows_from_its_start_width() {
+    let f = fixture();
+    let queries = &f.queries[..8 * DIM];
+    for w in [8, 32] {
+        let p = P {
+            queries_in_flight: 1,
+            ..params(ExecutorChoice::Pipeline, 100, w)
+        };
+        let plan = p.plan(&f.plain, 8);
+        let crate::search::plan::ExecutorPlan::Pipeline(pp) = plan.executor else {
+            panic!("pipeline expected")
+        };
+        assert_eq!(pp.start_width, 4);
+        for seed in 0..3 {
+            let (_, most) = over_fake(&f.plain, &f.pages, &p, queries, seed, 8);
+            assert!(
+                most > 4 && most <= w,
+                "W={w}: at most {most} reads in flight"
+            );
+        }
+    }
+}
+
+/// A query's index, results, counts and co-located expansions.
+type Outcome = (usize, Vec<(f32, u32)>, [u64; 7], u32);
+
+/// Results and statistics of each query, without the timings.
+fn all_counts(got: &Finished) -> Vec<Outcome> {
+    got.iter()
+        .map(|(qi, (res, st))| (*qi, res.clone(), counts(st), st.colocated))
+        .collect()
+}
+
+/// The same query on the same index gives the same ids, distances and
+/// statistics whatever order its reads complete in: the pipeline and the
+/// beam with early dispatch, with target records and with block search,
+/// one or several queries per worker, over many completion orders. Without
+/// the reorder buffer (`repeatable: false`) the same orders do change the
+/// searches (so the orders tried are ones that matter).
+#[test]
+fn pipelined_searches_are_repeatable_under_any_completion_order() {
+    let f = fixture();
+    let sf = shuffled_fixture();
+    let nq = 8;
+    let queries = &f.queries[..nq * DIM];
+    let pipe = params(ExecutorChoice::Pipeline, 40, 8);
+    let early = P {
+        early_dispatch: Some(0.5),
+        ..params(ExecutorChoice::Beam, 40, 8)
+    };
+    let cases: Vec<(&str, &Index, &Arc<Vec<u8>>, P)> = vec![
+        ("pipeline", &f.plain, &f.pages, pipe),
+        (
+            "pipeline q4 block",
+            &sf.plain,
+            &sf.pages,
+            P {
+                queries_in_flight: 4,
+                ..pipe
+            },
+        ),
+        ("pipeline block", &sf.plain, &sf.pages, pipe),
+        (
+            "beam early0.5 q3",
+            &f.plain,
+            &f.pages,
+            P {
+                queries_in_flight: 3,
+                ..early
+            },
+        ),
+        ("beam early0.5 block", &sf.plain, &sf.pages, early),
+        (
+            "beam early0.3 adaptive block q2",
+            &sf.plain,
+            &sf.pages,
+            P {
+                early_dispatch: Some(0.3),
+                adaptive_beam: true,
+                queries_in_flight: 2,
+                ..early
+            },
+        ),
+    ];
+    for (name, idx, pages, p) in cases {
+        // The reference: in submission order, one query at a time.
+        let d = data(idx);
+        let mut reference = Scratch::new(d).unwrap();
+        let (r0, want) = run_all(
+            d,
+            &mut reference,
+            &P {
+                queries_in_flight: 1,
+                ..p
+            }
+            .plan(idx, nq),
+            queries,
+        );
+        r0.unwrap();
+        let want = all_counts(&want);
+        let mut changed = 0;
+        for seed in 0..8 {
+            let delay = 1 + seed as u32 % 6;
+            let (got, _) = over_fake(idx, pages, &p, queries, seed, delay);
+            assert_eq!(all_counts(&got), want, "{name}, seed {seed}");
+            let loose = P {
+                repeatable: false,
+                ..p
+            };
+            let (got, _) = over_fake(idx, pages, &loose, queries, seed, delay);
+            if all_counts(&got) != want {
+                changed += 1;
+            }
+        }
+        assert!(
+            changed > 0,
+            "{name}: the completion orders tried never changed a search"
+        );
+    }
+}
+
 #[test]
 fn auto_picks_the_pipeline_for_one_record_per_block() {
     // 1100-d float32 records take two pages: one record per block.
@@ -487,8 +718,14 @@ fn pipeline_abandons_reads_and_reaps_them() {
             },
         );
         let mut s = Scratch::with_engine(d, fake);
+        // Pages processed as they arrive: a page that arrives before an
+        // earlier read's can push that read's node out of the list, and the
+        // query may end without it. (Processed in issue order, the pages of
+        // nodes that dropped out come before those of the better nodes that
+        // pushed them out, so a repeatable query seldom abandons a read.)
         let p = P {
             queries_in_flight: 4,
+            repeatable: false,
             ..params(ExecutorChoice::Pipeline, 10, 16)
         };
         let mut done = 0;
@@ -676,13 +913,14 @@ proptest! {
         kind in 0usize..4,
         fail in prop_oneof![3 => Just(0.0f64), 1 => 0.002f64..0.05],
         cached in any::<bool>(),
+        repeatable in any::<bool>(),
     ) {
         let f = fixture();
         let idx = if cached { &f.cached } else { &f.plain };
         let d = data(idx);
         let nq = 8;
         let queries = &f.queries[..nq * DIM];
-        let p = kind_params(kind, q);
+        let p = P { repeatable, ..kind_params(kind, q) };
         // The reference: one query at a time on the in-order pread engine.
         let mut reference = Scratch::new(d).unwrap();
         let (r0, want) = run_all(d, &mut reference, &P { queries_in_flight: 1, ..p }.plan(idx, nq), queries);
@@ -713,8 +951,9 @@ proptest! {
                 for (qi, (res, st)) in &got {
                     let (wres, wst) = &want[qi];
                     prop_assert_eq!(res, wres, "query {}", qi);
-                    if kind <= 1 {
-                        // Beam searches do not depend on completion order.
+                    if kind <= 1 || repeatable {
+                        // Synchronous beams do not depend on completion
+                        // order; repeatable searches of every kind do not.
                         prop_assert_eq!(counts(st), counts(wst), "query {}", qi);
                     }
                 }
@@ -1119,6 +1358,7 @@ proptest! {
         pipeline in any::<bool>(),
         fail in prop_oneof![3 => Just(0.0f64), 1 => 0.002f64..0.05],
         range in any::<bool>(),
+        repeatable in any::<bool>(),
     ) {
         let f = fixture();
         let sf = shuffled_fixture();
@@ -1127,7 +1367,7 @@ proptest! {
         let nq = 6;
         let queries = &f.queries[..nq * DIM];
         let kind = if pipeline { ExecutorChoice::Pipeline } else { ExecutorChoice::Beam };
-        let mut p = P { queries_in_flight: q, ..params(kind, N, 8) };
+        let mut p = P { queries_in_flight: q, repeatable, ..params(kind, N, 8) };
         if range {
             let r = brute_force(f, &queries[..DIM], 30)[29].0;
             p.range = Some(RangeParams { radius: r, ratio: 0.5, max_l: N, entry_cutoff: None });
@@ -1156,8 +1396,13 @@ proptest! {
                 prop_assert_eq!(got.len(), nq);
                 let reads: u64 = got.values().map(|(_, st)| st.reads as u64).sum();
                 prop_assert_eq!(reads, fe.submitted());
-                if !range {
-                    for (qi, (res, _)) in &got {
+                for (qi, (res, st)) in &got {
+                    if repeatable {
+                        // Whatever the completion order: the same search.
+                        prop_assert_eq!(res, &want[qi].0, "query {}", qi);
+                        prop_assert_eq!(counts(st), counts(&want[qi].1), "query {}", qi);
+                    } else if !range {
+                        // A full list makes the search exact.
                         prop_assert_eq!(res, &want[qi].0, "query {}", qi);
                     }
                 }

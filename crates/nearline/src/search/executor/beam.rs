@@ -50,7 +50,13 @@ impl Executor for Beam {
         let p = self.0;
         loop {
             if st.hop_done < st.threshold {
-                q.need = st.threshold - st.hop_done;
+                q.need = if env.plan.repeatable {
+                    // Pages are processed in issue order: the late pages of
+                    // earlier hops come first.
+                    (q.live + st.threshold).saturating_sub(st.hop_reads)
+                } else {
+                    st.threshold - st.hop_done
+                };
                 q.phase = Phase::Waiting;
                 return Ok(());
             }

@@ -12,6 +12,16 @@
 //! completions that could let some query continue: a beam hop's whole hop
 //! (one wake-up per hop, as DiskANN), one read for the pipeline.
 //!
+//! With a repeatable plan (the default) each query processes its pages in
+//! the order it issued the reads: a page that arrives before an earlier
+//! read's waits in the query's reorder buffer (with its buffer) until that
+//! read's page is processed. Every state change of a query — what it
+//! expands, which reads it issues, the pipeline's width and the moment it
+//! ends — then follows one sequence whatever the timing of the reads, so the
+//! same query on the same index gives the same results and statistics. A
+//! query's `need` counts the pages it must process in that order; the
+//! worker blocks for the fewest of them that have not arrived.
+//!
 //! The executor kind ([`Beam`], [`Pipeline`]) is the policy of the step.
 //! When a traversal ends, the range search may widen it
 //! ([`super::range::widen`]) and the post-traversal stage may read more
@@ -198,6 +208,7 @@ impl<T: Element> Scratch<T> {
         self.completions = comps;
         for q in &mut self.slots {
             q.phase = Phase::Done;
+            self.stale += q.release_held(&mut self.io.pool);
             // Every read is back: none is in flight for any slot.
             q.live = 0;
         }
@@ -214,10 +225,12 @@ pub fn engine_depth(p: &SearchPlan) -> usize {
 /// (internal distance, id) and its statistics.
 pub type Emit<'a> = dyn FnMut(usize, &[(f32, u32)], &QueryStats) + 'a;
 
-/// Converts a float query to the index's element type (normalising it for
-/// cosine). Errors name the first value that does not fit.
+/// Converts query `qi` (of its batch) to the index's element type
+/// (normalising it for cosine). Errors name the query and the first value
+/// that does not fit, or a squared norm beyond what float32 distances hold.
 pub fn prepare_query<T: Element>(
     metric: Metric,
+    qi: usize,
     q: &[f32],
     qf: &mut Vec<f32>,
     qt: &mut Vec<T>,
@@ -226,8 +239,11 @@ pub fn prepare_query<T: Element>(
     qf.extend_from_slice(q);
     if let Some((i, v)) = qf.iter().enumerate().find(|(_, v)| !v.is_finite()) {
         return Err(Error::arg(format!(
-            "query value at column {i} is {v}: queries must be finite"
+            "query {qi}: value at column {i} is {v}: queries must be finite"
         )));
+    }
+    if let Some(why) = crate::distance::oversized(crate::distance::squared_norm_f64(qf)) {
+        return Err(Error::arg(format!("query {qi} {why}")));
     }
     if metric == Metric::Cosine {
         crate::distance::normalize(qf);
@@ -238,7 +254,8 @@ pub fn prepare_query<T: Element>(
             Some(x) => qt.push(x),
             None => {
                 return Err(Error::arg(format!(
-                    "query value {v} at column {i} is not representable as {} (the index's dtype)",
+                    "query {qi}: value {v} at column {i} is not representable as {} (the \
+                     index's dtype)",
                     T::DTYPE
                 )))
             }
@@ -445,10 +462,11 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
             // fewest completions that could let one of them continue (for a
             // beam hop, its whole hop: one wake-up per hop). Completions that
             // are already there are reaped without blocking.
+            let repeatable = env.plan.repeatable;
             let need = s.slots[..nslots]
                 .iter()
                 .filter(|q| q.active())
-                .map(|q| q.need.max(1))
+                .map(|q| q.engine_need(repeatable))
                 .min()
                 .unwrap_or(1);
             if s.io.engine.in_flight() == 0 {
@@ -469,9 +487,10 @@ fn worker_loop<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PageP
             let mut failed = Ok(());
             for c in comps.drain(..) {
                 if failed.is_ok() {
-                    failed = on_completion(env, x, policy, s, &mut states, &c, &mut mark, job.emit);
+                    failed = on_completion(env, x, policy, s, &mut states, c, &mut mark, job.emit);
+                } else {
+                    s.io.pool.put(c.buf);
                 }
-                s.io.pool.put(c.buf);
             }
             failed?;
             // Reads queued while processing (pipeline refills, early hops of
@@ -509,7 +528,7 @@ fn start<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
     q.qi = qi;
     *mark = q.started;
     x.start(xs);
-    prepare_query(data.metric, query, &mut q.qf, &mut q.qt)?;
+    prepare_query(data.metric, qi, query, &mut q.qf, &mut q.qt)?;
     if data.n == 0 {
         q.phase = Phase::Done;
         return Ok(());
@@ -580,8 +599,11 @@ fn step<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
     }
 }
 
-/// Processes one completion: attribution by token, checks, the page
-/// policy (or the refine stage), then the owning query's next step.
+/// Takes one completion: attribution by token, then (for a repeatable
+/// plan, through the query's reorder buffer, so that its pages are
+/// processed in the order the reads were issued) the processing of the
+/// page and the owning query's next steps. Every buffer goes back to the
+/// pool once its page is processed or its query has ended.
 #[allow(clippy::too_many_arguments)]
 fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PagePolicy>(
     env: &Env<'_, T, L, S, C>,
@@ -589,15 +611,16 @@ fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: Pag
     policy: &P,
     s: &mut Scratch<T>,
     states: &mut [SlotState<X, P>],
-    c: &Completion,
+    c: Completion,
     mark: &mut Instant,
     emit: &mut Emit<'_>,
 ) -> Result<()> {
-    let (slot, gen, r) = untoken(c.token);
+    let token = c.token;
+    let (slot, gen, r) = untoken(token);
     let (Some(q), Some(st)) = (s.slots.get_mut(slot), states.get_mut(slot)) else {
+        s.io.pool.put(c.buf);
         return Err(Error::Engine(format!(
-            "completion with unknown token {:#x} (no query slot {slot})",
-            c.token
+            "completion with unknown token {token:#x} (no query slot {slot})"
         )));
     };
     if !q.active() || q.gen != gen {
@@ -607,8 +630,53 @@ fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: Pag
             q.arrived(r);
         }
         s.stale += 1;
+        s.io.pool.put(c.buf);
         return Ok(());
     }
+    if !env.plan.repeatable {
+        let res = process(env, x, policy, q, st, &mut s.io, slot, r, &c, mark, emit);
+        s.io.pool.put(c.buf);
+        return res;
+    }
+    if let Err(c) = q.hold(r, c) {
+        s.io.pool.put(c.buf);
+        return Err(Error::Engine(format!(
+            "completion with token {token:#x} for a read that is not in flight"
+        )));
+    }
+    // Every page of the query that is next in issue order, as far as they
+    // have arrived.
+    let mut res = Ok(());
+    while let Some((r, c)) = q.next_held() {
+        res = process(env, x, policy, q, st, &mut s.io, slot, r, &c, mark, emit);
+        s.io.pool.put(c.buf);
+        if res.is_err() || !q.active() {
+            break;
+        }
+    }
+    if !q.active() {
+        // Pages that came early for a query that has ended.
+        s.stale += q.release_held(&mut s.io.pool);
+    }
+    res
+}
+
+/// Processes the page of read `r` of query `q` (in slot `slot`): checks,
+/// the page policy (or the refine stage), then the query's next step.
+#[allow(clippy::too_many_arguments)]
+fn process<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: PagePolicy>(
+    env: &Env<'_, T, L, S, C>,
+    x: &X,
+    policy: &P,
+    q: &mut Query<T>,
+    st: &mut SlotState<X, P>,
+    io: &mut Io,
+    slot: usize,
+    r: u16,
+    c: &Completion,
+    mark: &mut Instant,
+    emit: &mut Emit<'_>,
+) -> Result<()> {
     let Some(read) = q.arrived(r) else {
         return Err(Error::Engine(format!(
             "completion with token {:#x} for a read that is not in flight",
@@ -658,11 +726,11 @@ fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: Pag
         let res = policy.on_page(env, q, &mut st.p, b, page, &targets);
         q.page_nodes = targets;
         res?;
-        step(env, x, q, &mut st.x, &mut s.io, slot)?;
+        step(env, x, q, &mut st.x, io, slot)?;
         if policy.has_deferred(&st.p) {
             // The page's remaining work overlaps the reads just issued.
             if X::FLUSH_BEFORE_DEFERRED {
-                s.io.engine.flush()?;
+                io.engine.flush()?;
             }
             policy.deferred(env, q, &mut st.p, page)?;
             // What it found may keep the query going, or let it issue more.
@@ -670,7 +738,7 @@ fn on_completion<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor, P: Pag
                 q.phase = Phase::Idle;
             }
             if q.phase != Phase::Refining {
-                step(env, x, q, &mut st.x, &mut s.io, slot)?;
+                step(env, x, q, &mut st.x, io, slot)?;
             }
         }
     }

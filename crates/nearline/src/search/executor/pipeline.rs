@@ -7,6 +7,13 @@
 //! every list entry is expanded; reads still in flight for nodes that
 //! dropped out are abandoned (the worker reaps them later, before their
 //! buffers are reused).
+//!
+//! "Arrival" is the moment a page is processed: with a repeatable plan,
+//! pages are processed in the order the reads were issued, so the width
+//! rule and the end of the query see one sequence whatever the timing of
+//! the reads. (In that order the page of a node that dropped out comes
+//! before those of the better nodes that pushed it out, so a repeatable
+//! query seldom abandons a read.)
 
 use super::super::plan::PipelinePlan;
 use super::super::query::{Env, Io, Phase, Query, Read};
