@@ -504,12 +504,17 @@ def test_variant_keys_reach_build_open_and_search(tmp_path, monkeypatch):
                              "index_dir": str(tmp_path / "i"), "params": params, "variant": v})
     assert res["pq_bytes"] == 4
     assert seen["build"]["R"] == 12 and seen["build"]["saturate"] is True and seen["build"]["overwrite"] is True
+    # No navigation graph asked for: the preset keeps its own (pipeann and starling build one).
+    assert "nav_sample" not in seen["build"] and "entry_clusters" not in seen["build"]
+    _bench_worker.run({"action": "build", "system": "nearline", "base": str(ds.base_path),
+                       "index_dir": str(tmp_path / "j"), "params": {**params, "nav_sample": 0.02}, "variant": v})
+    assert seen["build"]["nav_sample"] == 0.02
     res = _bench_worker.run({"action": "search", "system": "nearline", "name": "v", "index_dir": str(tmp_path / "i"),
                              "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
                              "params": params, "warmup": 0, "latency_queries": 25, "variant": v})
     assert res["system"] == "v" and res["kind"] == "nearline"
     # memory_budget without cache_nodes: the variant's budget sizes the cache, not the shared cache budget.
-    assert seen["open"]["memory_budget"] == 0.5 and seen["open"]["cache_nodes"] is None
+    assert seen["open"]["memory_budget"] == 0.5 and seen["open"].get("cache_nodes") is None
     assert seen["open"]["entry_points"] == 16
     assert all(kw["W"] == 3 and kw["early_dispatch"] is True for kw in seen["search"])
     # Without a variant the shared options apply.

@@ -18,6 +18,7 @@
 //! | `id_to_location` | `[page size][u32 vector bytes][u32 R][u32 n][section]` |
 //! | `page` | `[page size][u32 vector bytes][u32 R][u32 n][layout id][u32 block no][flags][block]`; flags bit 0: reseal the CRC |
 //! | `quant_sections` | `[kind][section]`: kind % 3: PCA, rotation, RaBitQ |
+//! | `adjacency` | `[u16 n][u8 R][u8 chunk][u8 packed][section]`: the adjacency section fed in chunks of `chunk + 1` bytes, and the same bytes decoded as a replicated record with `packed` lists |
 //! | `index` | `[fixture][file][flags][ops]`; see [`index`] |
 
 use nearline::data::files;
@@ -315,6 +316,50 @@ pub fn id_to_location(data: &[u8]) {
         l.block_nodes(b, &mut out);
     }
     assert!(out.len() <= l.n());
+}
+
+/// `format::adjacency::Parser` on a section fed in chunks (every entry it
+/// accepts names nodes below n with at most R neighbours, each node once),
+/// and `PageGeometry::decode_packed` of the same bytes as a record of a
+/// replicated layout. Input `[u16 n][u8 R][u8 chunk][u8 packed][section]`.
+pub fn adjacency(data: &[u8]) {
+    if data.len() < 5 {
+        return;
+    }
+    let n = u16::from_le_bytes([data[0], data[1]]) as usize;
+    let (r, chunk, packed) = (data[2] as usize, data[3] as usize + 1, data[4] as usize % 32);
+    let body = &data[5..];
+    let mut p = nearline::format::adjacency::Parser::new(Path::new("adjacency.bin"), n, r);
+    let mut seen = std::collections::HashSet::new();
+    let mut fed = Ok(());
+    for c in body.chunks(chunk) {
+        fed = p.feed(c, &mut |v, list| {
+            assert!((v as usize) < n && list.len() <= r);
+            assert!(list.iter().all(|&u| (u as usize) < n));
+            assert!(seen.insert(v), "node {v} accepted twice");
+        });
+        if fed.is_err() {
+            break;
+        }
+    }
+    if ok("Parser::feed", fed).is_some() && ok("Parser::finish", p.finish()).is_some() {
+        assert_eq!(seen.len(), n);
+    }
+    // The same bytes as a replicated record: 4-byte vectors, degree bound r.
+    if let Ok(geo) = PageGeometry::with_packed(4096, 4, r.max(1), packed, n.max(1)) {
+        if body.len() >= geo.record_size {
+            let rec = &body[..geo.record_size];
+            let words: Vec<u8> = rec.to_vec();
+            if let Ok(pk) = geo.decode_packed(&words) {
+                assert!(pk.len() <= geo.packed);
+                for i in 0..pk.len() {
+                    if let Some((_, list)) = pk.get(i) {
+                        assert!(list.len() <= geo.max_degree);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `page::verify_block`, then `PageGeometry::split_record` and

@@ -231,6 +231,8 @@ def build(
     bnf_iters: Optional[int] = None,
     bnf_tau: Optional[float] = None,
     bns_iters: Optional[int] = None,
+    disk_budget: Union[None, int, str] = None,
+    adjacency: Optional[bool] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -251,8 +253,12 @@ def build(
             (medoid entry, synchronous beam, W 4), ``"pipeann"`` (navigation graph
             over 1% of the points, pipelined executor, width up to 32),
             ``"starling"`` (block-shuffled layout, navigation graph over 1%, block
-            search with σ 0.3 under the pipelined executor, width 8) or ``"auto"``
-            (default; today ``"diskann"``). Explicit arguments win over the preset's.
+            search with σ 0.3 under the pipelined executor, width 8), ``"gorgeous"``
+            (graph-replicated pages, an adjacency-first cache, two-stage search
+            with refine ratio 0.5 and filter ratio 0.9, navigation graph over
+            0.5%, L 128, width 8; memory budget 20% of the raw vectors, PQ bytes
+            chosen on a sample) or ``"auto"`` (default; today ``"diskann"``).
+            Explicit arguments win over the preset's.
         ids: optional external ids, one per row: a 1-D integer array of unique ids
             in 0..2**63 (floats are refused, not truncated); search returns them
             instead of row numbers.
@@ -289,9 +295,19 @@ def build(
             preset's (0.01 for ``pipeann`` and ``starling``, else 0).
         entry_clusters: k-means centroids (AlayaLaser: 300-500) whose nearest
             nodes are kept as entry points; 0 (default) builds none.
-        layout: record placement on disk: ``"id"`` (DiskANN) or ``"shuffled"``
+        layout: record placement on disk: ``"id"`` (DiskANN), ``"shuffled"``
             (Starling's block shuffling; the node→page map stays in memory, 8
-            bytes per node, counted in the budget). Default: the preset's.
+            bytes per node, counted in the budget) or ``"replicated"``
+            (Gorgeous: one page per node also carrying its nearest neighbours'
+            adjacency lists, each list packed into at most 2 records per packed
+            slot). Default: the preset's.
+        disk_budget: the most bytes the page file may take (an int or a size
+            such as ``"2GiB"``): a replicated layout packs fewer lists per record
+            to fit (down to plain records); a budget below the plain page file
+            is a ValueError naming it. Default: no limit.
+        adjacency: write the adjacency section (every list, in breadth-first
+            order from the entry points) that an adjacency cache loads. Default:
+            the preset's (on for ``gorgeous``).
         shuffle: ``"bnp"``, ``"bnf"`` (default) or ``"bns"``. bnf_iters: BNF's
             round limit β (default 8). bnf_tau: BNF stops when a round gains less
             OR(G) than τ (default 0.01). bns_iters: BNS rounds (default 1).
@@ -310,6 +326,7 @@ def build(
         build_memory_budget=build_memory_budget, page_size=page_size, threads=threads, seed=seed,
         overwrite=overwrite, nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout,
         shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
+        disk_budget=disk_budget, adjacency=adjacency,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)
@@ -368,6 +385,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     *,
     memory_budget: Optional[Budget] = None,
     cache_nodes: Optional[int] = None,
+    cache: Optional[str] = None,
     threads: Optional[int] = None,
     io: Optional[str] = None,
     entry_points: Optional[int] = None,
@@ -383,7 +401,14 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             the workers' scratch and the cache all fit in it; what the rest leaves
             holds the node cache. Default: the budget the index was built with.
             Below the minimum: a ValueError naming it.
-        cache_nodes: cache exactly this many nodes (they must fit the budget).
+        cache_nodes: cache exactly this many nodes (they must fit the budget;
+            for an adjacency cache, at most this many lists).
+        cache: what the cache share holds: ``"bfs"`` (DiskANN: whole records,
+            breadth-first from the medoid), ``"adjacency"`` (Gorgeous: adjacency
+            lists in the build's priority order, navigation-graph nodes first;
+            vectors only once every list fits; a hop whose list is in memory
+            costs no read, its exact distance is the refine stage's) or
+            ``"auto"`` (default: the preset's).
         threads: default search threads, whose scratch the budget reserves
             (default: all cores, fewer when the budget holds fewer).
         io: ``"auto"`` (io_uring, falling back to pread), ``"uring"``,
@@ -410,7 +435,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             structural checks. FormatError: not an index, or written by a newer
             version.
     """
-    opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, threads=threads, io=io,
+    opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, cache=cache, threads=threads, io=io,
                   entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds)
     p = os.fspath(path)
     return Index(_nearline.RawIndex(p, **opts), p)
@@ -472,6 +497,8 @@ class Index:
         page_search: Optional[str] = None,
         sigma: Optional[float] = None,
         repeatable: Optional[bool] = None,
+        refine_ratio: Optional[float] = None,
+        filter_ratio: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
@@ -490,7 +517,10 @@ class Index:
             threads: search threads (default: the index's).
             return_stats: also return per-query statistics (a dict of arrays:
                 hops (nodes expanded, not beam rounds), reads, bytes_read,
-                cache_hits, pq_distances, exact_distances, io_wait_us, cpu_us,
+                cache_hits, adjacency_hits (cache hits holding the list only),
+                replica_hits (nodes expanded from a list a replicated page
+                carried), refine_reads (reads of the refine stage; the rest are
+                the traversal's), pq_distances, exact_distances, io_wait_us, cpu_us,
                 total_us, used_bytes, io_utilisation, page_records, used_records,
                 colocated, path_length (Starling's ℓ), vertex_utilisation (ξ),
                 doublings, refined).
@@ -519,6 +549,14 @@ class Index:
                 statistics whatever the timing of its reads. ``False``: pages are
                 processed as they arrive; the pipeline and early dispatch may then
                 find slightly different neighbours from run to run under load.
+            refine_ratio: two-stage search (Gorgeous; an index opened with an
+                adjacency cache, or built with a replicated layout): after the
+                traversal on PQ distances, the best ``ceil(refine_ratio * L)``
+                list entries (at least k) without an exact distance are read and
+                ranked exactly. In (0, 1]; default: the preset's (0.5).
+            filter_ratio: replicated layouts: a neighbour whose list a page
+                carried is expanded without reading its page when its PQ distance
+                is within this fraction of the list's worst. In (0, 1]; default 0.9.
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -529,7 +567,8 @@ class Index:
         q, single = self._queries(queries)
         opts = _given(k=k, L=L, W=W, threads=threads, executor=executor, adaptive_beam=adaptive_beam,
                       early_dispatch=early_dispatch, queries_in_flight=queries_in_flight,
-                      page_search=page_search, sigma=sigma, repeatable=repeatable)
+                      page_search=page_search, sigma=sigma, repeatable=repeatable,
+                      refine_ratio=refine_ratio, filter_ratio=filter_ratio)
         ids, dists, stats = self._raw.search(q, bool(return_stats), **opts)
         if single:
             ids, dists = ids[0], dists[0]
@@ -561,6 +600,8 @@ class Index:
         sigma: Optional[float] = None,
         entry_cutoff: Optional[float] = None,
         repeatable: Optional[bool] = None,
+        refine_ratio: Optional[float] = None,
+        filter_ratio: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """Range search: every vector within ``radius`` of each query (Starling §5.3).
 
@@ -586,6 +627,8 @@ class Index:
                 ``c`` times the radius ends with no results and reads no page.
                 ``l2`` and ``cosine`` only, and the index must start from in-memory
                 entry points (a navigation graph, sampled or centroid entries).
+            refine_ratio, filter_ratio: as :meth:`search` (a two-stage range
+                search refines every list entry lacking an exact distance).
 
         Returns:
             ``(lims, ids, distances)``: query ``i``'s results are
@@ -602,7 +645,8 @@ class Index:
         opts = _given(L=L, W=W, ratio=ratio, max_L=max_L, threads=threads, executor=executor,
                       adaptive_beam=adaptive_beam, early_dispatch=early_dispatch,
                       queries_in_flight=queries_in_flight, page_search=page_search, sigma=sigma,
-                      entry_cutoff=entry_cutoff, repeatable=repeatable)
+                      entry_cutoff=entry_cutoff, repeatable=repeatable, refine_ratio=refine_ratio,
+                      filter_ratio=filter_ratio)
         lims, ids, dists, stats = self._raw.range_search(q, radius, bool(return_stats), **opts)
         if return_stats:
             return lims, ids, dists, stats

@@ -102,10 +102,11 @@ RANGE_POINT_METRICS = (
 #: before anything runs (:func:`check_variant_supported`).
 VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
-              "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters"),
-    "open": ("memory_budget", "cache_nodes", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
+              "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters", "disk_budget",
+              "adjacency"),
+    "open": ("memory_budget", "cache_nodes", "cache", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma",
-               "repeatable"),
+               "repeatable", "refine_ratio", "filter_ratio"),
     "range": ("ratio", "max_L", "entry_cutoff"),
     # The Python interpreter that runs the variant's build and searches: one
     # with another version of nearline installed (the previous release, say),
@@ -254,6 +255,8 @@ class BenchConfig:
     alpha: float = 1.2
     pq_bytes: Optional[int] = None
     memory_budget: Any = None
+    #: Give every system ``memory_budget`` (see :class:`peers.Params`).
+    equal_budget: bool = False
     build_memory_budget: Any = None
     cache_budget: Any = 0
     entry_points: int = 0
@@ -327,8 +330,11 @@ class BenchConfig:
             metric="l2", R=self.R, build_L=self.build_L, alpha=self.alpha, pq_bytes=self.pq_bytes,
             memory_budget=self.memory_budget, build_memory_budget=self.build_memory_budget,
             cache_budget=self.cache_budget, threads=peers.env_threads(self.threads), seed=self.seed, W=self.W,
-            entry_points=self.entry_points, entry=self.entry, nav_L=self.nav_L, nav_seeds=self.nav_seeds,
-            nav_sample=self.nav_sample, entry_clusters=self.entry_clusters,
+            # Explicit values, not None: a python=PATH variant's earlier
+            # nearline may not take None for "the default".
+            entry_points=self.entry_points or 0, entry=self.entry or "auto", nav_L=self.nav_L,
+            nav_seeds=self.nav_seeds, nav_sample=self.nav_sample or 0.0,
+            entry_clusters=self.entry_clusters or 0, equal_budget=self.equal_budget,
         )
 
     def nearline_variants(self) -> list[Variant]:
@@ -1097,12 +1103,16 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     peer_builds: dict[str, dict[str, Any]] = {}
     for system in systems[len(variants):]:
         base, _threads = peers.split_system(system)  # diskannpy@T searches diskannpy's index
-        if base == "diskannpy" and not pq_bytes:
-            pq_bytes = peers.default_pq_bytes(ds.n, ds.dim, ds.base.dtype.itemsize, cfg.memory_budget)
+        peer_pq = pq_bytes
+        if base == "diskannpy" and p.equal_budget and cfg.memory_budget is not None:
+            # The same budget, diskannpy's way: its rule picks the PQ bytes.
+            peer_pq = peers.diskann_pq_for_budget(cfg.memory_budget, ds.n, ds.dim, ds.base.dtype.itemsize)
+        elif base == "diskannpy" and not pq_bytes:
+            peer_pq = pq_bytes = peers.default_pq_bytes(ds.n, ds.dim, ds.base.dtype.itemsize, cfg.memory_budget)
             log.warning("nearline's PQ size unknown; diskannpy uses %d bytes per vector", pq_bytes)
-        key = params_key(base, ds.name, p, pq_bytes)
+        key = params_key(base, ds.name, p, peer_pq)
         if key not in peer_builds:
-            peer_builds[key] = _build_one(cfg, base, key, work, logs, ds, p, pq_bytes, None)
+            peer_builds[key] = _build_one(cfg, base, key, work, logs, ds, p, peer_pq, None)
         builds[system] = peer_builds[key]
         index_dirs[system] = work / "indexes" / key
         index_keys[system] = key
@@ -1182,6 +1192,69 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
 
         plots.plot_qps_recall(summary, cfg.plot, k=cfg.k, title=f"{ds.name} (k={cfg.k}, W={cfg.W}, T={p.threads})")
     return result
+
+
+def _suffixed(path: Optional[Path], tag: str) -> Optional[Path]:
+    return None if path is None else path.with_name(f"{path.stem}-{tag}{path.suffix}")
+
+
+def budget_fraction(budget: Any, raw_bytes: int) -> float:
+    """A budget as a fraction of the raw vector bytes."""
+    b = peers._budget_bytes(budget, raw_bytes) or 0
+    return b / max(1, raw_bytes)
+
+
+def run_budget_sweep(cfg: BenchConfig, budgets: Sequence[Any], progress: bool = True) -> dict[str, Any]:
+    """One equal-budget benchmark per memory budget (every system at the same budget, each its
+    own way; see :class:`peers.Params`), each with its own result and plot (``-b<budget>`` added
+    to the names), then QPS at each target recall against the budget, per system, in one plot
+    (``-budgets`` added to the plot's name) and one result."""
+    per: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for b in budgets:
+        tag = f"b{b}"
+        sub = dataclasses.replace(cfg, memory_budget=b, equal_budget=True, out=_suffixed(cfg.out, tag),
+                                  plot=_suffixed(cfg.plot, tag))
+        per[str(b)] = run_bench(sub, progress=progress)
+        given[str(b)] = b
+    first = next(iter(per.values()))
+    ds = first["dataset"]
+    raw = int(ds["n"]) * int(ds["dim"]) * np.dtype(ds["dtype"]).itemsize
+    curve: dict[str, dict[str, list[Any]]] = {}
+    for b, res in per.items():
+        frac = budget_fraction(given[b], raw)
+        for system, s in res["summary"].items():
+            row = curve.setdefault(system, {"budget": [], **{f"{t:.2f}": [] for t in cfg.target_recalls}})
+            row["budget"].append(frac)
+            for t in cfg.target_recalls:
+                row[f"{t:.2f}"].append(_qps_at(s, t))
+    result = {"budgets": [str(b) for b in budgets], "raw_bytes": raw, "qps_at_recall": curve,
+              "runs": {b: {"out": str(_suffixed(cfg.out, f"b{b}")) if cfg.out else None,
+                           "summary": res["summary"], "comparisons": res["comparisons"]}
+                       for b, res in per.items()}}
+    if cfg.out:
+        Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.out).write_text(json.dumps(peers.jsonable(result), indent=1))
+    if cfg.plot:
+        from nearline import plots
+
+        t = cfg.target_recalls[0] if len(cfg.target_recalls) == 1 else 0.95
+        plots.plot_qps_budget(curve, _suffixed(cfg.plot, "budgets"), target=t,
+                              title=f"{ds['name']}: QPS at recall@{cfg.k} = {t:.2f} against the memory budget")
+    return result
+
+
+def format_budget_report(result: dict[str, Any]) -> str:
+    """QPS at each target recall per system and budget, as text."""
+    lines = [f"memory budgets (fraction of the {result['raw_bytes']} raw vector bytes): "
+             + ", ".join(result["budgets"])]
+    for system, row in result["qps_at_recall"].items():
+        for key, vals in row.items():
+            if key == "budget":
+                continue
+            cells = "  ".join(f"{b:.3f}: {('%.0f' % q) if q else '-':>6}" for b, q in zip(row["budget"], vals))
+            lines.append(f"{system:<24} QPS@{key}  {cells}")
+    return "\n".join(lines)
 
 
 def _result_body(cfg: BenchConfig, ds: Any, builds: dict[str, Any], runs: dict[str, Any],

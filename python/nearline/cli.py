@@ -169,6 +169,28 @@ def _budget(text: str) -> Any:
     return f
 
 
+def _budget_list(text: str) -> list[Any]:
+    """argparse type: one or more budgets, comma-separated."""
+    parts = [x for x in text.split(",") if x.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("expected one or more budgets")
+    return [_budget(x) for x in parts]
+
+
+def _disk_budget(text: str) -> Any:
+    """A disk budget: bytes (int) or a size string ("2GiB"); never a fraction."""
+    t = text.strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        float(t)
+    except ValueError:
+        return t  # a size string; the engine parses and validates it
+    raise argparse.ArgumentTypeError(f"a disk budget is bytes or a size such as 2GiB, not a fraction ({t})")
+
+
 def _systems(text: str) -> list[str]:
     """argparse type: comma-separated peers (``diskannpy@T``: diskannpy on T threads)."""
     from nearline.peers import PEERS, THREADED_PEERS, split_system
@@ -388,7 +410,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
-               "bnf_tau", "bns_iters")
+               "bnf_tau", "bns_iters", "disk_budget", "adjacency")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -462,8 +484,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-_MEAN_KEYS = ("reads", "hops", "cache_hits", "bytes_read", "pq_distances", "exact_distances", "io_utilisation",
-              "vertex_utilisation", "path_length")
+_MEAN_KEYS = ("reads", "refine_reads", "hops", "cache_hits", "adjacency_hits", "replica_hits", "bytes_read",
+              "pq_distances", "exact_distances", "io_utilisation", "vertex_utilisation", "path_length")
 
 
 def _mean_rows(rows: list, means: dict[str, float]) -> None:
@@ -477,6 +499,7 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = {"L": args.L, "W": args.W, "threads": args.threads, "executor": args.executor,
             "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
             "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma,
+            "refine_ratio": getattr(args, "refine_ratio", None), "filter_ratio": getattr(args, "filter_ratio", None),
             "repeatable": False if args.no_repeatable else None}
     return {k: v for k, v in opts.items() if v is not None}
 
@@ -486,7 +509,8 @@ def _open_options(args: argparse.Namespace) -> dict[str, Any]:
     opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
             "entry_points": getattr(args, "entry_points", None), "entry": getattr(args, "entry", None),
             "nav_L": getattr(args, "nav_L", None), "nav_seeds": getattr(args, "nav_seeds", None),
-            "io": getattr(args, "io", None), "cache_nodes": getattr(args, "cache_nodes", None)}
+            "io": getattr(args, "io", None), "cache_nodes": getattr(args, "cache_nodes", None),
+            "cache": getattr(args, "cache", None)}
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -674,7 +698,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         perturb=args.perturb, ceiling=not args.no_ceiling, ceiling_depth=args.ceiling_depth,
         ceiling_seconds=args.ceiling_seconds,
         Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
-        pq_bytes=args.pq_bytes, memory_budget=args.memory_budget, build_memory_budget=args.build_memory_budget,
+        pq_bytes=args.pq_bytes, memory_budget=(args.memory_budget or [None])[0],
+        equal_budget=args.memory_budget is not None, build_memory_budget=args.build_memory_budget,
         cache_budget=args.cache_budget, entry_points=args.entry_points, entry=args.entry, nav_L=args.nav_L,
         nav_seeds=args.nav_seeds, nav_sample=args.nav_sample, entry_clusters=args.entry_clusters,
         threads=args.threads, W=args.W,
@@ -684,6 +709,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         queries_repeat=args.queries_repeat, rebuild=args.rebuild, warmup=args.warmup,
         peer_threads=args.peer_threads,
     )
+    if args.memory_budget is not None and len(args.memory_budget) > 1:
+        if range_mode:
+            raise ValueError("several --memory-budget values need k-NN mode (no --radius)")
+        sweep = bench.run_budget_sweep(cfg, args.memory_budget, progress=not args.quiet)
+        print(bench.format_budget_report(sweep))
+        if args.out:
+            print(f"results: {args.out} (and one file per budget)")
+        if args.plot:
+            print(f"plots: {args.plot} per budget, and QPS against the budget")
+        return 0
     result = bench.run_bench(cfg, progress=not args.quiet)
     print(bench.format_report(result))
     if args.out:
@@ -797,13 +832,19 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry-clusters", type=_nonneg_int, default=None, metavar="C",
                    help="k-means centroid entry points (e.g. 300; default 0)")
     p.add_argument("--layout", choices=v["layouts"], default=None,
-                   help="record placement: id (DiskANN) or shuffled (Starling's block shuffling); default: the "
-                   "preset's")
+                   help="record placement: id (DiskANN), shuffled (Starling's block shuffling) or replicated "
+                   "(Gorgeous: each page also carries its nearest neighbours' lists); default: the preset's")
     p.add_argument("--shuffle", choices=v["shuffles"], default=None, help="block-shuffling algorithm (default bnf)")
     p.add_argument("--bnf-iters", type=_positive_int, default=None, metavar="BETA", help="BNF rounds β (default 8)")
     p.add_argument("--bnf-tau", type=_finite_float, default=None, metavar="TAU",
                    help="BNF stops when a round gains less OR(G) than τ (default 0.01)")
     p.add_argument("--bns-iters", type=_positive_int, default=None, help="BNS rounds (default 1)")
+    p.add_argument("--disk-budget", type=_disk_budget, default=None, metavar="BYTES",
+                   help="most bytes the page file may take (e.g. 2GiB): a replicated layout packs fewer "
+                   "neighbours' lists to fit (default: no limit)")
+    p.add_argument("--adjacency", action=argparse.BooleanOptionalAction, default=None,
+                   help="write the adjacency section an adjacency cache loads (default: the preset's, on for "
+                   "gorgeous)")
 
 
 # --------------------------------------------------------------------------- parser
@@ -880,6 +921,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_build_options(p)
     p.add_argument("--cache-nodes", type=_nonneg_int, default=None,
                    help="index: cache exactly this many nodes (default: what the budget leaves)")
+    p.add_argument("--cache", choices=_vocab()["caches"], default=None,
+                   help="index: what the cache holds: bfs (whole records), adjacency (Gorgeous: lists first) or "
+                   "auto (default: the preset's)")
     p.add_argument("--io", default=None, choices=_vocab()["io_engines"], help="index: I/O engine (default: auto)")
     _add_entry_options(p)
     p.add_argument("--nq", type=_positive_int, default=10000, help="index: queries of the planned batch")
@@ -918,6 +962,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "default)")
     p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
                    "(default 0.3)")
+    p.add_argument("--refine-ratio", type=_fraction, default=None, metavar="F",
+                   help="two-stage search (adjacency cache or replicated pages): the fraction of L whose exact "
+                   "distances are read after the traversal (default: the preset's, 0.5)")
+    p.add_argument("--filter-ratio", type=_fraction, default=None, metavar="F",
+                   help="replicated pages: expand a neighbour whose list a page carried without reading it when "
+                   "its distance is within F of the list's worst (default 0.9)")
+    p.add_argument("--cache", choices=_vocab()["caches"], default=None,
+                   help="what the cache holds: bfs (whole records), adjacency (Gorgeous: lists first) or auto "
+                   "(default: the preset's)")
     p.add_argument("--no-repeatable", action="store_true",
                    help="process pages as they arrive instead of in the order each query issued its reads "
                         "(results of the pipeline and early dispatch may then vary with the timing of reads)")
@@ -1015,8 +1068,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=1.2, help="pruning α (every disk system)")
     p.add_argument("--pq-bytes", type=_positive_int, default=None,
                    help="PQ bytes per vector (default: nearline's choice, which diskannpy then gets too)")
-    p.add_argument("--memory-budget", type=_budget, default=None,
-                   help="nearline's search memory budget at build (default: nearline sizes one)")
+    p.add_argument("--memory-budget", type=_budget_list, default=None, metavar="B[,B...]",
+                   help="the same search memory budget for every system (fractions of the raw vectors, or "
+                   "bytes): nearline builds and opens with it; diskannpy gets it as search_memory_maximum "
+                   "(its rule picks the PQ bytes) and a node cache for what its codes leave. Several values "
+                   "run one benchmark each and plot QPS against the budget (default: nearline sizes its "
+                   "own budget, diskannpy gets nearline's PQ bytes)")
     p.add_argument("--build-memory-budget", type=_budget, default=None,
                    help="memory the builds may use (default: nearline's plan; diskannpy: 4x the raw vectors, "
                    "at least 1 GB)")

@@ -195,6 +195,11 @@ class Params:
     nav_sample: float = 0.0
     #: nearline only: build k-means centroid entry points (0 = none).
     entry_clusters: int = 0
+    #: every system gets ``memory_budget`` its own way: nearline builds and
+    #: opens with it; diskannpy gets it as ``search_memory_maximum`` at build
+    #: (its rule turns it into PQ bytes) and a node cache for what its PQ
+    #: codes and codebook leave of it at search.
+    equal_budget: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Params":
@@ -258,6 +263,10 @@ class _NearlineHandle(Handle):
                                    "entry_points": p.entry_points, "entry": p.entry,
                                    "nav_L": p.nav_L, "nav_seeds": p.nav_seeds}
         over = dict(variant.get("open") or {})
+        if p.equal_budget and p.memory_budget is not None:
+            # The budget sizes every structure, the cache included.
+            open_kw["memory_budget"] = p.memory_budget
+            open_kw["cache_nodes"] = None
         if "memory_budget" in over and "cache_nodes" not in over:
             open_kw["cache_nodes"] = None  # the variant's budget sizes the cache, not --cache-budget
         open_kw.update(over)
@@ -266,7 +275,9 @@ class _NearlineHandle(Handle):
         self.search_kw: dict[str, Any] = {"W": p.W, **(variant.get("search") or {})}
         # Options of Index.range_search only (ratio, max_L).
         self.range_kw: dict[str, Any] = dict(variant.get("range") or {})
-        self.idx = nearline.open(str(index_dir), **open_kw)
+        # Options left at None take the engine's defaults (and an earlier
+        # nearline, run by a python=PATH variant, may not accept None).
+        self.idx = nearline.open(str(index_dir), **{k: v for k, v in open_kw.items() if v is not None})
 
     def batch(self, queries, k, L):
         ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
@@ -320,6 +331,11 @@ def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Opti
         "build_memory_budget": p.build_memory_budget, "threads": p.threads, "seed": p.seed,
         "nav_sample": p.nav_sample, "entry_clusters": p.entry_clusters,
     }
+    # A navigation graph or centroid entries only when asked for: 0 leaves
+    # the preset's choice (pipeann and starling build a navigation graph).
+    for key in ("nav_sample", "entry_clusters"):
+        if not kw.get(key):
+            kw.pop(key, None)
     kw.update(overrides or {})  # a variant's build keys (R, saturate, preset, ...)
     # Options left at None take the engine's defaults (no memory budget:
     # nearline sizes one).
@@ -407,6 +423,8 @@ class _DiskannHandle(Handle):
 
         self.p = p
         self.num_nodes_to_cache = cache_nodes_for(p.cache_budget, dim, elem_size, p.R)
+        if p.equal_budget and p.memory_budget is not None:
+            self.num_nodes_to_cache = diskann_cache_nodes(index_dir, p.memory_budget, dim, elem_size, p.R)
         # DiskANN's constructor hangs with num_threads=1 (loading the medoid data
         # waits for a second I/O context), so its context pool gets at least 2;
         # batch_search still runs on p.threads threads.
@@ -594,6 +612,26 @@ def _budget_bytes(value: Any, raw_bytes: Optional[int] = None) -> Optional[int]:
 def _budget_gb(value: Any, raw_bytes: int) -> Optional[float]:
     b = _budget_bytes(value, raw_bytes)
     return None if b is None else b / 1024**3
+
+
+def diskann_pq_for_budget(budget: Any, n: int, dim: int, elem_size: int) -> int:
+    """The PQ bytes diskannpy chooses for a memory budget given as its ``search_memory_maximum``."""
+    b = _budget_bytes(budget, n * dim * elem_size) or 0
+    return diskann_pq_chunks(b / 1024**3, n, dim)
+
+
+def diskann_cache_nodes(index_dir: Path, budget: Any, dim: int, elem_size: int, R: int) -> int:
+    """Nodes diskannpy's cache gets of ``budget``: what its PQ codes (n × chunks) and its
+    codebook (256 centroids and the centre, float32) leave, in DiskANN's node size
+    (vector + degree + R neighbour ids)."""
+    path = Path(index_dir) / "ann_pq_compressed.bin"
+    hdr = np.fromfile(path, dtype="<i4", count=2)
+    if hdr.size != 2:
+        raise ValueError(f"{path}: missing its 8-byte header")
+    n, chunks = int(hdr[0]), int(hdr[1])
+    b = _budget_bytes(budget, n * dim * elem_size) or 0
+    left = b - n * chunks - (256 + 1) * dim * 4
+    return max(0, left // (dim * elem_size + 4 + 4 * R))
 
 
 def cache_nodes_for(cache_budget: Any, dim: int, elem_size: int, R: int) -> int:

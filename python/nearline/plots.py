@@ -67,3 +67,43 @@ def plot_qps_recall(
     plt.close(fig)
     log.info("wrote %s", path)
     return path
+
+
+def plot_qps_budget(
+    curve: dict[str, dict[str, list[Any]]],
+    path: Union[str, os.PathLike, None],
+    *,
+    target: float = 0.95,
+    title: Optional[str] = None,
+) -> Optional[Path]:
+    """Writes a PNG of QPS at recall ``target`` against the memory budget (fraction of the raw
+    vectors), one line per system; ``curve`` maps a system to ``{"budget": [...], "0.95": [...]}``.
+    Budgets where a system never reached the recall are left out of its line."""
+    if path is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=120)
+    key = f"{target:.2f}"
+    markers = "osD^v<>p*"
+    for i, (system, row) in enumerate(curve.items()):
+        pts = [(b, q) for b, q in zip(row.get("budget", []), row.get(key, [])) if q]
+        if pts:
+            ax.plot([b * 100 for b, _ in pts], [q for _, q in pts], marker=markers[i % len(markers)], label=system)
+    ax.set_xlabel("memory budget, % of the raw vector bytes")
+    ax.set_ylabel(f"QPS at recall {target:.2f} (log)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    if title:
+        ax.set_title(title, fontsize=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    log.info("wrote %s", path)
+    return path

@@ -1150,6 +1150,48 @@ proptest! {
     }
 }
 
+/// A valid adjacency section of 3 nodes with R 2.
+fn adjacency_seed() -> Vec<u8> {
+    let lists: [&[u32]; 3] = [&[1, 2], &[0], &[]];
+    let mut out = Vec::new();
+    nearline::format::adjacency::write(&mut out, 3, 2, &[2, 0, 1], |v| lists[v as usize])
+        .expect("write to a vector");
+    out
+}
+
+fn read_adjacency(sink: &mut Sink, input: &[u8], n: usize, r: usize, chunk: usize) {
+    let mut p = nearline::format::adjacency::Parser::new(Path::new("adjacency.bin"), n, r);
+    let mut seen = std::collections::HashSet::new();
+    for c in input.chunks(chunk.max(1)) {
+        let fed = p.feed(c, &mut |v, list| {
+            assert!((v as usize) < n && list.len() <= r);
+            assert!(list.iter().all(|&u| (u as usize) < n));
+            assert!(seen.insert(v), "node {v} accepted twice");
+        });
+        if sink.take(fed).is_none() {
+            return;
+        }
+    }
+    if sink.take(p.finish()).is_some() {
+        assert_eq!(seen.len(), n);
+    }
+}
+
+proptest! {
+    #![proptest_config(config(384))]
+
+    #[test]
+    fn adjacency_sections_never_panic(
+        n in prop_oneof![4 => Just(3usize), 1 => 0usize..6],
+        r in prop_oneof![4 => Just(2usize), 1 => 0usize..4],
+        chunk in 1usize..40,
+        muts in mutations(6),
+    ) {
+        let input = apply(adjacency_seed(), &muts);
+        run("adjacency", &input, Limits::small(input.len()), |s| read_adjacency(s, &input, n, r, chunk))?;
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Quantizer sections (PCA, rotation, RaBitQ)
 
@@ -1473,6 +1515,12 @@ fn build_fuzz_corpus() {
         std::fs::write(d.join(name), bytes).expect("seed");
     };
     let tmp = tempfile::tempdir().expect("tempdir");
+    // adjacency: [u16 n][u8 R][u8 chunk][u8 packed][section]
+    for (chunk, packed) in [(0u8, 0u8), (6, 2), (255, 5)] {
+        let mut b = vec![3u8, 0, 2, chunk, packed];
+        b.extend(adjacency_seed());
+        put("adjacency", format!("adj-{chunk}-{packed}"), &b);
+    }
     // vectors: [extension selector][dtype selector][file]
     for (ei, ext) in VECTOR_EXTS.iter().enumerate() {
         for (ti, dt) in DTYPES.iter().enumerate() {

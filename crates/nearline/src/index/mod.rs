@@ -334,7 +334,7 @@ impl Index {
             "R": m.layout.max_degree,
             "build_L": m.spec.build_l,
             "pq_bytes": m.spec.pq_bytes,
-            "layout": m.layout,
+            "layout": layout_info(m),
             "overlap_ratio": m.layout.overlap_ratio,
             "page_size": m.layout.page_size,
             "records_per_page": m.layout.records_per_block,
@@ -357,6 +357,33 @@ impl Index {
             "wal_sequence": m.wal_sequence,
         })
     }
+}
+
+/// The manifest's layout for `info()`, with the page file's size against
+/// the raw vectors (`disk_amplification`) and, for a replicated layout,
+/// against plain records (`space_amplification`).
+fn layout_info(m: &Manifest) -> serde_json::Value {
+    let mut v = serde_json::to_value(&m.layout).unwrap_or_default();
+    let pages = m.layout.n_blocks.saturating_mul(m.layout.block_size as u64);
+    let raw = (m.n as u64).saturating_mul((m.dim * m.dtype.size()) as u64);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("pages_bytes".into(), pages.into());
+        if raw > 0 {
+            o.insert(
+                "disk_amplification".into(),
+                (pages as f64 / raw as f64).into(),
+            );
+        }
+        if let Some(r) = &m.layout.replication {
+            if r.plain_bytes > 0 {
+                o.insert(
+                    "space_amplification".into(),
+                    (pages as f64 / r.plain_bytes as f64).into(),
+                );
+            }
+        }
+    }
+    v
 }
 
 #[cfg(test)]
