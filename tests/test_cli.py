@@ -126,7 +126,9 @@ def test_parser_values():
     a = cli.build_parser().parse_args(["bench", "--data", "synthetic:100:4", "--compare", "diskannpy,hnswlib",
                                        "--L", "10,20", "--memory-budget", "512MB", "--cache-budget", "0.25"])
     assert a.compare == ["diskannpy", "hnswlib"] and a.L == [10, 20]
-    assert a.memory_budget == "512MB" and a.cache_budget == 0.25
+    assert a.memory_budget == ["512MB"] and a.cache_budget == 0.25
+    a = cli.build_parser().parse_args(["bench", "--data", "x", "--memory-budget", "0.1,0.2,1GiB"])
+    assert a.memory_budget == [0.1, 0.2, "1GiB"]
     a = cli.build_parser().parse_args(["build", "d", "o", "--build-L", "50", "--memory-budget", "1000000"])
     # Options not given are left to the engine (its defaults are in the help).
     assert a.build_L == 50 and a.memory_budget == 1_000_000 and a.R is None

@@ -473,7 +473,8 @@ def test_every_executor_is_exact_with_a_full_list(random_index, opts):
             assert set(stats) == {"hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances",
                                   "io_wait_us", "cpu_us", "total_us", "used_bytes", "io_utilisation",
                                   "page_records", "used_records", "colocated", "path_length",
-                                  "vertex_utilisation", "doublings"}
+                                  "vertex_utilisation", "doublings", "adjacency_hits", "replica_hits",
+                                      "refine_reads"}
             assert (stats["hops"] >= 1400).all() and (stats["reads"] > 0).all()
             assert (stats["bytes_read"] == stats["reads"] * 4096).all()
             assert (stats["total_us"] >= stats["cpu_us"]).all()

@@ -41,9 +41,12 @@ use serde::Serialize;
 pub const MAX_ENTRY_CLUSTERS: usize = 65_536;
 
 /// A navigation graph that would take more than this share of the budget
-/// is dropped when the preset's default asked for it (its memory serves the
-/// cache better).
-pub const NAV_MAX_BUDGET_SHARE: f64 = 0.10;
+/// is dropped when the preset's default asked for it. Per node it costs
+/// about what a cached record costs, but as a navigable sample it shortens
+/// every query's first hops, where a node cache only saves the hops near the
+/// medoid; so it keeps its place until it would crowd the PQ codes and the
+/// cache (a quarter of the budget).
+pub const NAV_MAX_BUDGET_SHARE: f64 = 0.25;
 
 /// With an adjacency-first cache, the PQ codes take at most this share of
 /// what the fixed structures and the workers leave of the budget.
