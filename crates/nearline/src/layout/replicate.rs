@@ -175,4 +175,87 @@ mod tests {
         assert_eq!(s.packed_lists as usize, count.iter().sum::<usize>());
         assert!(s.max_replicas <= 2);
     }
+
+    use crate::format::page::PageGeometry;
+    use crate::layout::placement::{AnyLayout, IdLayout, Layout};
+    use crate::layout::writer::write_pages;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Over random graphs, vectors and page sizes: every record of the
+        /// page file decodes to its node's vector and list, and every list it
+        /// packs is exactly that neighbour's list in the graph (at most `cap`
+        /// copies of each).
+        #[test]
+        fn replicated_pages_decode_to_the_graphs_lists(
+            n in 2usize..120,
+            r in 1usize..12,
+            dim in 1usize..24,
+            page_kib in 1usize..3,
+            cap in 1usize..4,
+            seed in any::<u64>(),
+        ) {
+            use rand::{Rng, SeedableRng};
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-4.0f32..4.0)).collect();
+            let m = Matrix::from_vec(data.clone(), n, dim).unwrap();
+            let mut g = Graph::new(n, r);
+            let mut lists = Vec::with_capacity(n);
+            for v in 0..n as u32 {
+                let deg = rng.random_range(0..=r.min(n - 1));
+                let mut l: Vec<u32> = Vec::with_capacity(deg);
+                while l.len() < deg {
+                    let u = rng.random_range(0..n as u32);
+                    if u != v && !l.contains(&u) {
+                        l.push(u);
+                    }
+                }
+                g.set_neighbors(v, &l);
+                lists.push(l);
+            }
+            let page = page_kib * 4096;
+            let mut per = 0;
+            while PageGeometry::with_packed(page, dim * 4, r, per + 1, n)
+                .is_ok_and(|geo| geo.records_per_block >= 1 && geo.block_size == page)
+            {
+                per += 1;
+            }
+            let geo = PageGeometry::with_packed(page, dim * 4, r, per, n).unwrap();
+            let packing = choose(&m, &g, Metric::L2, per, cap, &AtomicBool::new(false)).unwrap();
+            let id = IdLayout::new(geo, n);
+            let layout = AnyLayout::Id(id);
+            let tmp = tempfile::tempdir().unwrap();
+            let path = tmp.path().join("pages.bin");
+            write_pages(&path, &layout, &m, &g, Some(&packing), &AtomicBool::new(false)).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            prop_assert_eq!(bytes.len() as u64, geo.file_bytes());
+            let mut copies = vec![0usize; n];
+            for v in 0..n as u32 {
+                let (b, slot) = id.locate(v);
+                let off = geo.block_offset(b) as usize;
+                let block = &bytes[off..off + geo.block_size];
+                prop_assert!(id.verify(block, b).is_ok());
+                let rec = id.record(block, slot).unwrap();
+                prop_assert_eq!(rec.neighbours, lists[v as usize].as_slice());
+                let want: Vec<u8> = data[v as usize * dim..(v as usize + 1) * dim]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect();
+                prop_assert_eq!(rec.vector, want.as_slice());
+                let packed = id.packed(block, slot).unwrap();
+                let chosen: Vec<u32> = packing.of(v).collect();
+                prop_assert_eq!(packed.len(), chosen.len());
+                for (i, &u) in chosen.iter().enumerate() {
+                    let (id, list) = packed.get(i).unwrap();
+                    prop_assert_eq!(id, u);
+                    prop_assert!(lists[v as usize].contains(&u));
+                    prop_assert_eq!(list, lists[u as usize].as_slice());
+                    copies[u as usize] += 1;
+                }
+            }
+            prop_assert!(copies.iter().all(|&c| c <= cap));
+        }
+    }
 }
