@@ -489,3 +489,26 @@ def test_info_rounds_floats_and_uses_the_api_names(tmp_path, base_file, capsys):
                                     1.161e-06, True, None)] == \
         ["0.009667", "0.2322", "1.2", "2", "12345.7", "1.161e-06", "True", "None"]
     assert re.search(r"^plan\.open\.entry\s+medoid\s+\(.+\)$", out, re.M)
+
+
+# --------------------------------------------------------------------------- defect 8: ids, one validation path
+
+
+@pytest.mark.parametrize("ids, error, match", [
+    (np.arange(300) + 0.5, TypeError, "floats are refused rather than truncated"),
+    (np.arange(300) - 1, ValueError, r"ids\[0\] = -1 is negative"),
+    (np.zeros(300, dtype=np.int64), ValueError, "ids must be unique"),
+])
+def test_bad_ids_get_the_same_error_from_the_api_and_the_cli(tmp_path, ids, error, match, capsys):
+    """``--ids float.npy`` used to truncate silently and -1 became 18446744073709551615 in the message;
+    the CLI and the API now share the engine's check and its words."""
+    base = np.random.default_rng(3).random((300, 8), dtype=np.float32)
+    with pytest.raises(error, match=match):
+        nearline.build(base, tmp_path / "api", ids=ids, progress=False)
+    data = tmp_path / "b.fbin"
+    nearline.write_vectors(data, base)
+    np.save(tmp_path / "ids.npy", ids)
+    rc, _, err = _cli(["build", str(data), str(tmp_path / "cli"), "--ids", str(tmp_path / "ids.npy"), "-q"], capsys)
+    assert rc == cli.EXIT_ERROR and err.startswith("nearline: error:") and re.search(match, err), err
+    assert "Traceback" not in err and "18446744073709551615" not in err
+    assert not (tmp_path / "cli").exists() and not (tmp_path / "api").exists()

@@ -1111,7 +1111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _engine_errors() -> tuple[type[BaseException], ...]:
-    errs: list[type[BaseException]] = [ValueError, OSError]
+    # TypeError: the engine refuses wrongly typed input (float ids, say) with it.
+    errs: list[type[BaseException]] = [ValueError, TypeError, OSError]
     try:
         from nearline.bench import BenchError
 
