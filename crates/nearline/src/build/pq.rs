@@ -19,22 +19,30 @@ pub const PQ_TRAIN_SAMPLE: usize = 256_000;
 /// Rows encoded per chunk.
 const CHUNK: usize = 65_536;
 
-/// How the build chooses the PQ bytes from a sample (Gorgeous' memory
-/// planning): the smallest size, up to the plan's `pq_bytes`, whose
-/// ranking keeps the exact 10 nearest neighbours of sample queries within
-/// its top `candidates` at a mean recall of at least `1 − tolerance`.
+/// How the build chooses the PQ bytes (Gorgeous' memory planning): the
+/// smallest size, up to the plan's `pq_bytes`, whose ranking keeps the exact
+/// 10 nearest neighbours of sample queries within its top `candidates` at a
+/// mean recall of at least `1 − tolerance`. The ranking is over the whole
+/// data (up to `SELECT_RANK_ROWS` rows; beyond, over an even sample with
+/// `candidates` scaled to it), so a neighbour's PQ rank is what the search
+/// sees; codebooks of the trial sizes are trained on `SELECT_TRAIN_ROWS`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct PqSelection {
     pub tolerance: f32,
-    /// The refine stage's candidates at the default L.
+    /// Vectors the refine stage should need to read.
     pub candidates: usize,
 }
 
-/// Rows of the selection's sample, and queries among them.
-const SELECT_ROWS: usize = 20_000;
+/// Rows the trial codebooks are trained on.
+const SELECT_TRAIN_ROWS: usize = 20_000;
+/// Most rows the trial rankings cover.
+const SELECT_RANK_ROWS: usize = 250_000;
+/// Sample queries (rows of the data, each left out of its own ranking).
 const SELECT_QUERIES: usize = 200;
 /// Neighbours whose recall the selection measures.
 const SELECT_K: usize = 10;
+/// Rows converted and encoded per chunk of the ranking pass.
+const SELECT_CHUNK: usize = 8192;
 
 /// Trains the codebook and encodes `data`: the codebook, `n × m` codes
 /// and, when the plan asks the build to choose the PQ bytes, the trials.
@@ -81,7 +89,22 @@ fn select_sizes(dim: usize, cap: usize) -> Vec<usize> {
     v
 }
 
-/// Chooses the PQ bytes on a sample (see [`PqSelection`]).
+/// Rows `start..end` of `data` (or of the rows `ids` names) as f32.
+fn rows_f32<T: Element>(
+    data: &Matrix<T>,
+    ids: Option<&[usize]>,
+    start: usize,
+    end: usize,
+    out: &mut Vec<f32>,
+) {
+    out.clear();
+    for i in start..end {
+        let r = ids.map_or(i, |ids| ids[i]);
+        out.extend(data.row(r).iter().map(|x| x.to_f32()));
+    }
+}
+
+/// Chooses the PQ bytes (see [`PqSelection`]).
 fn select<T: Element>(
     data: &Matrix<T>,
     plan: &BuildPlan,
@@ -91,58 +114,90 @@ fn select<T: Element>(
     use rayon::prelude::*;
     let (n, dim) = (data.n(), data.dim());
     let metric = plan.metric;
-    let rows = SELECT_ROWS.min(n);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(plan.seed ^ 0x5051_5f53_454c_4543);
-    let mut idx: Vec<usize> = sample(&mut rng, n, rows).into_vec();
-    idx.sort_unstable();
-    let mut base = vec![0f32; rows * dim];
-    for (j, &r) in idx.iter().enumerate() {
-        for (o, x) in base[j * dim..(j + 1) * dim].iter_mut().zip(data.row(r)) {
-            *o = x.to_f32();
-        }
-    }
-    data.release_rows(0, n);
+    // The ranked rows: all of them, or an even sample of a large set.
+    let rank_ids: Option<Vec<usize>> = (n > SELECT_RANK_ROWS).then(|| {
+        let mut v = sample(&mut rng, n, SELECT_RANK_ROWS).into_vec();
+        v.sort_unstable();
+        v
+    });
+    let rows = rank_ids.as_ref().map_or(n, Vec::len);
     let nq = SELECT_QUERIES.min(rows.saturating_sub(SELECT_K + 1));
     if nq == 0 {
         return Ok((plan.pq_bytes, Vec::new()));
     }
-    // Queries are sample rows spread over the sample; each is left out of
-    // its own ranking.
-    let queries: Vec<usize> = (0..nq).map(|i| i * rows / nq).collect();
-    let truth: Vec<Vec<usize>> = queries
-        .par_iter()
-        .map(|&qi| {
-            let q = &base[qi * dim..(qi + 1) * dim];
-            let mut d: Vec<(f32, usize)> = (0..rows)
-                .filter(|&j| j != qi)
-                .map(|j| (metric.distance(q, &base[j * dim..(j + 1) * dim]), j))
-                .collect();
-            let k = SELECT_K.min(d.len());
-            d.select_nth_unstable_by(k - 1, |a, b| a.0.total_cmp(&b.0));
-            d[..k].iter().map(|x| x.1).collect()
+    // Training rows for the trial codebooks.
+    let train_rows = SELECT_TRAIN_ROWS.min(rows);
+    let mut train_idx: Vec<usize> = sample(&mut rng, rows, train_rows).into_vec();
+    train_idx.sort_unstable();
+    let train: Vec<f32> = train_idx
+        .iter()
+        .flat_map(|&i| {
+            let r = rank_ids.as_ref().map_or(i, |ids| ids[i]);
+            data.row(r).iter().map(|x| x.to_f32())
         })
         .collect();
-    let view = MatrixView::new(&base, rows, dim)?;
-    let mut trials = Vec::new();
-    let sizes = select_sizes(dim, plan.pq_bytes);
-    for &m in &sizes {
+    // Queries: ranked rows spread over the set, each left out of its own ranking.
+    let queries: Vec<usize> = (0..nq).map(|i| i * rows / nq).collect();
+    let qvecs: Vec<f32> = queries
+        .iter()
+        .flat_map(|&i| {
+            let r = rank_ids.as_ref().map_or(i, |ids| ids[i]);
+            data.row(r).iter().map(|x| x.to_f32())
+        })
+        .collect();
+    // Exact 10 nearest of each query among the ranked rows, in chunks.
+    let mut truth: Vec<Vec<(f32, usize)>> = vec![Vec::new(); nq];
+    let mut buf = Vec::with_capacity(SELECT_CHUNK * dim);
+    for start in (0..rows).step_by(SELECT_CHUNK) {
         check_cancel(cancel)?;
-        let cb = PqCodebook::train_cancellable(&base, dim, m, metric, plan.seed, cancel)?;
-        let codes = cb.encode_all(view);
-        let c = sel.candidates.max(SELECT_K).min(rows - 1);
+        let end = (start + SELECT_CHUNK).min(rows);
+        rows_f32(data, rank_ids.as_deref(), start, end, &mut buf);
+        truth.par_iter_mut().enumerate().for_each(|(qi, best)| {
+            let q = &qvecs[qi * dim..(qi + 1) * dim];
+            for (j, row) in buf.chunks_exact(dim).enumerate() {
+                if start + j != queries[qi] {
+                    best.push((metric.distance(q, row), start + j));
+                }
+            }
+            if best.len() > SELECT_K {
+                best.select_nth_unstable_by(SELECT_K - 1, |a, b| a.0.total_cmp(&b.0));
+                best.truncate(SELECT_K);
+            }
+        });
+    }
+    let truth: Vec<Vec<usize>> = truth
+        .into_iter()
+        .map(|t| t.into_iter().map(|x| x.1).collect())
+        .collect();
+    // The candidates at the ranked set's density.
+    let c = ((sel.candidates as f64 * rows as f64 / n as f64).round() as usize)
+        .max(SELECT_K)
+        .min(rows - 1);
+    let mut trials = Vec::new();
+    for &m in &select_sizes(dim, plan.pq_bytes) {
+        check_cancel(cancel)?;
+        let cb = PqCodebook::train_cancellable(&train, dim, m, metric, plan.seed, cancel)?;
+        let mut codes = Vec::with_capacity(rows * m);
+        for start in (0..rows).step_by(SELECT_CHUNK) {
+            check_cancel(cancel)?;
+            let end = (start + SELECT_CHUNK).min(rows);
+            rows_f32(data, rank_ids.as_deref(), start, end, &mut buf);
+            codes.extend(cb.encode_all(MatrixView::new(&buf, end - start, dim)?));
+        }
         let hits: usize = queries
             .par_iter()
-            .zip(&truth)
-            .map(|(&qi, t)| {
+            .enumerate()
+            .map(|(qi, &own)| {
                 let mut table = vec![0f32; m * PQ_CENTROIDS];
-                cb.lookup_table(&base[qi * dim..(qi + 1) * dim], metric, &mut table);
+                cb.lookup_table(&qvecs[qi * dim..(qi + 1) * dim], metric, &mut table);
                 let mut d: Vec<(f32, usize)> = (0..rows)
-                    .filter(|&j| j != qi)
+                    .filter(|&j| j != own)
                     .map(|j| (adc(&table, &codes[j * m..(j + 1) * m]), j))
                     .collect();
                 d.select_nth_unstable_by(c - 1, |a, b| a.0.total_cmp(&b.0));
                 let top: std::collections::HashSet<usize> = d[..c].iter().map(|x| x.1).collect();
-                t.iter().filter(|j| top.contains(j)).count()
+                truth[qi].iter().filter(|j| top.contains(j)).count()
             })
             .sum();
         let recall = hits as f64 / truth.iter().map(Vec::len).sum::<usize>().max(1) as f64;
@@ -152,9 +207,11 @@ fn select<T: Element>(
             candidates: c,
         });
         if recall >= 1.0 - sel.tolerance as f64 {
+            data.release_rows(0, n);
             return Ok((m, trials));
         }
     }
+    data.release_rows(0, n);
     // None within tolerance: the largest the budget allows.
     Ok((plan.pq_bytes, trials))
 }

@@ -210,16 +210,34 @@ fn the_disk_budget_is_never_exceeded() {
 fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
     // No navigation graph (its entries would add exact distances of their
     // own) and every list in memory: the traversal reads nothing, so the
-    // results are the refine stage's exact ranking of the list.
+    // results are the refine stage's exact ranking of the list. (PQ bytes
+    // fixed small so that every list fits beside them, and the budget
+    // lowered by the vectors the cache would add, whose exact distances
+    // would join the results from memory.)
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("g");
     let opts = BuildOptions {
         nav_sample: Some(0.0),
+        pq_bytes: Some(16),
         memory_budget: Some(Budget::Fraction(1.0)),
         ..gorgeous_opts()
     };
     let (_, data) = build_gorgeous(&dir, &opts);
-    let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
+    let full = Index::open(&dir, &OpenOptions::default()).unwrap();
+    let info = full.info();
+    let budget = info["memory"]["budget"].as_u64().unwrap();
+    let vectors = info["cache"]["vectors"].as_u64().unwrap();
+    drop(full);
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(budget - vectors * (DIM as u64 * 4))),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(idx.info()["cache"]["lists"], N);
+    assert_eq!(idx.info()["cache"]["vectors"], 0);
     let d = idx.graph().data_f32().unwrap();
     let queries = clustered(20, DIM, 5);
     for ratio in [1.0f32, 0.5] {
