@@ -103,7 +103,7 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
     let idx = Index::open(
         &dir,
         &OpenOptions {
-            memory_budget: Some(Budget::Bytes(2 << 20)),
+            memory_budget: Some(Budget::Bytes(3 << 20)),
             ..Default::default()
         },
     )
@@ -219,23 +219,31 @@ fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
     let opts = BuildOptions {
         nav_sample: Some(0.0),
         pq_bytes: Some(16),
-        memory_budget: Some(Budget::Fraction(1.0)),
+        memory_budget: Some(Budget::Fraction(3.0)),
         ..gorgeous_opts()
     };
     let (_, data) = build_gorgeous(&dir, &opts);
-    let full = Index::open(&dir, &OpenOptions::default()).unwrap();
-    let info = full.info();
-    let budget = info["memory"]["budget"].as_u64().unwrap();
-    let vectors = info["cache"]["vectors"].as_u64().unwrap();
-    drop(full);
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            memory_budget: Some(Budget::Bytes(budget - vectors * (DIM as u64 * 4))),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let open = |budget: Option<u64>| {
+        Index::open(
+            &dir,
+            &OpenOptions {
+                memory_budget: budget.map(Budget::Bytes),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let mut idx = open(None);
+    loop {
+        let info = idx.info();
+        let vectors = info["cache"]["vectors"].as_u64().unwrap();
+        if vectors == 0 {
+            break;
+        }
+        let budget = info["memory"]["budget"].as_u64().unwrap();
+        drop(idx);
+        idx = open(Some(budget - vectors * (DIM as u64 * 4)));
+    }
     assert_eq!(idx.info()["cache"]["lists"], N);
     assert_eq!(idx.info()["cache"]["vectors"], 0);
     let d = idx.graph().data_f32().unwrap();
@@ -269,6 +277,56 @@ fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
             let got: Vec<u32> = s.results.iter().map(|x| x.1).collect();
             assert_eq!(got, want, "ratio {ratio}");
         }
+    }
+}
+
+#[test]
+fn searches_of_any_shape_stay_within_the_budget() {
+    // The refine stage's reads are all in flight at once, and workers keep
+    // their scratch between batches: whatever L, threads and interleaving a
+    // batch asks for, what the index holds afterwards stays within budget.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    build_gorgeous(&dir, &gorgeous_opts());
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(3 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let q = clustered(64, DIM, 11);
+    for (l, threads, qif, ratio) in [
+        (128, 2, None, None),
+        (200, 1, Some(1), Some(1.0)),
+        (40, 2, Some(4), None),
+        (300, 2, None, Some(0.5)),
+        (20, 1, None, Some(0.2)),
+        (200, 2, Some(2), Some(0.8)),
+    ] {
+        let opts = SearchOptions {
+            l: Some(l),
+            threads: Some(threads),
+            queries_in_flight: qif,
+            refine_ratio: ratio,
+            ..SearchOptions::new(10)
+        };
+        match idx.search(&q, 64, &opts) {
+            Ok(_) => {}
+            // A shape the budget cannot hold is refused before it runs.
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("worker scratch"), "{m}");
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        let info = idx.info();
+        assert_eq!(
+            info["memory"]["within_budget"], true,
+            "L={l} threads={threads} qif={qif:?}: {}",
+            info["memory"]
+        );
     }
 }
 

@@ -237,19 +237,20 @@ impl GraphIndex {
         })
     }
 
-    /// Runs a planned batch on `threads` workers; ids are internal.
+    /// Runs a planned batch on `threads` workers whose scratch the plan
+    /// counted as `scratch` bytes; ids are internal.
     pub fn search(
         &self,
         queries: &[f32],
         nq: usize,
         plan: &SearchPlan,
         threads: usize,
+        scratch: u64,
     ) -> Result<BatchResult> {
-        with_engine!(
-            &self.engine,
-            e,
+        with_engine!(&self.engine, e, {
+            e.workers.fit(threads.clamp(1, nq.max(1)), scratch);
             e.workers.search_batch(&e.data, queries, nq, plan, threads)
-        )
+        })
     }
 
     /// The external id of internal id `i`.

@@ -211,7 +211,7 @@ impl Index {
             )));
         }
         let Kind::Graph(g) = &self.kind;
-        let r = g.search(queries, nq, &planned.plan, planned.threads)?;
+        let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
         let metric = self.manifest.metric;
         let ids = r
             .ids

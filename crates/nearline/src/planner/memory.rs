@@ -107,6 +107,10 @@ pub struct QueryShape {
     pub sigma: Option<f32>,
     /// Lists a replicated record packs (0: none; the query keeps some).
     pub packed: usize,
+    /// Two-stage search: the candidates the refine stage reads, all in
+    /// flight at once (0: no refine stage). Nodes expanded from memory wait
+    /// for it in a set of their own.
+    pub refine: usize,
 }
 
 /// Bytes of one query slot's scratch at its largest: the scorer's table,
@@ -128,21 +132,39 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
     let exact = (hops.min(s.n).next_power_of_two() as u64) * 8;
     // Reads, targets, free read ids, the page's targets; the expansion's
     // scratch.
-    let reads = s.width as u64 * (16 + 12 + 2 + 4) + 4 * s.r as u64;
-    // A query's W reads, and one more while an arrived page is processed
-    // (its buffer goes back after the next read is issued).
-    let buffers = (s.width as u64 + 1) * s.block_size as u64;
+    let in_flight = s.width.max(s.refine) as u64;
+    let reads = in_flight * (16 + 12 + 2 + 4) + 4 * s.r as u64;
+    // A query's W reads (the refine stage's, when more), and one more while
+    // an arrived page is processed (its buffer goes back after the next
+    // read is issued).
+    let buffers = (in_flight + 1) * s.block_size as u64;
     let query = (s.dim * (4 + s.esz)) as u64;
     // Replicated pages: the lists a query keeps (bounded per list entry)
     // and their index; the beam's in-memory frontier.
+    // (The lists' buffer grows by doubling too.)
     let loaded = if s.packed > 0 {
         let lists = crate::search::MAX_LOADED_PER_L * s.l;
-        lists as u64 * 4 * (s.r as u64 + 1) + table_bytes(lists, 8)
+        (lists * (s.r + 1)).next_power_of_two() as u64 * 4 + table_bytes(lists, 8)
+    } else {
+        0
+    };
+    let unrefined = if s.refine > 0 {
+        table_bytes(hops.min(s.n), 4)
     } else {
         0
     };
     let memory = s.width as u64 * 4;
-    table + cand + visited_bytes + exact + reads + buffers + query + loaded + memory + 2048
+    table
+        + cand
+        + visited_bytes
+        + exact
+        + reads
+        + buffers
+        + query
+        + loaded
+        + unrefined
+        + memory
+        + 2048
 }
 
 /// Adjacency lists of mean degree `degree` an adjacency cache holds in

@@ -373,6 +373,11 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         width: search_width,
         sigma: (layout == LayoutKind::Shuffled).then_some(pd.sigma),
         packed,
+        refine: default_refine(
+            pd.cache == preset::CacheKind::Adjacency || packed > 0,
+            pd.refine_ratio,
+            pd.l,
+        ),
     };
     let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
     let fixed = FixedCosts {
@@ -633,7 +638,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     let codebook = memory::codebook_bytes(m.dim, pq_m);
     let shape = |pq: usize| QueryShape {
         pq_m: pq,
-        ..query_shape(m, &geo, pd.l, pd.width, pd.sigma)
+        ..query_shape(m, &geo, &pd)
     };
     let worker = |q: usize, pq: usize| memory::worker_bytes(&shape(pq), q);
     let cores = default_threads();
@@ -708,8 +713,19 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     })
 }
 
+/// The refine stage's candidates in a default search (k = 10) of a preset
+/// whose search is two-stage.
+fn default_refine(two_stage: bool, ratio: f32, l: usize) -> usize {
+    if two_stage {
+        ((ratio * l as f32).ceil() as usize).clamp(10.min(l), l)
+    } else {
+        0
+    }
+}
+
 /// The query shape of a default search on the index of manifest `m`.
-fn query_shape(m: &Manifest, geo: &PageGeometry, l: usize, width: usize, sigma: f32) -> QueryShape {
+fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) -> QueryShape {
+    let (l, width, sigma) = (pd.l, pd.width, pd.sigma);
     QueryShape {
         n: m.n,
         dim: m.dim,
@@ -722,6 +738,11 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, l: usize, width: usize, sigma: 
         width,
         sigma: (m.layout.kind == LayoutKind::Shuffled).then_some(sigma),
         packed: m.layout.packed,
+        refine: default_refine(
+            m.layout.packed > 0 || m.has(Section::Adjacency),
+            pd.refine_ratio,
+            l,
+        ),
     }
 }
 
@@ -992,6 +1013,10 @@ fn plan_search_with(
         width: w,
         sigma: block.then_some(sigma),
         packed: f.geo.packed,
+        refine: match refine {
+            RefinePlan::Rerank { candidates } => candidates,
+            RefinePlan::None => 0,
+        },
     };
     let workers = threads.min(nq.max(1)) as u64;
     let need = |q: usize| workers * memory::worker_bytes(&shape, q);

@@ -75,6 +75,24 @@ impl<T: Element> WorkerPool<T> {
             .unwrap_or(0)
     }
 
+    /// Fits the idle workers to a batch planned for `workers` workers and
+    /// `bytes` of scratch: workers beyond those go, and when the rest hold
+    /// more than the plan (slots grown by a larger L, or more of them, in an
+    /// earlier batch) their scratch goes too, so that what a batch leaves
+    /// held is what its plan counted.
+    pub fn fit(&self, workers: usize, bytes: u64) {
+        if let Ok(mut g) = self.idle.lock() {
+            g.truncate(workers);
+            let held: usize = g
+                .iter()
+                .map(|s| s.memory_bytes() + WORKER_THREAD_BYTES)
+                .sum();
+            if held as u64 > bytes {
+                g.clear();
+            }
+        }
+    }
+
     /// Name of the I/O engine a worker uses (opening one if none is idle).
     pub fn engine_name(&self, data: &IndexData<T>) -> Result<&'static str> {
         let s = self.take(data)?;
