@@ -179,16 +179,14 @@ def _budget_list(text: str) -> list[Any]:
 
 def _disk_budget(text: str) -> Any:
     """A disk budget: bytes (int) or a size string ("2GiB"); never a fraction."""
-    t = text.strip()
     try:
-        return int(t)
-    except ValueError:
-        pass
-    try:
-        float(t)
-    except ValueError:
-        return t  # a size string; the engine parses and validates it
-    raise argparse.ArgumentTypeError(f"a disk budget is bytes or a size such as 2GiB, not a fraction ({t})")
+        b = _budget(text)
+    except argparse.ArgumentTypeError:
+        b = 0.0
+    if isinstance(b, float):
+        raise argparse.ArgumentTypeError(
+            f"a disk budget is bytes or a size such as 2GiB, not a fraction ({text.strip()})")
+    return b
 
 
 def _systems(text: str) -> list[str]:
