@@ -142,6 +142,12 @@ def test_budget_parsing():
 
 
 class _FakeIndex:
+    """nearline's Index as the bench sees it. Per-query times of query i: total 10 i µs,
+    distance 3 i (an engine with ``dist_us``), I/O wait 5 i with one query per worker and
+    4 i when queries interleave (so a test can tell which run the roofline came from)."""
+
+    with_dist = True
+
     def __init__(self, base):
         self.base = base
         self.calls = []
@@ -151,12 +157,21 @@ class _FakeIndex:
         ids, d = datasets.brute_force_ground_truth(self.base, queries, k)
         ids[:, -1] = -1  # one miss per query
         nq = len(queries)
+        i = np.arange(nq, dtype=np.float64)
         stats = {"hops": np.full(nq, 5), "reads": np.full(nq, 12), "io_utilisation": np.full(nq, 0.5),
-                 "total_us": np.arange(nq, dtype=np.float64) * 10.0}
+                 "total_us": i * 10.0, "io_wait_us": i * (5.0 if queries_in_flight == 1 else 4.0)}
+        if self.with_dist:
+            stats["dist_us"] = i * 3.0
         return (ids, d, stats) if return_stats else (ids, d)
 
     def close(self):
         pass
+
+
+class _FakeIndexNoDist(_FakeIndex):
+    """An engine built before ``dist_us``: its stats lack it."""
+
+    with_dist = False
 
 
 def test_worker_search_nearline_with_fake_engine(tmp_path, monkeypatch):
@@ -342,6 +357,11 @@ def test_run_bench_orchestration_with_fake_engine(tmp_path, monkeypatch):
     assert all(0.85 <= p["recall"] <= 0.9 and p["mean_reads"] == 12 for p in nl_pts)
     assert "nearline/diskannpy" in res["comparisons"]
     assert "build nearline" in bench.format_report(res)
+    # The roofline: nearline's split from its stats; diskannpy has none (n/a, not zeros).
+    assert res["roofline"]["nearline"]["available"] and res["roofline"]["nearline"]["dist_us"] is not None
+    peer = res["roofline"]["diskannpy"]
+    assert not peer["available"] and peer["dist_us"] is None and peer["io_wait_us"] is None
+    assert any(line.split() == ["diskannpy"] + ["n/a"] * 5 for line in bench.format_report(res).splitlines())
 
 
 def test_cache_nodes_for_matches_both_systems():
@@ -638,6 +658,144 @@ def test_worker_latency_run_sizes_and_sources(tmp_path, monkeypatch):
     assert pt["lat_p999_ms"] == pytest.approx(np.percentile(np.arange(130) * 10.0, 99.9) / 1000)
 
 
+# --------------------------------------------------------------------------- roofline: distance, I/O wait, other
+
+
+def test_worker_roofline_inputs_come_from_the_one_query_per_worker_run(tmp_path, monkeypatch):
+    """The worker's roofline means are the latency run's (one query per worker) when there is
+    one, else the recall batch's, named as such; an engine without dist_us leaves it out."""
+    ds = datasets.materialize(datasets.load_dataset("synthetic:500:8", tmp_path, queries=20), tmp_path, 10)
+    spec = {"action": "search", "system": "nearline", "index_dir": str(tmp_path / "idx"),
+            "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10],
+            "params": {"threads": 2}, "warmup": 0, "latency_queries": 130}
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndex(ds.base), raising=False)
+    pt = _bench_worker.run(spec)["points"][0]
+    lat, rec = np.arange(130.0), np.arange(20.0)
+    assert pt["roofline_dist_us"] == pytest.approx(3 * lat.mean())
+    assert pt["roofline_io_wait_us"] == pytest.approx(5 * lat.mean())  # 5 i: the queries_in_flight=1 run
+    assert pt["roofline_total_us"] == pytest.approx(10 * lat.mean())
+    assert pt["roofline_source"] == "closed-loop latency run, 1 query in flight per worker"
+    # The recall batch's own means are kept beside them.
+    assert pt["mean_dist_us"] == pytest.approx(3 * rec.mean())
+    assert pt["mean_io_wait_us"] == pytest.approx(4 * rec.mean())
+    assert pt["mean_total_us"] == pytest.approx(10 * rec.mean())
+    # Without a latency run: the recall batch, whose queries interleave.
+    pt = _bench_worker.run({**spec, "latency_queries": 0})["points"][0]
+    assert pt["roofline_io_wait_us"] == pytest.approx(4 * rec.mean())
+    assert pt["roofline_source"].startswith("recall batch, queries_in_flight=auto (queries may interleave")
+    # A latency run the variant interleaves: the recall batch's numbers, as above.
+    pt = _bench_worker.run({**spec, "variant": {"name": "q4", "build": {}, "open": {},
+                                                "search": {"queries_in_flight": 4}}})["points"][0]
+    assert pt["roofline_io_wait_us"] == pytest.approx(4 * rec.mean())
+    assert pt["roofline_source"] == ("recall batch, queries_in_flight=4 (queries interleave on a worker: "
+                                     "total_us includes the others' time)")
+    # An engine without dist_us: no distance time, neither in the roofline nor in the means.
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndexNoDist(ds.base), raising=False)
+    pt = _bench_worker.run(spec)["points"][0]
+    assert "roofline_dist_us" not in pt and "mean_dist_us" not in pt
+    assert pt["roofline_io_wait_us"] == pytest.approx(5 * lat.mean())
+
+
+def _roof_curve(*pts):
+    """A summary curve of (L, recall, dist_us or None, io_wait_us, total_us) points."""
+    return {"points": [{"L": L, "recall": r, "qps": 1000.0, "roofline_dist_us": d, "roofline_io_wait_us": io,
+                        "roofline_total_us": t, "roofline_source": "closed-loop latency run, 1 query in flight "
+                        "per worker"} for L, r, d, io, t in pts]}
+
+
+def test_roofline_summary_interpolates_clamps_and_marks_what_is_missing(tmp_path):
+    pytest.importorskip("matplotlib")
+    from nearline import plots
+
+    summary = {
+        # Brackets 0.95 between L 20 (0.90) and L 40 (1.00): halfway.
+        "nearline": _roof_curve((20, 0.90, 100.0, 300.0, 500.0), (40, 1.00, 200.0, 500.0, 900.0)),
+        # Starts above the target: the point nearest it.
+        "easy": _roof_curve((10, 0.97, 50.0, 100.0, 200.0), (20, 0.99, 80.0, 150.0, 300.0)),
+        # Distance + I/O wait above total (timer noise): other is clamped at 0.
+        "noisy": _roof_curve((10, 0.95, 60.0, 50.0, 100.0)),
+        "nodist": _roof_curve((10, 0.80, None, 100.0, 400.0), (20, 0.90, None, 200.0, 600.0)),
+        "diskannpy": {"points": [{"L": 10, "recall": 0.96, "qps": 900.0, "mean_reads": 20.0}]},
+    }
+    roof = bench.roofline_summary(summary, 0.95)
+    r = roof["nearline"]
+    assert r["available"] and r["target_recall"] == 0.95
+    assert r["at"] == {"how": "interpolated", "L": [20, 40], "recall": 0.95}
+    assert (r["dist_us"], r["io_wait_us"], r["total_us"]) == pytest.approx((150.0, 400.0, 700.0))
+    assert r["other_us"] == pytest.approx(700.0 - 150.0 - 400.0) and r["non_io_us"] == pytest.approx(300.0)
+    assert r["dist_share"] == pytest.approx(150 / 700) and r["io_share"] == pytest.approx(400 / 700)
+    assert r["source"] == "closed-loop latency run, 1 query in flight per worker"
+    assert roof["easy"]["at"] == {"how": "nearest L", "L": [10], "recall": 0.97}
+    assert roof["easy"]["dist_us"] == 50.0 and roof["easy"]["other_us"] == 50.0
+    assert roof["noisy"]["other_us"] == 0.0 and roof["noisy"]["at"]["L"] == [10]
+    nd = roof["nodist"]  # never reaches 0.95: its best point, distance time unknown, not zero
+    assert nd["available"] and nd["at"]["L"] == [20] and nd["io_wait_us"] == 200.0 and nd["total_us"] == 600.0
+    assert nd["dist_us"] is None and nd["other_us"] is None and nd["dist_share"] is None
+    assert nd["non_io_us"] == 400.0 and "dist_us" in nd["note"]
+    pk = roof["diskannpy"]  # a peer: no split at all
+    assert not pk["available"] and pk["at"] is None
+    assert all(pk[key] is None for key in ("dist_us", "io_wait_us", "other_us", "total_us", "dist_share"))
+    result = {"params": {"k": 10}, "summary": summary, "comparisons": {}, "builds": {}, "roofline": roof}
+    text = bench.format_report(result)
+    assert "Roofline (per query, µs) at recall@10 = 0.95" in text
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()
+            if line.split() and line.split()[0] in summary and len(line.split()) == 6}
+    assert rows["nearline"] == ["150", "400", "150", "700", "21%"]
+    assert rows["nodist"] == ["n/a", "200", "n/a", "600", "n/a"]
+    assert rows["diskannpy"] == ["n/a"] * 5
+    assert "roofline nearline: interpolated between L 20 and 40; from the closed-loop latency run" in text
+    assert "roofline nodist: L 20, recall 0.9000 (the nearest to the target; no bracket)" in text
+    assert "distance time unavailable (distance + other = 400 µs)" in text
+    out = plots.plot_roofline(roof, tmp_path / "p-roofline.png", title="t")
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Peers only: nothing to draw, no file.
+    assert plots.plot_roofline({"diskannpy": pk}, tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_run_bench_roofline_with_fake_engine(tmp_path, monkeypatch):
+    """End to end with the fake engine: the JSON's roofline is the mean of the stats the
+    engine returned, other = total - distance - I/O wait; a variant on an engine without
+    dist_us shows distance as unavailable; the plot gets its -roofline.png."""
+    pytest.importorskip("matplotlib")
+    ds = datasets.load_dataset("synthetic:1000:8", tmp_path)
+
+    def fake_build(data, path, **kw):
+        Path(path).mkdir()
+        return _FakeBuilt(datasets.read_vectors(data))
+
+    def fake_open(path, **kw):  # the variant "nodist" opens with entry_points=3
+        return (_FakeIndexNoDist if kw.get("entry_points") == 3 else _FakeIndex)(ds.base)
+
+    monkeypatch.setattr(nearline, "build", fake_build, raising=False)
+    monkeypatch.setattr(nearline, "open", fake_open, raising=False)
+    monkeypatch.setattr(bench, "run_worker", lambda spec, log_path=None, timeout_s=None: json.loads(
+        json.dumps(peers.jsonable(_bench_worker.run(json.loads(json.dumps(spec)))))))
+    cfg = bench.BenchConfig(data="synthetic:1000:8", systems=["nearline"], variants=["nodist:entry_points=3"],
+                            Ls=[10, 20], k=10, R=16, build_L=24, threads=1, reps=2, workdir=tmp_path, warmup=0,
+                            latency_queries=50, ceiling=False, peer_threads=[], target_recalls=[0.9],
+                            out=tmp_path / "r.json", plot=tmp_path / "p.png")
+    res = bench.run_bench(cfg, progress=False)
+    saved = json.loads((tmp_path / "r.json").read_text())
+    i = np.arange(50.0)  # the latency run's 50 queries, one per worker
+    r = saved["roofline"]["nearline"]
+    assert r["available"] and r["target_recall"] == 0.9
+    assert r["dist_us"] == pytest.approx(3 * i.mean()) and r["io_wait_us"] == pytest.approx(5 * i.mean())
+    assert r["total_us"] == pytest.approx(10 * i.mean())
+    assert r["other_us"] == pytest.approx(r["total_us"] - r["dist_us"] - r["io_wait_us"])
+    assert r["dist_share"] == pytest.approx(0.3)
+    assert r["source"] == "closed-loop latency run, 1 query in flight per worker"
+    nd = saved["roofline"]["nodist"]
+    assert nd["available"] and nd["dist_us"] is None and nd["other_us"] is None and nd["dist_share"] is None
+    assert nd["io_wait_us"] == pytest.approx(5 * i.mean()) and nd["non_io_us"] == pytest.approx(5 * i.mean())
+    text = bench.format_report(res)
+    assert "Roofline (per query, µs) at recall@10 = 0.90" in text
+    assert any(line.split() == ["nodist", "n/a", f"{5 * i.mean():.0f}", "n/a", f"{10 * i.mean():.0f}", "n/a"]
+               for line in text.splitlines())
+    assert (tmp_path / "p.png").exists()
+    assert (tmp_path / "p-roofline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_matched_ratios_latency_and_disk():
     a = {"points": [{"recall": 0.9, "qps": 1000.0, "mean_reads": 10.0, "lat_mean_ms": 1.0, "lat_p999_ms": 4.0,
                      "disk_util": 0.5},
@@ -772,6 +930,18 @@ def test_bench_end_to_end_two_variants(tmp_path):
     text = bench.format_report(res)
     assert "disk ceiling:" in text and "latency w2: 300 queries per L" in text and "io µs" in text
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The roofline from the engine's own stats (dist_us where this engine reports it).
+    assert "Roofline (per query, µs)" in text
+    for system in ("w2", "r12"):
+        r = saved["roofline"][system]
+        assert r["available"] and r["source"] == "closed-loop latency run, 1 query in flight per worker"
+        assert r["total_us"] > 0 and 0 <= r["io_wait_us"] <= r["total_us"]
+        if r["dist_us"] is None:
+            assert r["other_us"] is None and "dist_us" in r["note"]
+        else:
+            assert r["dist_us"] > 0 and r["other_us"] == pytest.approx(
+                max(0.0, r["total_us"] - r["dist_us"] - r["io_wait_us"]))
+    assert (tmp_path / "p-roofline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # --------------------------------------------------------------------------- a fair peer: diskannpy's best thread count

@@ -73,7 +73,8 @@ def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
     for key, name in (("reads", "mean_reads"), ("hops", "mean_hops"), ("io_utilisation", "io_util"),
                       ("cache_hits", "mean_cache_hits"), ("bytes_read", "mean_bytes_read"),
                       ("pq_distances", "mean_pq_distances"), ("exact_distances", "mean_exact_distances"),
-                      ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us")):
+                      ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us"), ("dist_us", "mean_dist_us"),
+                      ("total_us", "mean_total_us")):
         if key in stats:
             point[name] = float(np.mean(stats[key]))
     # Starling's Table 2: ξ averaged over every block read (records used /
@@ -86,6 +87,23 @@ def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
     return point
 
 
+def _roofline_means(stats: dict[str, np.ndarray], source: str) -> dict[str, Any]:
+    """The roofline's inputs from one run: mean per-query ``dist_us``, ``io_wait_us``, ``total_us``.
+
+    Keys ``roofline_dist_us``, ``roofline_io_wait_us``, ``roofline_total_us`` (each
+    only where the engine reports that statistic: an engine without ``dist_us``
+    leaves distance time unknown, not zero) and ``roofline_source``, the run they
+    come from. Empty without ``total_us``.
+    """
+    if "total_us" not in stats:
+        return {}
+    out: dict[str, Any] = {"roofline_source": source}
+    for key in ("dist_us", "io_wait_us", "total_us"):
+        if key in stats:
+            out[f"roofline_{key}"] = float(np.mean(stats[key]))
+    return out
+
+
 def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threads: int,
                  spec: dict[str, Any]) -> dict[str, Any]:
     """The closed-loop latency run at one L: per-query latencies and how they were taken.
@@ -96,9 +114,12 @@ def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threa
     closed loop; latency = the time around the call. A peer whose search holds
     the GIL (diskannpy) gets ``threads`` processes instead, each with its own
     open index, since Python threads would run its calls one at a time and time
-    the wait for the GIL as latency.
+    the wait for the GIL as latency. When nearline's run has one query per worker
+    (``queries_in_flight=1``, the default here) its mean distance, I/O-wait and
+    total time also go to the point as the roofline's inputs (:func:`_roofline_means`).
     """
     n = int(lat_queries.shape[0])
+    roofline: dict[str, Any] = {}
     t = time.perf_counter()
     if h.holds_gil and threads > 1:
         params = dict(spec.get("params", {}), threads=1)
@@ -113,6 +134,8 @@ def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threa
         lat = np.asarray(stats["total_us"], dtype=np.float64) / 1000.0
         qif = h.search_kw.get("queries_in_flight", 1)
         source = f"engine total_us, batch search on {threads} threads, {qif} queries in flight per thread"
+        if qif == 1:  # a query has its worker to itself: total_us is that query's own time
+            roofline = _roofline_means(stats, "closed-loop latency run, 1 query in flight per worker")
     else:
         lat, wall = closed_loop_latency(lambda q: h.single(q, k, L), lat_queries, threads)
         source = f"timed single-query calls on {threads} Python threads"
@@ -120,6 +143,7 @@ def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threa
                            "lat_run_qps": n / wall if wall > 0 else None,
                            "lat_concurrency": float(lat.sum() / 1000.0 / wall) if wall > 0 else None}
     out.update(latency_summary(lat))
+    out.update(roofline)
     return out
 
 
@@ -190,6 +214,13 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
                          lat_concurrency=float(lat.sum() / 1000.0 / wall) if wall > 0 else None)
         else:
             point.update(latency_summary(None))
+        if stats is not None and "roofline_source" not in point:
+            # No latency run with one query per worker: the recall batch's own times.
+            qif = h.queries_in_flight() if hasattr(h, "queries_in_flight") else None
+            note = ("" if qif == 1 else
+                    " (queries interleave on a worker: total_us includes the others' time)" if isinstance(qif, int)
+                    else " (queries may interleave on a worker: total_us then includes the others' time)")
+            point.update(_roofline_means(stats, f"recall batch, queries_in_flight={qif}{note}"))
         points.append(point)
         log.info("%s L=%d recall@%d=%.4f qps=%.0f p99.9=%s ms", name, L, k, point["recall"], point["qps"] or 0,
                  point.get("lat_p999_ms"))

@@ -16,7 +16,8 @@ Every system builds and searches in its own subprocess (``nearline._bench_worker
    more entry of the rotation, so it is measured once per repetition.
 3. **report** medians over repetitions, a table, ratios against the baseline
    at matched recall (:func:`interpolate_at_recall`), the disk utilisation of
-   each system, JSON and an optional plot.
+   each system, the roofline (time per query in distance computation, I/O
+   wait and the rest, :func:`roofline_summary`), JSON and optional plots.
 
 **A fair peer.** nearline's batch search interleaves several queries per thread
 (``queries_in_flight="auto"``: 4), diskannpy runs one query per thread. So with
@@ -86,14 +87,15 @@ POINT_METRICS = (
     "recall", "qps", "wall_s", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms", "lat_p999_ms", "lat_queries",
     "lat_concurrency", "lat_run_qps", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query",
     "proc_read_bytes", "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances",
-    "mean_io_wait_us", "mean_cpu_us", "vertex_util", "mean_path_length",
+    "mean_io_wait_us", "mean_cpu_us", "vertex_util", "mean_path_length", "mean_dist_us", "mean_total_us",
+    "roofline_dist_us", "roofline_io_wait_us", "roofline_total_us",
 )
 #: Point metrics of range mode (median over repetitions).
 RANGE_POINT_METRICS = (
     "ap", "qps", "wall_s", "mean_results", "mean_rounds", "max_rounds", "lat_mean_ms", "lat_p50_ms", "lat_p99_ms",
     "lat_p999_ms", "mean_reads", "mean_hops", "io_util", "proc_reads_per_query", "proc_read_bytes",
     "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances", "mean_io_wait_us",
-    "mean_cpu_us", "vertex_util", "mean_path_length", "mean_doublings",
+    "mean_cpu_us", "vertex_util", "mean_path_length", "mean_doublings", "mean_dist_us", "mean_total_us",
 )
 
 #: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open``, ``Index.search``
@@ -794,16 +796,114 @@ def median_points(runs: Sequence[Sequence[dict[str, Any]]],
         for key in metrics:
             vals = [g[key] for g in group if g.get(key) is not None]
             m[key] = float(np.median(vals)) if vals else None
-        sources = {g.get("latency_source") for g in group if g.get("latency_source")}
-        if sources:
-            m["latency_source"] = "; ".join(sorted(sources))
+        for key in ("latency_source", "roofline_source"):
+            sources = {g.get(key) for g in group if g.get(key)}
+            if sources:
+                m[key] = "; ".join(sorted(sources))
         out.append(m)
+    return out
+
+
+def single_target(targets: Sequence[float]) -> float:
+    """The one target recall of a single-point view (the budget sweep's plot, the roofline):
+    the only target given, else 0.95."""
+    return float(targets[0]) if len(targets) == 1 else 0.95
+
+
+def _roofline_point(points: Sequence[dict[str, Any]], target: float
+                    ) -> tuple[Optional[dict[str, Any]], dict[str, Optional[float]]]:
+    """The operating point of one curve at recall ``target`` and its roofline inputs there.
+
+    Over the points that have a recall and a ``roofline_total_us``, in order of L:
+    where the curve brackets ``target`` (the first point reaching it and its
+    predecessor, as :func:`interpolate_at_recall` takes them) each input is
+    interpolated linearly in recall, as :func:`matched_ratios` does; otherwise
+    (the curve starts above the target or never reaches it) the point whose
+    recall is nearest the target (the smaller L on a tie) gives them. Returns
+    ``(where, values)``: ``where`` is ``{"how": "interpolated" | "nearest L",
+    "L": [L0, L1] or [L], "recall": ...}`` (None without such a point);
+    ``values`` maps ``dist_us``, ``io_wait_us``, ``total_us`` to a number, or
+    None where a point used lacks it.
+    """
+    keys = ("dist_us", "io_wait_us", "total_us")
+    pts = [p for p in points if p.get("recall") is not None and p.get("roofline_total_us") is not None]
+    if not pts:
+        return None, {key: None for key in keys}
+
+    def at(p: dict[str, Any]) -> dict[str, Optional[float]]:
+        return {key: None if p.get(f"roofline_{key}") is None else float(p[f"roofline_{key}"]) for key in keys}
+
+    for i, p in enumerate(pts):
+        r = float(p["recall"])
+        if r < target:
+            continue
+        if r == target or (i > 0 and r <= float(pts[i - 1]["recall"])):
+            return {"how": "interpolated", "L": [p["L"]], "recall": float(target)}, at(p)
+        if i == 0:
+            break  # the curve starts above the target: no bracket
+        p0 = pts[i - 1]
+        t = (target - float(p0["recall"])) / (r - float(p0["recall"]))
+        v0, v1 = at(p0), at(p)
+        values = {key: None if v0[key] is None or v1[key] is None else v0[key] + t * (v1[key] - v0[key])
+                  for key in keys}
+        return {"how": "interpolated", "L": [p0["L"], p["L"]], "recall": float(target)}, values
+    best = min(pts, key=lambda q: (abs(float(q["recall"]) - target), q["L"]))
+    return {"how": "nearest L", "L": [best["L"]], "recall": float(best["recall"])}, at(best)
+
+
+def roofline_summary(summary: dict[str, dict[str, Any]], target: float) -> dict[str, dict[str, Any]]:
+    """Per query: time computing distances, waiting on I/O, and the rest, per system at recall ``target``.
+
+    The inputs are nearline's per-query statistics (the points' ``roofline_*``
+    means, taken by the worker from the closed-loop latency run when it gives a
+    worker one query at a time, else from the recall batch: ``source`` says which).
+    ``dist_us`` is the engine's time in distance computation (exact distances and
+    the routing estimates); ``other_us`` = ``total_us - dist_us - io_wait_us``,
+    clamped at 0; ``non_io_us`` = ``total_us - io_wait_us`` (clamped), which is
+    all there is when the engine reports no ``dist_us``: distance time, ``other_us``
+    and the shares are then None, never guessed. A system without the statistics
+    (the peers) has ``available`` False and None everywhere. Returns
+    ``{system: {"available", "target_recall", "at", "dist_us", "io_wait_us",
+    "other_us", "non_io_us", "total_us", "dist_share", "io_share", "other_share",
+    "source", "note"}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for system, s in summary.items():
+        pts = s.get("points", [])
+        row: dict[str, Any] = {"available": False, "target_recall": float(target), "at": None, "dist_us": None,
+                               "io_wait_us": None, "other_us": None, "non_io_us": None, "total_us": None,
+                               "dist_share": None, "io_share": None, "other_share": None, "source": None,
+                               "note": None}
+        if not any(p.get("roofline_total_us") is not None for p in pts):
+            row["note"] = "no per-query time split (the system reports no distance or I/O-wait times)"
+            out[system] = row
+            continue
+        where, v = _roofline_point(pts, target)
+        dist, io, total = v["dist_us"], v["io_wait_us"], v["total_us"]
+        row.update(at=where, dist_us=dist, io_wait_us=io, total_us=total)
+        sources = sorted({p["roofline_source"] for p in pts if p.get("roofline_source")})
+        row["source"] = "; ".join(sources) if sources else None
+        if total is not None and io is not None:
+            row["available"] = True
+            row["non_io_us"] = max(0.0, total - io)
+            row["io_share"] = io / total if total > 0 else None
+            if dist is not None:
+                row["other_us"] = max(0.0, total - dist - io)
+                if total > 0:
+                    row["dist_share"] = dist / total
+                    row["other_share"] = row["other_us"] / total
+            else:
+                row["note"] = "the engine reports no dist_us: distance time unavailable"
+        else:
+            row["note"] = "the engine reports no io_wait_us or total_us at this operating point"
+        out[system] = row
     return out
 
 
 #: Per-query statistics that add up over the rounds of the doubling baseline.
 _SUMMED_STATS = ("hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances", "io_wait_us",
-                 "cpu_us", "total_us", "used_bytes", "page_records", "used_records", "colocated", "path_length")
+                 "cpu_us", "total_us", "used_bytes", "page_records", "used_records", "colocated", "path_length",
+                 "dist_us")
 
 
 def knn_doubling_range(
@@ -1185,12 +1285,16 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
                    "peer_threads": cfg.peer_thread_counts()},
         **_result_body(cfg, ds, builds, runs, ceiling, summary, comparisons),
         "best_peer": best_peer,
+        "roofline": roofline_summary(summary, single_target(cfg.target_recalls)),
     }
     _save_result(cfg, result)
     if cfg.plot:
         from nearline import plots
 
         plots.plot_qps_recall(summary, cfg.plot, k=cfg.k, title=f"{ds.name} (k={cfg.k}, W={cfg.W}, T={p.threads})")
+        t = single_target(cfg.target_recalls)
+        plots.plot_roofline(result["roofline"], _suffixed(cfg.plot, "roofline"),
+                            title=f"{ds.name}: time per query at recall@{cfg.k} = {t:.2f} (T={p.threads})")
     return result
 
 
@@ -1238,7 +1342,7 @@ def run_budget_sweep(cfg: BenchConfig, budgets: Sequence[Any], progress: bool = 
     if cfg.plot:
         from nearline import plots
 
-        t = cfg.target_recalls[0] if len(cfg.target_recalls) == 1 else 0.95
+        t = single_target(cfg.target_recalls)
         plots.plot_qps_budget(curve, _suffixed(cfg.plot, "budgets"), target=t,
                               title=f"{ds['name']}: QPS at recall@{cfg.k} = {t:.2f} against the memory budget")
     return result
@@ -1547,9 +1651,52 @@ def format_report(result: dict[str, Any]) -> str:
     if best_lines:
         lines.append("")
         lines.extend(best_lines)
+    roof_lines = _roofline_lines(result, width)
+    if roof_lines:
+        lines.append("")
+        lines.extend(roof_lines)
     lines.append("")
     lines.extend(_build_lines(result, width))
     return "\n".join(lines)
+
+
+def _na(v: Optional[float], spec: str) -> str:
+    return "n/a" if v is None else format(v, spec)
+
+
+def _roofline_lines(result: dict[str, Any], width: int) -> list[str]:
+    """The roofline table (``roofline``): distance, I/O-wait and other time per query, per system,
+    then where each nearline row was taken and from which run."""
+    roof = result.get("roofline") or {}
+    if not roof:
+        return []
+    target = next(iter(roof.values())).get("target_recall")
+    k = result["params"].get("k")
+    hdr = (f"{'system':<{width}} {'distance':>9} {'I/O wait':>9} {'other':>9} {'total':>9} {'distance %':>10}")
+    lines = [f"Roofline (per query, µs) at recall@{k} = {_fmt(target, '.2f')}: distance = the engine's time "
+             "computing distances (dist_us), I/O wait = waiting for reads with nothing of the query to compute, "
+             "other = total - distance - I/O wait; n/a: not measured", hdr, "-" * len(hdr)]
+    notes = []
+    for system, r in roof.items():
+        share = r.get("dist_share")
+        lines.append(f"{system:<{width}} {_na(r.get('dist_us'), '.0f'):>9} {_na(r.get('io_wait_us'), '.0f'):>9} "
+                     f"{_na(r.get('other_us'), '.0f'):>9} {_na(r.get('total_us'), '.0f'):>9} "
+                     f"{('n/a' if share is None else f'{100 * share:.0f}%'):>10}")
+        at = r.get("at")
+        if not (r.get("available") and at):
+            continue
+        if at["how"] == "interpolated" and len(at["L"]) == 2:
+            where = f"interpolated between L {at['L'][0]} and {at['L'][1]}"
+        elif at["how"] == "interpolated":
+            where = f"L {at['L'][0]}"
+        else:
+            where = f"L {at['L'][0]}, recall {at['recall']:.4f} (the nearest to the target; no bracket)"
+        note = f"roofline {system}: {where}; from the {r.get('source')}"
+        if r.get("dist_us") is None:
+            note += (f"; this engine reports no dist_us: distance time unavailable (distance + other = "
+                     f"{_fmt(r.get('non_io_us'), '.0f')} µs)")
+        notes.append(note)
+    return lines + notes
 
 
 def _best_peer_lines(result: dict[str, Any]) -> list[str]:

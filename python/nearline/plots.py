@@ -1,4 +1,4 @@
-"""QPS-recall (and tail latency-recall) plots for ``nearline bench`` (matplotlib, Agg backend)."""
+"""QPS-recall (and tail latency), QPS-budget and roofline plots for ``nearline bench`` (matplotlib, Agg)."""
 
 from __future__ import annotations
 
@@ -98,6 +98,76 @@ def plot_qps_budget(
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    if title:
+        ax.set_title(title, fontsize=9)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    log.info("wrote %s", path)
+    return path
+
+
+def plot_roofline(
+    roofline: dict[str, dict[str, Any]],
+    path: Union[str, os.PathLike, None],
+    *,
+    title: Optional[str] = None,
+) -> Optional[Path]:
+    """Writes a PNG with one horizontal stacked bar per system that has a time split: distance,
+    I/O wait and other time per query, in µs (AlayaLaser's Figure 1, compute- against I/O-bound).
+
+    ``roofline`` is :func:`nearline.bench.roofline_summary`'s result. Systems
+    without the split (``available`` False: the peers) are left out. A system
+    whose engine reports no ``dist_us`` gets its I/O wait and one hatched
+    segment, "distance + other (not split)", instead of inventing the split.
+    Returns None (and writes nothing) when ``path`` is None or no system has a split.
+    """
+    if path is None:
+        return None
+    rows = [(system, r) for system, r in roofline.items() if r.get("available")]
+    if not rows:
+        log.info("no system reports a per-query time split: no roofline plot")
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.5 * len(rows)), dpi=120)
+    colors = {"distance": "tab:orange", "I/O wait": "tab:blue", "other": "tab:gray"}
+    labelled: set[str] = set()
+
+    def bar(y: int, left: float, width: float, label: str, **kw: Any) -> None:
+        ax.barh(y, width, left=left, label=None if label in labelled else label, **kw)
+        labelled.add(label)
+
+    for y, (_system, r) in enumerate(rows):
+        io = float(r.get("io_wait_us") or 0.0)
+        if r.get("dist_us") is not None:
+            dist = float(r["dist_us"])
+            bar(y, 0.0, dist, "distance", color=colors["distance"])
+            bar(y, dist, io, "I/O wait", color=colors["I/O wait"])
+            bar(y, dist + io, float(r.get("other_us") or 0.0), "other", color=colors["other"])
+        else:
+            bar(y, 0.0, io, "I/O wait", color=colors["I/O wait"])
+            bar(y, io, float(r.get("non_io_us") or 0.0), "distance + other (not split: no dist_us)",
+                color="white", edgecolor=colors["other"], hatch="//")
+        total = r.get("total_us")
+        share = r.get("dist_share")
+        if total is not None:
+            text = f"{total:.0f} µs" + (f", distance {100 * share:.0f}%" if share is not None else "")
+            ax.annotate(text, (float(total), y), xytext=(3, 0), textcoords="offset points", va="center",
+                        fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([system for system, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("time per query, µs")
+    ax.margins(x=0.2)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3 if len(rows) < 4 else -0.15), ncol=4,
+              frameon=False)
     if title:
         ax.set_title(title, fontsize=9)
     path = Path(path)
