@@ -233,6 +233,7 @@ def build(
     bns_iters: Optional[int] = None,
     disk_budget: Union[None, int, str] = None,
     adjacency: Optional[bool] = None,
+    principal_dims: Optional[int] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -257,7 +258,12 @@ def build(
             (graph-replicated pages, an adjacency-first cache, two-stage search
             with refine ratio 0.5 and filter ratio 0.9, navigation graph over
             0.5%, L 128, width 8; memory budget 20% of the raw vectors, PQ bytes
-            chosen on a sample) or ``"auto"`` (default; today ``"diskann"``).
+            chosen on a sample), ``"alayalaser"`` (neighbour codes inside the
+            records: PCA to ``principal_dims``, 1-bit RaBitQ scored by FastScan,
+            no PQ in memory, an in-degree cache of whole records, entry from 300
+            cluster centroids, L 200, beam with adaptive width 1 → 16 and early
+            dispatch at 0.5; memory budget 20% of the raw vectors; l2 only) or
+            ``"auto"`` (default; today ``"diskann"``).
             Explicit arguments win over the preset's.
         ids: optional external ids, one per row: a 1-D integer array of unique ids
             in 0..2**63 (floats are refused, not truncated); search returns them
@@ -300,7 +306,12 @@ def build(
             bytes per node, counted in the budget) or ``"replicated"``
             (Gorgeous: one page per node also carrying its nearest neighbours'
             adjacency lists, each list packed into at most 2 records per packed
-            slot). Default: the preset's.
+            slot) or ``"coded"`` (AlayaLaser: records in ID order carrying their
+            neighbours' RaBitQ codes; vectors stored float32 after a PCA, which
+            keeps l2 distances). Default: the preset's.
+        principal_dims: dimensions a coded layout's neighbour codes cover (the
+            leading PCA dimensions; the rest only refine exact distances).
+            Default: 256 when d ≥ 256, else d.
         disk_budget: the most bytes the page file may take (an int or a size
             such as ``"2GiB"``): a replicated layout packs fewer lists per record
             to fit (down to plain records); a budget below the plain page file
@@ -326,7 +337,7 @@ def build(
         build_memory_budget=build_memory_budget, page_size=page_size, threads=threads, seed=seed,
         overwrite=overwrite, nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout,
         shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
-        disk_budget=disk_budget, adjacency=adjacency,
+        disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)

@@ -408,7 +408,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
-               "bnf_tau", "bns_iters", "disk_budget", "adjacency")
+               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -830,8 +830,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--entry-clusters", type=_nonneg_int, default=None, metavar="C",
                    help="k-means centroid entry points (e.g. 300; default 0)")
     p.add_argument("--layout", choices=v["layouts"], default=None,
-                   help="record placement: id (DiskANN), shuffled (Starling's block shuffling) or replicated "
-                   "(Gorgeous: each page also carries its nearest neighbours' lists); default: the preset's")
+                   help="record placement: id (DiskANN), shuffled (Starling's block shuffling), replicated "
+                   "(Gorgeous: each page also carries its nearest neighbours' lists) or coded (AlayaLaser: each "
+                   "record carries its neighbours' RaBitQ codes; l2 only); default: the preset's")
     p.add_argument("--shuffle", choices=v["shuffles"], default=None, help="block-shuffling algorithm (default bnf)")
     p.add_argument("--bnf-iters", type=_positive_int, default=None, metavar="BETA", help="BNF rounds β (default 8)")
     p.add_argument("--bnf-tau", type=_finite_float, default=None, metavar="TAU",
@@ -843,6 +844,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adjacency", action=argparse.BooleanOptionalAction, default=None,
                    help="write the adjacency section an adjacency cache loads (default: the preset's, on for "
                    "gorgeous)")
+    p.add_argument("--principal-dims", type=_positive_int, default=None, metavar="P",
+                   help="dimensions a coded layout's neighbour codes cover (leading PCA dimensions; default 256 "
+                   "when d >= 256, else d)")
 
 
 # --------------------------------------------------------------------------- parser

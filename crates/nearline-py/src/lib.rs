@@ -331,6 +331,10 @@ fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyD
         PyArray1::from_iter(py, s.iter().map(|x| x.total_us)),
     )?;
     d.set_item(
+        "dist_us",
+        PyArray1::from_iter(py, s.iter().map(|x| x.dist_ns as f64 / 1000.0)),
+    )?;
+    d.set_item(
         "used_bytes",
         PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)),
     )?;

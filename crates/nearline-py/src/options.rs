@@ -237,6 +237,7 @@ pub const BUILD_KEYS: &[&str] = &[
     "bns_iters",
     "disk_budget",
     "adjacency",
+    "principal_dims",
 ];
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
@@ -344,6 +345,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             }
         },
         adjacency: k.bool("adjacency")?,
+        principal_dims: k.usize("principal_dims")?,
     };
     k.finish()?;
     Ok(o)

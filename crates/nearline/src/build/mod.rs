@@ -6,6 +6,7 @@
 //! directory that looks like an index, and never touches anything but the
 //! index it replaces.
 
+pub mod codes;
 pub mod entries;
 pub mod graph;
 pub mod pages;
@@ -64,6 +65,11 @@ pub struct BuildPlan {
     pub adjacency: bool,
     /// Bytes the page file may take (`None`: no limit).
     pub disk_budget: Option<u64>,
+    /// Principal dimensions of the neighbour codes a coded layout's
+    /// records carry (0: no codes).
+    pub code_dims: usize,
+    /// Write the in-degree section (what an in-degree cache loads).
+    pub in_degree: bool,
     /// How a shuffled layout is made.
     #[serde(skip)]
     pub shuffle: ShuffleParams,
@@ -108,7 +114,6 @@ pub fn run<T: Element>(
     plan: &BuildPlan,
     job: &BuildJob<'_>,
 ) -> Result<Manifest> {
-    let (n, dim) = (data.n(), data.dim());
     let staging = Staging::begin(dir, job.overwrite, &crate::io::files::is_index, job.inputs)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(plan.threads)
@@ -120,32 +125,91 @@ pub fn run<T: Element>(
     let manifest = pool.install(|| -> Result<Manifest> {
         let t0 = Instant::now();
         check_finite_streaming(&data, cancel)?;
+        if plan.code_dims > 0 {
+            // A coded layout: every phase runs on the transformed float32
+            // vectors (distances are the original ones).
+            let tc = Instant::now();
+            let (coding, transformed) = codes::fit(&data, plan, progress, cancel)?;
+            drop(data);
+            let pq_seconds = tc.elapsed().as_secs_f64();
+            return phases(transformed, Some(coding), pq_seconds, &tmp, plan, job, t0);
+        }
         let data = if plan.metric == Metric::Cosine {
             normalized(&data, cancel)?
         } else {
             data
         };
+        phases(data, None, 0.0, &tmp, plan, job, t0)
+    })?;
+    // What the phases freed in the allocator's arenas goes back now, not
+    // when the process ends.
+    crate::util::return_freed_memory();
+    staging.commit()?;
+    Ok(manifest)
+}
+
+/// The phases of a build over `data` (transformed, with its `coding`, for a
+/// coded layout) into the staging directory `tmp`; returns the manifest
+/// written there.
+fn phases<T: Element>(
+    data: Matrix<T>,
+    coding: Option<codes::Coding>,
+    coding_seconds: f64,
+    tmp: &Path,
+    plan: &BuildPlan,
+    job: &BuildJob<'_>,
+    t0: Instant,
+) -> Result<Manifest> {
+    let (n, dim) = (data.n(), data.dim());
+    let tmp = tmp.to_path_buf();
+    let progress = job.progress;
+    let cancel = job.cancel;
+    {
         let build_budget = plan.build_memory_budget.unwrap_or(u64::MAX);
         let mut sections = BTreeMap::new();
 
         // 1. Product quantization: train on a sample, encode in streaming chunks.
+        //    (A coded layout has none: its transform took this time.)
         let tq = Instant::now();
-        let (codebook, codes, pq_trials) = pq::run(&data, plan, build_budget, progress, cancel)?;
-        let pq_bytes = codebook.m();
-        sections.insert(
-            Section::PqCodebook,
-            write_section(
-                &tmp,
-                "pq_codebook.bin",
-                "pq_codebook",
-                &crate::format::pq::encode(&codebook),
-            )?,
-        );
-        sections.insert(
-            Section::PqCodes,
-            write_section(&tmp, "pq_codes.bin", "pq_codes", &codes)?,
-        );
-        let pq_seconds = tq.elapsed().as_secs_f64();
+        let (pq_bytes, codes, pq_trials) = if let Some(c) = &coding {
+            sections.insert(
+                Section::Pca,
+                write_section(
+                    &tmp,
+                    "pca.bin",
+                    "pca",
+                    &crate::format::quant::encode_pca(&c.pca),
+                )?,
+            );
+            sections.insert(
+                Section::Rabitq,
+                write_section(
+                    &tmp,
+                    "rabitq.bin",
+                    "rabitq",
+                    &crate::format::quant::encode_rabitq(&c.rabitq),
+                )?,
+            );
+            (0, None, Vec::new())
+        } else {
+            let (codebook, codes, pq_trials) =
+                pq::run(&data, plan, build_budget, progress, cancel)?;
+            sections.insert(
+                Section::PqCodebook,
+                write_section(
+                    &tmp,
+                    "pq_codebook.bin",
+                    "pq_codebook",
+                    &crate::format::pq::encode(&codebook),
+                )?,
+            );
+            sections.insert(
+                Section::PqCodes,
+                write_section(&tmp, "pq_codes.bin", "pq_codes", &codes)?,
+            );
+            (codebook.m(), Some(codes), pq_trials)
+        };
+        let pq_seconds = tq.elapsed().as_secs_f64() + coding_seconds;
 
         // 2. The graph (one-shot or sharded within the build budget; the PQ
         //    codes stay resident through it).
@@ -153,7 +217,7 @@ pub fn run<T: Element>(
         let g = graph::run(
             &data,
             plan,
-            build_budget.saturating_sub(codes.len() as u64),
+            build_budget.saturating_sub(codes.as_ref().map_or(0, |c| c.len() as u64)),
             progress,
             cancel,
         )?;
@@ -161,7 +225,16 @@ pub fn run<T: Element>(
         let graph_seconds = tg.elapsed().as_secs_f64();
 
         // 3. The placement, the page file and the location map.
-        let placed = pages::run(&data, &g.graph, g.medoid, plan, &tmp, progress, cancel)?;
+        let placed = pages::run(
+            &data,
+            &g.graph,
+            g.medoid,
+            plan,
+            coding.as_ref().map(|c| &c.rabitq),
+            &tmp,
+            progress,
+            cancel,
+        )?;
         for (s, info) in placed.sections {
             sections.insert(s, info);
         }
@@ -230,6 +303,11 @@ pub fn run<T: Element>(
                 shuffle: placed.shuffle,
                 packed: placed.geo.packed,
                 replication: placed.replication,
+                codes: coding.as_ref().map(|c| crate::format::CodesInfo {
+                    principal_dims: c.pca.principal(),
+                    bits: 1,
+                    explained_variance: c.pca.explained_variance_ratio(),
+                }),
             },
             wal_sequence: 0,
             sections,
@@ -246,12 +324,7 @@ pub fn run<T: Element>(
         };
         write_manifest(&tmp, &manifest)?;
         Ok(manifest)
-    })?;
-    // What the phases freed in the allocator's arenas goes back now, not
-    // when the process ends.
-    crate::util::return_freed_memory();
-    staging.commit()?;
-    Ok(manifest)
+    }
 }
 
 /// The entry of a section written by a phase.

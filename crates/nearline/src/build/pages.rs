@@ -10,8 +10,9 @@ use crate::graph::Graph;
 use crate::io::files::{sync_file, write_section, write_section_with};
 use crate::layout::replicate;
 use crate::layout::shuffle::{overlap_ratio, shuffle_blocks, ShuffleParams};
-use crate::layout::writer::write_pages;
+use crate::layout::writer::{write_pages, RecordCoder};
 use crate::layout::{AnyLayout, IdLayout, Layout, ShuffledLayout};
+use crate::quant::rabitq::RaBitQ;
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -32,18 +33,27 @@ pub struct Placed {
 
 /// Places the nodes of `graph`, writes the page file, the location map and
 /// (when planned) the adjacency section into `dir`.
+#[allow(clippy::too_many_arguments)]
 pub fn run<T: Element>(
     data: &Matrix<T>,
     graph: &Graph,
     medoid: u32,
     plan: &BuildPlan,
+    rabitq: Option<&RaBitQ>,
     dir: &Path,
     progress: Progress<'_>,
     cancel: &AtomicBool,
 ) -> Result<Placed> {
     let n = data.n();
     let vec_bytes = data.dim() * T::DTYPE.size();
-    let geo = PageGeometry::with_packed(plan.page_size, vec_bytes, plan.r, plan.packed, n)?;
+    let geo = PageGeometry::with_regions(
+        plan.page_size,
+        vec_bytes,
+        plan.r,
+        plan.packed,
+        plan.code_dims,
+        n,
+    )?;
     let rpb = geo.records_per_block;
     let mut packing = None;
     let (layout, shuffle, or_g) = match plan.layout {
@@ -63,7 +73,7 @@ pub fn run<T: Element>(
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
         }
-        LayoutKind::Id => {
+        LayoutKind::Id | LayoutKind::Coded => {
             let ids: Vec<u32> = (0..n as u32).collect();
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
@@ -97,7 +107,43 @@ pub fn run<T: Element>(
     check_cancel(cancel)?;
     progress("layout", 0, geo.n_blocks);
     let pages = dir.join("pages.bin");
-    write_pages(&pages, &layout, data, graph, packing.as_ref(), cancel)?;
+    // A coded layout's records carry their neighbours' codes, made from
+    // the (transformed, float32) rows.
+    let coder = match (plan.code_dims > 0, rabitq) {
+        (false, _) => None,
+        (true, Some(q)) => {
+            let rows: &[f32] = bytemuck::try_cast_slice(data.as_slice())
+                .map_err(|_| Error::arg("a coded layout is written from float32 vectors"))?;
+            Some((q, rows))
+        }
+        (true, None) => {
+            return Err(Error::arg(
+                "a coded layout needs the RaBitQ rotation of its transform",
+            ))
+        }
+    };
+    let dim = data.dim();
+    let code = |v: u32, rec: &mut [u8]| -> Result<()> {
+        match coder {
+            Some((q, rows)) => {
+                let at = v as usize * dim;
+                let centre = rows
+                    .get(at..at + dim)
+                    .ok_or_else(|| Error::arg(format!("node {v} is not a row of the data")))?;
+                super::codes::write_region(&geo, q, rows, dim, centre, graph.neighbors(v), rec)
+            }
+            None => Ok(()),
+        }
+    };
+    write_pages(
+        &pages,
+        &layout,
+        data,
+        graph,
+        packing.as_ref(),
+        coder.is_some().then_some(&code as RecordCoder<'_>),
+        cancel,
+    )?;
     sync_file(&pages)?;
     if let Some(d) = plan.disk_budget {
         if geo.file_bytes() > d {
@@ -140,6 +186,27 @@ pub fn run<T: Element>(
         )?,
     };
     sections.push((Section::IdToLocation, location));
+    if plan.in_degree {
+        check_cancel(cancel)?;
+        let limit = (crate::format::in_degree::IN_DEGREE_STORED_SHARE * n as f64).ceil() as usize;
+        let order = crate::format::in_degree::order(
+            n,
+            (0..n as u32).map(|v| {
+                let l = graph.neighbors(v);
+                &l[..l.len().min(plan.r)]
+            }),
+            limit,
+        );
+        sections.push((
+            Section::InDegree,
+            write_section(
+                dir,
+                "in_degree.bin",
+                "in_degree",
+                &crate::format::in_degree::encode(n, &order),
+            )?,
+        ));
+    }
     if plan.adjacency {
         check_cancel(cancel)?;
         progress("adjacency", 0, 1);

@@ -205,6 +205,7 @@ impl Cache for AdjacencyCache {
         Some(CachedNode {
             vector,
             neighbours: &self.lists[a..b],
+            codes: &[],
         })
     }
 

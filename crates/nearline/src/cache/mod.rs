@@ -27,6 +27,8 @@ pub struct CachedNode<'a> {
     pub vector: Option<&'a [u8]>,
     /// The node's neighbours.
     pub neighbours: &'a [u32],
+    /// Their codes, when the cache keeps a coded record (empty otherwise).
+    pub codes: &'a [u8],
 }
 
 /// A memory cache of nodes, consulted before a node is read from disk.
@@ -188,17 +190,47 @@ impl NodeCache {
                     queue.push_back(u);
                 }
             }
-            let idx = cache.slots.len() as u32;
-            cache.slots.insert(v, idx);
-            // The record as stored: vector, degree, neighbours (words keep
-            // it 4-byte aligned).
-            let base = cache.words.len();
-            cache.words.resize(base + cache.record_words, 0);
-            let words = &mut cache.words[base..];
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(words);
-            geo.write_record(bytes, rec.vector, rec.neighbours);
+            cache.push(v, reader.raw_record(v)?);
         }
         Ok(cache)
+    }
+
+    /// Loads the records of the first `max_nodes` nodes of `order` (an
+    /// in-degree cache: the highest in-degree first), reading the page file
+    /// at `path` (blocks are CRC-checked).
+    pub fn load_in_order(
+        path: &Path,
+        layout: &AnyLayout,
+        order: &[u32],
+        max_nodes: usize,
+    ) -> Result<Self> {
+        let geo = layout.geometry();
+        let mut cache = NodeCache::empty();
+        let take = max_nodes.min(order.len());
+        if take == 0 {
+            return Ok(cache);
+        }
+        cache.record_words = geo.record_size / 4;
+        cache.geo = Some(*geo);
+        cache.words.reserve_exact(take * cache.record_words);
+        cache.slots.reserve(take);
+        let mut reader = RecordReader::open(path, layout)?;
+        for &v in &order[..take] {
+            cache.push(v, reader.raw_record(v)?);
+        }
+        Ok(cache)
+    }
+
+    /// Keeps the record `rec` of node `v` as stored (vector, degree,
+    /// neighbours, any codes), in whole words so it stays 4-byte aligned.
+    fn push(&mut self, v: u32, rec: &[u8]) {
+        let idx = self.slots.len() as u32;
+        self.slots.insert(v, idx);
+        let base = self.words.len();
+        self.words.resize(base + self.record_words, 0);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.words[base..]);
+        let len = rec.len().min(bytes.len());
+        bytes[..len].copy_from_slice(&rec[..len]);
     }
 
     /// The cached record of `v`, if held.
@@ -222,6 +254,7 @@ impl Cache for NodeCache {
         Some(CachedNode {
             vector: Some(view.vector),
             neighbours: view.neighbours,
+            codes: view.codes,
         })
     }
 

@@ -25,8 +25,9 @@ use std::path::Path;
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: bumped on backward-compatible additions.
 /// 1.1: entry sections; 1.2: shuffled layouts; 1.3: index kind, typed
-/// names, manifest checksum.
-pub const FORMAT_MINOR: u32 = 3;
+/// names, manifest checksum; 1.4: coded layouts (AlayaLaser) with their
+/// PCA, RaBitQ and in-degree sections, and no PQ.
+pub const FORMAT_MINOR: u32 = 4;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -58,6 +59,9 @@ crate::util::vocabulary! {
         /// Gorgeous: graph-replicated pages, adjacency-first cache,
         /// two-stage search.
         Gorgeous = "gorgeous",
+        /// AlayaLaser: neighbour codes in the records (PCA + RaBitQ,
+        /// FastScan), no PQ in memory, in-degree cache, cluster entry.
+        Alayalaser = "alayalaser",
     }
 }
 
@@ -72,6 +76,10 @@ crate::util::vocabulary! {
         /// Gorgeous' graph-replicated records: ID order, each record also
         /// carrying the adjacency lists of some of its neighbours.
         Replicated = "replicated",
+        /// AlayaLaser's coded records: ID order, each record carrying its
+        /// neighbours' RaBitQ codes (format 1.4); vectors stored in the
+        /// index's PCA-rotated space.
+        Coded = "coded",
     }
 }
 
@@ -95,6 +103,12 @@ crate::util::vocabulary! {
         /// Every adjacency list in node order and the order in which an
         /// adjacency cache takes nodes (Gorgeous).
         Adjacency = "adjacency",
+        /// The PCA a coded layout's vectors are stored in (format 1.4).
+        Pca = "pca",
+        /// The RaBitQ rotation of a coded layout's principal dimensions.
+        Rabitq = "rabitq",
+        /// Nodes by decreasing in-degree (what an in-degree cache loads).
+        InDegree = "in_degree",
     }
 }
 
@@ -175,6 +189,21 @@ pub struct LayoutInfo {
     /// How the lists were spread over a replicated layout's records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication: Option<ReplicationInfo>,
+    /// The neighbour codes a coded layout's records carry (format 1.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codes: Option<CodesInfo>,
+}
+
+/// The neighbour codes of a coded layout (AlayaLaser).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CodesInfo {
+    /// Principal dimensions the codes cover (the rest are the residual,
+    /// used only for exact distances).
+    pub principal_dims: usize,
+    /// Bits per dimension (1).
+    pub bits: usize,
+    /// Share of the variance the principal dimensions hold.
+    pub explained_variance: f64,
 }
 
 fn is_zero<T: Default + PartialEq>(x: &T) -> bool {
@@ -377,11 +406,37 @@ impl Manifest {
                 u32::MAX - 1
             ));
         }
-        if self.spec.pq_bytes == 0 || self.spec.pq_bytes > self.dim {
+        let coded = l.kind == LayoutKind::Coded;
+        if coded {
+            // Routing distances come from the records: no PQ.
+            if self.spec.pq_bytes != 0 {
+                return bad(format!(
+                    "field \"spec.pq_bytes\" is {}, expected 0 for a coded layout",
+                    self.spec.pq_bytes
+                ));
+            }
+            match l.codes {
+                Some(c) if c.bits == 1 && (2..=self.dim).contains(&c.principal_dims) => {}
+                other => {
+                    return bad(format!(
+                        "field \"layout.codes\" is {other:?}, expected 1-bit codes over 2..={} principal dimensions",
+                        self.dim
+                    ))
+                }
+            }
+            if self.dtype != DType::F32 {
+                return bad(format!(
+                    "field \"dtype\" is {}, a coded layout stores float32 vectors",
+                    self.dtype
+                ));
+            }
+        } else if self.spec.pq_bytes == 0 || self.spec.pq_bytes > self.dim {
             return bad(format!(
                 "field \"spec.pq_bytes\" is {}, expected 1..={} (the dimension)",
                 self.spec.pq_bytes, self.dim
             ));
+        } else if l.codes.is_some() {
+            return bad(format!("layout {} carries no codes", l.kind));
         }
         if ![4096, 8192, 16384].contains(&l.page_size) {
             return bad(format!(
@@ -398,11 +453,12 @@ impl Manifest {
                 l.kind, l.packed
             ));
         }
-        let geo = super::page::PageGeometry::with_packed(
+        let geo = super::page::PageGeometry::with_regions(
             l.page_size,
             vector_bytes,
             l.max_degree,
             l.packed,
+            l.codes.map_or(0, |c| c.principal_dims),
             self.n,
         )
         .map_err(|e| Error::corrupt(path, e.to_string()))?;
@@ -433,7 +489,12 @@ impl Manifest {
                 self.medoid, self.n
             ));
         }
-        for key in [Section::Pages, Section::PqCodebook, Section::PqCodes] {
+        let needed: &[Section] = if coded {
+            &[Section::Pages, Section::Pca, Section::Rabitq]
+        } else {
+            &[Section::Pages, Section::PqCodebook, Section::PqCodes]
+        };
+        for &key in needed {
             if !self.sections.contains_key(&key) {
                 return bad(format!("section {key:?} is missing from \"sections\""));
             }
@@ -448,7 +509,10 @@ impl Manifest {
             // damaged manifest must not make open read `/dev/zero`,
             // `../../etc/passwd` or the directory itself.
             let implicit = *s == Section::IdToLocation
-                && matches!(l.kind, LayoutKind::Id | LayoutKind::Replicated);
+                && matches!(
+                    l.kind,
+                    LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded
+                );
             if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
                 return bad(format!(
                     "field \"sections.{}.file\" is {:?}, expected the name of a file inside the index directory (no \"/\", not \".\" or \"..\"{})",

@@ -6,6 +6,7 @@
 
 pub mod adjacency;
 pub mod entries;
+pub mod in_degree;
 pub mod location;
 pub mod manifest;
 pub mod nav;
@@ -15,7 +16,7 @@ pub mod quant;
 pub mod section;
 
 pub use manifest::{
-    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, PqTrial, Preset,
+    BuildSpec, BuildStats, CodesInfo, IndexKind, LayoutInfo, LayoutKind, Manifest, PqTrial, Preset,
     ReplicationInfo, Section, SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
     MANIFEST_FILE,
 };

@@ -13,7 +13,10 @@
 //!
 //! A record is `[vector: dim × elem, zero-padded to 4 bytes][u32 degree]
 //! [u32 × R neighbours]`, so every vector starts 4-byte aligned inside a
-//! 4 KiB-aligned buffer. Records never straddle a page; a record larger
+//! 4 KiB-aligned buffer. A graph-replicated record (Gorgeous) then carries
+//! its packed lists; a coded record (AlayaLaser) carries its neighbours'
+//! codes: `[FastScan-packed 1-bit codes of the R slots, padded to 32]
+//! [3 × f32 factors per slot]`, slot i coding neighbour i of the list. Records never straddle a page; a record larger
 //! than a page occupies a block of whole consecutive pages.
 
 #[cfg(target_endian = "big")]
@@ -33,6 +36,12 @@ pub const LAYOUT_SHUFFLED: u8 = 2;
 /// Layout id of a graph-replicated layout (Gorgeous): records in ID order,
 /// each carrying the adjacency lists of some of its neighbours.
 pub const LAYOUT_REPLICATED: u8 = 3;
+/// Layout id of a coded layout (AlayaLaser): records in ID order, each
+/// carrying its neighbours' RaBitQ codes.
+pub const LAYOUT_CODED: u8 = 4;
+/// Floats of per-neighbour factors a coded record stores (RaBitQ's add,
+/// rescale, error).
+pub const CODE_FACTORS: usize = 3;
 
 /// Where records sit in the page file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +60,11 @@ pub struct PageGeometry {
     /// Adjacency lists of neighbours each record carries (Gorgeous'
     /// graph-replicated records; 0 for plain records).
     pub packed: usize,
+    /// Bytes of the neighbour-code region of a coded record (AlayaLaser;
+    /// 0 for records without codes).
+    pub codes: usize,
+    /// Dimensions the neighbour codes cover (0 without codes).
+    pub code_dims: usize,
     /// Layout id every block header carries ([`LAYOUT_ID`],
     /// [`LAYOUT_SHUFFLED`] or [`LAYOUT_REPLICATED`]); a block of another
     /// layout is refused.
@@ -90,6 +104,47 @@ impl PageGeometry {
         packed: usize,
         n: usize,
     ) -> crate::Result<Self> {
+        Self::with_regions(page_size, vector_bytes, max_degree, packed, 0, n)
+    }
+
+    /// Bytes of a coded record's neighbour-code region: the 1-bit codes of
+    /// `max_degree` slots over `code_dims` dimensions packed for FastScan
+    /// (slots padded to 32), then [`CODE_FACTORS`] floats per slot.
+    pub fn code_region_bytes(max_degree: usize, code_dims: usize) -> Option<usize> {
+        if code_dims == 0 {
+            return Some(0);
+        }
+        let packed = crate::quant::fastscan::packed_len(max_degree, code_dims.div_ceil(4)).ok()?;
+        packed.checked_add(max_degree.checked_mul(4 * CODE_FACTORS)?)
+    }
+
+    /// Geometry of records that carry their neighbours' codes over
+    /// `code_dims` dimensions (AlayaLaser's coded layout).
+    pub fn with_codes(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        code_dims: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        Self::with_regions(page_size, vector_bytes, max_degree, 0, code_dims, n)
+    }
+
+    /// The geometry of every layout: plain records, records with `packed`
+    /// lists, or records with codes over `code_dims` dimensions (not both).
+    pub fn with_regions(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        packed: usize,
+        code_dims: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        if packed > 0 && code_dims > 0 {
+            return Err(crate::Error::arg(
+                "a record carries packed lists or neighbour codes, not both",
+            ));
+        }
         if ![4096, 8192, 16384].contains(&page_size) {
             return Err(crate::Error::arg(format!(
                 "page_size {page_size} is not supported: expected 4096, 8192 or 16384"
@@ -109,9 +164,11 @@ impl PageGeometry {
         let degree_offset = vector_bytes
             .checked_next_multiple_of(4)
             .ok_or_else(too_large)?;
+        let codes = Self::code_region_bytes(max_degree, code_dims).ok_or_else(too_large)?;
         let record_size = degree_offset
             .checked_add(4 + 4 * max_degree)
             .and_then(|r| r.checked_add(Self::packed_bytes(max_degree, packed)?))
+            .and_then(|r| r.checked_add(codes))
             .ok_or_else(too_large)?;
         let header_and_record = record_size
             .checked_add(PAGE_HEADER_BYTES)
@@ -137,8 +194,12 @@ impl PageGeometry {
             degree_offset,
             max_degree,
             packed,
+            codes,
+            code_dims,
             layout_id: if packed > 0 {
                 LAYOUT_REPLICATED
+            } else if code_dims > 0 {
+                LAYOUT_CODED
             } else {
                 LAYOUT_ID
             },
@@ -148,6 +209,13 @@ impl PageGeometry {
     /// Offset of the packed region inside a record.
     #[inline]
     fn packed_offset(&self) -> usize {
+        self.degree_offset + 4 + 4 * self.max_degree
+    }
+
+    /// Offset of the neighbour-code region inside a record (it follows the
+    /// adjacency list; coded records pack no lists).
+    #[inline]
+    pub fn codes_offset(&self) -> usize {
         self.degree_offset + 4 + 4 * self.max_degree
     }
 
@@ -255,7 +323,18 @@ impl PageGeometry {
             .ok_or_else(|| format!("record has a degree above R = {}", self.max_degree))?;
         let neighbours: &[u32] = bytemuck::try_cast_slice(nbrs)
             .map_err(|e| format!("record is not 4-byte aligned in memory: {e:?}"))?;
-        Ok(RecordView { vector, neighbours })
+        let codes = if self.codes > 0 {
+            let o = self.codes_offset();
+            rec.get(o..o + self.codes)
+                .ok_or_else(|| "record's code region is short".to_string())?
+        } else {
+            &[]
+        };
+        Ok(RecordView {
+            vector,
+            neighbours,
+            codes,
+        })
     }
 
     /// Splits a record into its vector bytes and its neighbour-id bytes
@@ -291,6 +370,9 @@ pub struct RecordView<'a> {
     pub vector: &'a [u8],
     /// The adjacency list (at most R ids).
     pub neighbours: &'a [u32],
+    /// The neighbours' codes of a coded record (empty otherwise): slot i
+    /// codes `neighbours[i]`; see [`PageGeometry::code_region_bytes`].
+    pub codes: &'a [u8],
 }
 
 /// The neighbours' adjacency lists a graph-replicated record carries.

@@ -13,8 +13,8 @@ use crate::planner::preset::CacheKind;
 use crate::planner::{MemoryPlan, OpenPlan};
 use crate::search::entry::load_sampled_entries;
 use crate::search::{
-    AnyScorer, BatchResult, EntryPlan, EntryPoints, EntrySet, IndexData, PqScorer, SearchPlan,
-    WorkerPool,
+    AnyScorer, BatchResult, CodedScorer, EntryPlan, EntryPoints, EntrySet, IndexData, PqScorer,
+    SearchPlan, WorkerPool,
 };
 use crate::{with_dtype, Error, Result};
 use serde::Serialize;
@@ -79,6 +79,8 @@ pub struct MemoryAccount {
     pub layout_map: u64,
     /// The entry structure in use.
     pub entry: u64,
+    /// A coded layout's transform.
+    pub quantizer: u64,
     pub cache: u64,
     pub cache_nodes: u64,
     /// What idle search workers hold now (buffers, query slots, rings).
@@ -88,7 +90,13 @@ pub struct MemoryAccount {
 impl MemoryAccount {
     /// Everything but the workers' scratch.
     pub fn static_total(&self) -> u64 {
-        self.pq_codes + self.pq_codebook + self.ids + self.layout_map + self.entry + self.cache
+        self.pq_codes
+            + self.pq_codebook
+            + self.ids
+            + self.layout_map
+            + self.entry
+            + self.quantizer
+            + self.cache
     }
 }
 
@@ -121,33 +129,13 @@ impl GraphIndex {
                 ),
             ));
         }
-        let cb_path = section_path(dir, m, Section::PqCodebook);
-        let codebook =
-            crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;
-        if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
-            return Err(Error::corrupt(
-                &cb_path,
-                format!(
-                    "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
-                    codebook.dim(),
-                    codebook.m(),
-                    m.dim,
-                    m.spec.pq_bytes
-                ),
-            ));
-        }
-        let codes = read_section_huge(dir, m, Section::PqCodes)?;
-        if Some(codes.len()) != m.n.checked_mul(codebook.m()) {
-            return Err(Error::corrupt(
-                section_path(dir, m, Section::PqCodes),
-                format!(
-                    "{} bytes of codes, expected n × m = {} × {}",
-                    codes.len(),
-                    m.n,
-                    codebook.m()
-                ),
-            ));
-        }
+        // Routing distances: PQ codes in RAM, or (a coded layout) the codes
+        // in the records with the transform that queries go through.
+        let scorer = if m.layout.kind == LayoutKind::Coded {
+            AnyScorer::Coded(load_coded(dir, m)?)
+        } else {
+            AnyScorer::Pq(load_pq(dir, m)?)
+        };
         let ids = if m.has(Section::Ids) {
             let path = section_path(dir, m, Section::Ids);
             Some(crate::format::section::decode_ids(
@@ -161,16 +149,24 @@ impl GraphIndex {
         let layout = match m.layout.kind {
             // A replicated layout is the ID layout of records that carry
             // packed lists (its geometry says how many).
-            LayoutKind::Id | LayoutKind::Replicated => AnyLayout::Id(IdLayout::new(geo, m.n)),
+            // A coded layout too (its records carry codes instead).
+            LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded => {
+                AnyLayout::Id(IdLayout::new(geo, m.n))
+            }
             LayoutKind::Shuffled => {
                 let b = read_section(dir, m, Section::IdToLocation)?;
                 let path = section_path(dir, m, Section::IdToLocation);
                 AnyLayout::Shuffled(ShuffledLayout::from_section(&path, &b, geo, m.n)?)
             }
         };
+        let (pq_codes, pq_codebook, quantizer) = match &scorer {
+            AnyScorer::Pq(p) => (p.codes.memory_bytes(), p.codebook.memory_bytes(), 0),
+            AnyScorer::Coded(c) => (0, 0, c.memory_bytes()),
+        };
         let mut account = MemoryAccount {
-            pq_codes: codes.memory_bytes() as u64,
-            pq_codebook: codebook.memory_bytes() as u64,
+            pq_codes: pq_codes as u64,
+            pq_codebook: pq_codebook as u64,
+            quantizer: quantizer as u64,
             ids: ids.as_ref().map(|v| v.capacity() as u64 * 8).unwrap_or(0),
             layout_map: layout.memory_bytes() as u64,
             ..Default::default()
@@ -186,6 +182,20 @@ impl GraphIndex {
                     m.medoid,
                     plan.memory.cache_nodes as usize,
                 )?),
+                CacheKind::InDegree => {
+                    let path = section_path(dir, m, Section::InDegree);
+                    let order = crate::format::in_degree::decode(
+                        &path,
+                        &read_section(dir, m, Section::InDegree)?,
+                        m.n,
+                    )?;
+                    AnyCache::Bfs(NodeCache::load_in_order(
+                        &pages_path,
+                        &layout,
+                        &order,
+                        plan.memory.cache_nodes as usize,
+                    )?)
+                }
                 CacheKind::Adjacency => AnyCache::Adjacency(AdjacencyCache::load(
                     dir,
                     m,
@@ -201,11 +211,7 @@ impl GraphIndex {
             let data = IndexData::<T> {
                 geo: *layout.geometry(),
                 layout,
-                scorer: AnyScorer::Pq(PqScorer {
-                    codebook,
-                    codes,
-                    metric: m.metric,
-                }),
+                scorer,
                 cache,
                 metric: m.metric,
                 dim: m.dim,
@@ -420,4 +426,65 @@ pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount, auto: bool) -> serde
 /// The geometry of the page file (for tools).
 pub fn page_geometry(m: &Manifest) -> Result<PageGeometry> {
     crate::planner::geometry(m)
+}
+
+/// The PQ scorer of an index: its codebook and codes, checked against the
+/// manifest.
+fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
+    let cb_path = section_path(dir, m, Section::PqCodebook);
+    let codebook =
+        crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;
+    if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
+        return Err(Error::corrupt(
+            &cb_path,
+            format!(
+                "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
+                codebook.dim(),
+                codebook.m(),
+                m.dim,
+                m.spec.pq_bytes
+            ),
+        ));
+    }
+    let codes = read_section_huge(dir, m, Section::PqCodes)?;
+    if Some(codes.len()) != m.n.checked_mul(codebook.m()) {
+        return Err(Error::corrupt(
+            section_path(dir, m, Section::PqCodes),
+            format!(
+                "{} bytes of codes, expected n × m = {} × {}",
+                codes.len(),
+                m.n,
+                codebook.m()
+            ),
+        ));
+    }
+    Ok(PqScorer {
+        codebook,
+        codes,
+        metric: m.metric,
+    })
+}
+
+/// The in-record scorer of a coded layout: its PCA and RaBitQ rotation,
+/// checked against the manifest.
+fn load_coded(dir: &Path, m: &Manifest) -> Result<CodedScorer> {
+    let pca_path = section_path(dir, m, Section::Pca);
+    let pca = crate::format::quant::decode_pca(&pca_path, &read_section(dir, m, Section::Pca)?)?;
+    let p = crate::planner::code_dims(m);
+    if pca.dim() != m.dim || pca.principal() != p {
+        return Err(Error::corrupt(
+            &pca_path,
+            format!(
+                "PCA is {}-d with {} principal dimensions; the manifest says {}-d with {p}",
+                pca.dim(),
+                pca.principal(),
+                m.dim
+            ),
+        ));
+    }
+    let rq_path = section_path(dir, m, Section::Rabitq);
+    let rabitq =
+        crate::format::quant::decode_rabitq(&rq_path, &read_section(dir, m, Section::Rabitq)?)?;
+    CodedScorer::new(&pca, rabitq, m.layout.max_degree)
+        .map_err(|e| Error::corrupt(&rq_path, e.to_string()))
 }

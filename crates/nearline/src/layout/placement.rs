@@ -254,6 +254,7 @@ impl AnyLayout {
     pub fn kind(&self) -> LayoutKind {
         match self {
             AnyLayout::Id(l) if l.geo.packed > 0 => LayoutKind::Replicated,
+            AnyLayout::Id(l) if l.geo.codes > 0 => LayoutKind::Coded,
             AnyLayout::Id(_) => LayoutKind::Id,
             AnyLayout::Shuffled(_) => LayoutKind::Shuffled,
         }
@@ -291,13 +292,24 @@ impl RecordReader {
 
     /// The record of node `v` (its block read, checked and decoded).
     pub fn record(&mut self, v: u32) -> Result<RecordView<'_>> {
+        let geo = *self.layout.geometry();
+        let path = self.blocks.path().to_path_buf();
+        let rec = self.raw_record(v)?;
+        geo.decode_record(rec)
+            .map_err(|m| Error::corrupt(&path, format!("node {v}: {m}")))
+    }
+
+    /// The bytes of node `v`'s record as stored (its block read and
+    /// checked; the record is decoded, so a bad one is refused here).
+    pub fn raw_record(&mut self, v: u32) -> Result<&[u8]> {
         let (b, slot) = self.layout.locate(v);
         let geo = *self.layout.geometry();
         let path = self.blocks.path().to_path_buf();
         let block = self.blocks.read(geo.block_offset(b))?;
         verify_block(block, b, &geo).map_err(|m| Error::corrupt(&path, m))?;
         geo.decode(block, slot)
-            .map_err(|m| Error::corrupt(&path, format!("node {v}: {m}")))
+            .map_err(|m| Error::corrupt(&path, format!("node {v}: {m}")))?;
+        Ok(geo.record(block, slot))
     }
 }
 

@@ -228,7 +228,7 @@ mod tests {
             let layout = AnyLayout::Id(id);
             let tmp = tempfile::tempdir().unwrap();
             let path = tmp.path().join("pages.bin");
-            write_pages(&path, &layout, &m, &g, Some(&packing), &AtomicBool::new(false)).unwrap();
+            write_pages(&path, &layout, &m, &g, Some(&packing), None, &AtomicBool::new(false)).unwrap();
             let bytes = std::fs::read(&path).unwrap();
             prop_assert_eq!(bytes.len() as u64, geo.file_bytes());
             let mut copies = vec![0usize; n];

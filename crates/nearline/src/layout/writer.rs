@@ -12,6 +12,9 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+/// Writes the code region of node v's record (a coded layout).
+pub type RecordCoder<'a> = &'a (dyn Fn(u32, &mut [u8]) -> Result<()> + Sync);
+
 /// Blocks assembled in memory per write (bounded so memory stays small).
 const BLOCKS_PER_CHUNK: usize = 1024;
 
@@ -22,12 +25,15 @@ const BLOCKS_PER_CHUNK: usize = 1024;
 /// is never touched at scattered rows (which would map most of it). With a
 /// `packing` (a graph-replicated layout) each record also carries the
 /// adjacency lists of the neighbours the packing names.
+/// With a `coder` (a coded layout) each record's code region is written
+/// by it after the record (node id, the record's bytes).
 pub fn write_pages<T: Element>(
     path: &Path,
     layout: &AnyLayout,
     data: &Matrix<T>,
     graph: &Graph,
     packing: Option<&Packing>,
+    coder: Option<RecordCoder<'_>>,
     cancel: &AtomicBool,
 ) -> Result<()> {
     if packing.is_some_and(|p| p.per != layout.geometry().packed) {
@@ -75,7 +81,7 @@ pub fn write_pages<T: Element>(
         chunk
             .par_chunks_mut(geo.block_size)
             .enumerate()
-            .for_each(|(i, block)| {
+            .try_for_each(|(i, block)| -> Result<()> {
                 let mut packed: Vec<(u32, &[u32])> = Vec::new();
                 block.fill(0);
                 let members = starts[i]..starts[i + 1];
@@ -94,9 +100,13 @@ pub fn write_pages<T: Element>(
                         packed.extend(p.of(v).map(|u| (u, graph.neighbors(u))));
                         geo.write_packed(rec, &packed);
                     }
+                    if let Some(c) = coder {
+                        c(v, rec)?;
+                    }
                 }
                 seal_block(block, first_block + i as u64, members.len(), geo.layout_id);
-            });
+                Ok(())
+            })?;
         out.write_all(chunk).map_err(|e| Error::io(path, e))?;
         if !shuffled {
             let row_end = ((first_block as usize + nb) * rpb).min(n);

@@ -42,7 +42,7 @@ pub fn ids_bytes(n: usize) -> u64 {
 /// position → node; the ID layout none).
 pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
     match layout {
-        LayoutKind::Id | LayoutKind::Replicated => 0,
+        LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded => 0,
         LayoutKind::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
     }
 }
@@ -111,6 +111,33 @@ pub struct QueryShape {
     /// flight at once (0: no refine stage). Nodes expanded from memory wait
     /// for it in a set of their own.
     pub refine: usize,
+    /// Dimensions of the neighbour codes in the records (0: none; the
+    /// query keeps its rotated principal part, FastScan tables and sums).
+    pub code_dims: usize,
+}
+
+/// Bytes a query's in-record code scorer holds for `code_dims` principal
+/// dimensions, degree `r` and dimension `dim`: the FastScan tables (16
+/// bytes per group of 4 dimensions), two scalars, the sums of the padded
+/// slots, the estimates, and the transformed query.
+pub fn code_state_bytes(code_dims: usize, r: usize, dim: usize) -> u64 {
+    if code_dims == 0 {
+        return 0;
+    }
+    let groups = code_dims.div_ceil(4) as u64;
+    let slots = crate::quant::fastscan::padded_count(r) as u64;
+    16 * groups + 16 + 4 * slots + 4 * r as u64 + 4 * dim as u64 + 64
+}
+
+/// Bytes the transform of a coded layout holds: the PCA (mean, variances,
+/// basis) and the rotation, merged at open into one `d × d` matrix and a
+/// mean.
+pub fn coded_quantizer_bytes(dim: usize, principal: usize) -> u64 {
+    if principal == 0 {
+        return 0;
+    }
+    let d = dim as u64;
+    4 * (d * d + 2 * d) + 4 * principal as u64 + 256
 }
 
 /// Bytes of one query slot's scratch at its largest: the scorer's table,
@@ -154,7 +181,9 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
         0
     };
     let memory = s.width as u64 * 4;
+    let codes = code_state_bytes(s.code_dims, s.r, s.dim);
     table
+        + codes
         + cand
         + visited_bytes
         + exact
@@ -209,13 +238,16 @@ pub struct MemoryPlan {
     /// The entry structure in use (navigation graph, centroid or sampled
     /// entries).
     pub entry: u64,
+    /// A coded layout's transform (PCA and rotation; 0 otherwise).
+    pub quantizer: u64,
     /// What the search workers may hold (buffers, query slots, rings).
     pub worker_scratch: u64,
     /// The cache's share: what the budget leaves.
     pub cache: u64,
     /// Nodes the cache holds in that share (an adjacency cache: lists).
     pub cache_nodes: u64,
-    /// What the cache holds: `bfs` (whole records) or `adjacency`.
+    /// What the cache holds: `bfs` or `in_degree` (whole records) or
+    /// `adjacency`.
     pub cache_policy: &'static str,
     /// The smallest budget these structures fit in (no cache).
     pub minimum: u64,
@@ -229,6 +261,7 @@ impl MemoryPlan {
             + self.ids
             + self.layout_map
             + self.entry
+            + self.quantizer
             + self.worker_scratch
     }
 }
@@ -240,6 +273,8 @@ pub struct FixedCosts {
     pub ids: u64,
     pub layout_map: u64,
     pub entry: u64,
+    /// A coded layout's transform.
+    pub quantizer: u64,
 }
 
 impl FixedCosts {
@@ -249,8 +284,13 @@ impl FixedCosts {
         self.ids
             .saturating_add(self.layout_map)
             .saturating_add(self.entry)
+            .saturating_add(self.quantizer)
     }
 }
+
+/// The most nodes an in-degree cache holds, as a share of the index
+/// (AlayaLaser: 0.15·N).
+pub const IN_DEGREE_CACHE_SHARE: f64 = 0.15;
 
 /// The share of the budget the search workers may take for interleaving
 /// several queries (one query per worker is always reserved).
@@ -300,7 +340,8 @@ fn minimum_message(what: &str, budget: u64, raw: u64, fixed: &FixedCosts, min: &
     format!(
         "memory_budget={budget} bytes is below what {what} needs: at least {minimum} bytes \
          (≈ {:.3} of the raw vectors' {raw} bytes) for PQ codes {}, codebook {}, ids {}, \
-         layout map {}, entry structure {}, search workers {} ({} threads, one query each); \
+         layout map {}, entry structure {}, transform {}, search workers {} ({} threads, one \
+         query each); \
          give memory_budget of at least {minimum} (or a fraction of at least {:.3})",
         minimum as f64 / raw.max(1) as f64,
         min.codes,
@@ -308,6 +349,7 @@ fn minimum_message(what: &str, budget: u64, raw: u64, fixed: &FixedCosts, min: &
         fixed.ids,
         fixed.layout_map,
         fixed.entry,
+        fixed.quantizer,
         min.scratch,
         min.threads,
         fraction_at_least(minimum, raw),
@@ -438,6 +480,7 @@ pub fn split_at_build(
         ids: fixed.ids,
         layout_map: fixed.layout_map,
         entry: fixed.entry,
+        quantizer: fixed.quantizer,
         worker_scratch: t * worker(q, m),
         cache: 0,
         cache_nodes: 0,
@@ -469,6 +512,7 @@ pub fn split_at_open(
     cache_nodes: Option<usize>,
     grow: bool,
     adjacency: Option<f64>,
+    in_degree: bool,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
@@ -556,6 +600,7 @@ pub fn split_at_open(
                 ids: fixed.ids,
                 layout_map: fixed.layout_map,
                 entry: fixed.entry,
+                quantizer: fixed.quantizer,
                 worker_scratch: scratch,
                 cache: share,
                 cache_nodes: lists,
@@ -589,6 +634,23 @@ pub fn split_at_open(
             decisions.push(Decision::new("cache_nodes", c, "asked for"));
             c
         }
+        None if in_degree => {
+            // AlayaLaser: min(0.8·budget / record, 0.15·N) rows; whatever
+            // the share holds beyond the cap stays unused.
+            let fit = NodeCache::capacity_for(geo, share).min(n);
+            let cap = (IN_DEGREE_CACHE_SHARE * n as f64).ceil() as usize;
+            let c = fit.min(cap);
+            decisions.push(Decision::new(
+                "cache_nodes",
+                c,
+                format!(
+                    "AlayaLaser: the highest in-degree records the {share} bytes left by \
+                     everything else hold ({fit}), at most {:.0}% of the nodes ({cap})",
+                    IN_DEGREE_CACHE_SHARE * 100.0
+                ),
+            ));
+            c
+        }
         None => {
             let c = NodeCache::capacity_for(geo, share).min(n);
             decisions.push(Decision::new(
@@ -610,10 +672,11 @@ pub fn split_at_open(
             ids: fixed.ids,
             layout_map: fixed.layout_map,
             entry: fixed.entry,
+            quantizer: fixed.quantizer,
             worker_scratch: scratch,
             cache: NodeCache::bytes_for(geo, nodes),
             cache_nodes: nodes as u64,
-            cache_policy: "bfs",
+            cache_policy: if in_degree { "in_degree" } else { "bfs" },
             minimum: min.total,
         },
     ))
@@ -645,6 +708,7 @@ mod tests {
             ids: 0,
             layout_map: 800_000,
             entry: 300_000,
+            quantizer: 0,
         };
         let worker = |q: usize, m: usize| (q * (50_000 + 1024 * m)) as u64;
         let mut d = Vec::new();
@@ -688,6 +752,7 @@ mod tests {
                     ids: u64::MAX / 2,
                     layout_map: u64::MAX / 2,
                     entry: u64::MAX / 2,
+                    quantizer: 0,
                 },
                 1000,
             ),
@@ -708,6 +773,7 @@ mod tests {
                     None,
                     false,
                     None,
+                    false,
                     &geo,
                     &mut d,
                 );
@@ -726,7 +792,7 @@ mod tests {
         let open = |budget, threads, cache, d: &mut Vec<Decision>| {
             split_at_open(
                 "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, false,
-                None, &geo, d,
+                None, false, &geo, d,
             )
         };
         // Room for eight one-query workers: all eight cores, a cache.

@@ -239,8 +239,6 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     );
     let alpha = opts.alpha.unwrap_or(pd.alpha);
     let passes = opts.passes.unwrap_or(pd.passes);
-    let esz = f.dtype.size();
-    let vec_bytes = f.dim * esz;
     let mut layout = opts.layout.unwrap_or(pd.layout);
     pick(
         &mut d,
@@ -248,6 +246,41 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         opts.layout.map(|x| x.to_string()),
         layout.to_string(),
     );
+    let coded = layout == LayoutKind::Coded;
+    // A coded layout stores float32 vectors in the PCA's space, whatever
+    // the input's element type.
+    let esz = if coded { 4 } else { f.dtype.size() };
+    let vec_bytes = f.dim * esz;
+    let code_dims = if coded {
+        if opts.metric != Metric::L2 {
+            return Err(Error::arg(format!(
+                "a coded layout (preset \"alayalaser\") supports the l2 metric only (got {}): its \
+                 vectors are stored after a PCA, which keeps distances but not inner products",
+                opts.metric
+            )));
+        }
+        if opts.pq_bytes.is_some() {
+            return Err(Error::arg(
+                "pq_bytes does not apply to a coded layout: its routing codes live in the records",
+            ));
+        }
+        if f.dim < 2 {
+            return Err(Error::arg(
+                "a coded layout needs vectors of at least 2 dimensions",
+            ));
+        }
+        let (p, why) = rules::principal_dims(opts.principal_dims, f.dim)?;
+        d.push(Decision::new("principal_dims", p, why));
+        p
+    } else {
+        if opts.principal_dims.is_some() {
+            return Err(Error::arg(format!(
+                "principal_dims applies to a coded layout (preset \"alayalaser\" or \
+                 layout=\"coded\"); this build's layout is {layout}"
+            )));
+        }
+        0
+    };
     let page_size = match opts.page_size {
         Some(p) => {
             d.push(Decision::new("page_size", p, "asked for"));
@@ -281,7 +314,8 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         p
     } else {
         if let Some(budget) = opts.disk_budget {
-            let plain = PageGeometry::new(page_size, vec_bytes, r, f.n)?.file_bytes();
+            let plain =
+                PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, f.n)?.file_bytes();
             if plain > budget {
                 return Err(Error::arg(format!(
                     "disk_budget={budget} bytes is below the {plain} bytes the page file takes \
@@ -293,6 +327,12 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         0
     };
     let adjacency = opts.adjacency.unwrap_or(pd.adjacency);
+    if coded && adjacency {
+        return Err(Error::arg(
+            "adjacency does not apply to a coded layout: its caches hold whole records (the \
+             codes that score a node's neighbours are in its record)",
+        ));
+    }
     pick(
         &mut d,
         "adjacency",
@@ -338,7 +378,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     }
     let entry_clusters = opts.entry_clusters.unwrap_or(pd.entry_clusters);
     let threads = opts.threads.unwrap_or_else(default_threads);
-    let geo = PageGeometry::with_packed(page_size, vec_bytes, r, packed, f.n)?;
+    let geo = PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, f.n)?;
     // The entry structure an open with default options loads.
     let nav_count = nav_sample_size(f.n, nav_sample);
     let entry = if nav_count > 0 {
@@ -378,6 +418,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             pd.refine_ratio,
             pd.l,
         ),
+        code_dims,
     };
     let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
     let fixed = FixedCosts {
@@ -388,6 +429,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         },
         layout_map: memory::layout_map_bytes(layout, f.n, &geo),
         entry,
+        quantizer: memory::coded_quantizer_bytes(f.dim, code_dims),
     };
     let default_budget = (raw as f64 * pd.budget_fraction).floor() as u64;
     // Gorgeous plans memory for the graph: the budget (20% of the raw
@@ -408,25 +450,76 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, m);
         default_budget.max(need)
     };
-    let (mut pq_bytes, mut mem) = memory::split_at_build(
-        &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
-        f.n,
-        f.dim,
-        raw,
-        &fixed,
-        open_threads,
-        &worker,
-        opts.pq_bytes,
-        if adjacency_first {
-            budget_given.or(Some(preset_budget))
-        } else {
-            budget_given
-        },
-        default_budget,
-        if select_pq { PQ_SHARE_ADJACENCY } else { 1.0 },
-        &geo,
-        &mut d,
-    )?;
+    let in_degree = coded && pd.cache == preset::CacheKind::InDegree;
+    let (mut pq_bytes, mut mem) = if coded {
+        // No PQ: the budget holds the fixed structures, the transform, the
+        // workers and a cache of whole records (in-degree order).
+        let budget = match budget_given {
+            Some(b) => {
+                d.push(Decision::new("memory_budget", b, "asked for"));
+                b
+            }
+            None => {
+                let need =
+                    fixed.total() + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, 0);
+                let b = default_budget.max(need);
+                d.push(Decision::new(
+                    "memory_budget",
+                    b,
+                    format!(
+                        "the {preset} preset's: {:.0}% of the raw vectors ({raw} bytes), at least \
+                         what the index needs with four queries per worker",
+                        pd.budget_fraction * 100.0
+                    ),
+                ));
+                b
+            }
+        };
+        d.push(Decision::new(
+            "pq_bytes",
+            0,
+            "AlayaLaser: routing distances come from the codes in each record, no PQ in memory",
+        ));
+        let (_, mem) = memory::split_at_open(
+            &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
+            budget,
+            raw,
+            f.n,
+            0,
+            0,
+            &fixed,
+            Some(open_threads),
+            open_threads,
+            &worker,
+            None,
+            budget_given.is_none(),
+            None,
+            in_degree,
+            &geo,
+            &mut d,
+        )?;
+        (0, mem)
+    } else {
+        memory::split_at_build(
+            &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
+            f.n,
+            f.dim,
+            raw,
+            &fixed,
+            open_threads,
+            &worker,
+            opts.pq_bytes,
+            if adjacency_first {
+                budget_given.or(Some(preset_budget))
+            } else {
+                budget_given
+            },
+            default_budget,
+            if select_pq { PQ_SHARE_ADJACENCY } else { 1.0 },
+            &geo,
+            &mut d,
+        )?
+    };
     if adjacency_first && budget_given.is_none() {
         if let Some(x) = d.iter_mut().find(|x| x.what == "memory_budget") {
             x.rule = format!(
@@ -457,7 +550,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         // Lists at most R long: a lower bound on those the share holds.
         mem.cache_nodes = memory::adjacency_lists_for(mem.cache, f.n, r as f64);
     }
-    if pq_bytes == 0 {
+    if pq_bytes == 0 && !coded {
         pq_bytes = 1;
     }
     let build_memory_budget = opts.build_memory_budget.map(|b| b.resolve(raw));
@@ -476,7 +569,12 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             dim: f.dim,
             esz,
             pq_m: pq_bytes,
-            cache: pd.cache,
+            code_dims,
+            cache: if in_degree {
+                preset::CacheKind::InDegree
+            } else {
+                pd.cache
+            },
             threads: open_threads,
             scratch_allowance: mem.worker_scratch,
         },
@@ -500,6 +598,8 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         replica_cap: REPLICA_CAP_PER_SLOT * packed,
         adjacency,
         disk_budget: opts.disk_budget,
+        code_dims,
+        in_degree,
         shuffle: ShuffleParams {
             seed: opts.seed,
             ..opts.shuffle.clone()
@@ -556,13 +656,19 @@ pub struct OpenPlan {
 
 /// The geometry of an index's page file, from its manifest.
 pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
-    PageGeometry::with_packed(
+    PageGeometry::with_regions(
         m.layout.page_size,
         m.dim * m.dtype.size(),
         m.layout.max_degree,
         m.layout.packed,
+        code_dims(m),
         m.n,
     )
+}
+
+/// Dimensions of the neighbour codes the index's records carry (0: none).
+pub fn code_dims(m: &Manifest) -> usize {
+    m.layout.codes.map_or(0, |c| c.principal_dims)
 }
 
 /// Plans opening the index of manifest `m` with `opts`. The memory split
@@ -633,9 +739,14 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         },
         layout_map: memory::layout_map_bytes(m.layout.kind, m.n, &geo),
         entry: entry_bytes,
+        quantizer: memory::coded_quantizer_bytes(m.dim, code_dims(m)),
     };
     let pq_m = m.spec.pq_bytes;
-    let codebook = memory::codebook_bytes(m.dim, pq_m);
+    let codebook = if pq_m == 0 {
+        0
+    } else {
+        memory::codebook_bytes(m.dim, pq_m)
+    };
     let shape = |pq: usize| QueryShape {
         pq_m: pq,
         ..query_shape(m, &geo, &pd)
@@ -682,8 +793,19 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     };
     let budget_auto = opts.memory_budget.is_none()
         && (m.spec.memory_budget_auto || m.format_minor < crate::format::manifest::CHECKSUM_MINOR);
-    let (cache, why) = rules::resolve_cache(opts.cache, pd.cache, m.has(Section::Adjacency))?;
+    let (cache, why) = rules::resolve_cache(
+        opts.cache,
+        pd.cache,
+        m.has(Section::Adjacency),
+        m.has(Section::InDegree),
+    )?;
     d.push(Decision::new("cache", cache, why));
+    if m.layout.kind == LayoutKind::Coded && cache == preset::CacheKind::Adjacency {
+        return Err(Error::arg(
+            "cache=\"adjacency\" does not apply to a coded layout: a node's neighbours are \
+             scored from the codes in its whole record (use \"in_degree\" or \"bfs\")",
+        ));
+    }
     let adjacency = (cache == preset::CacheKind::Adjacency).then_some(m.build_stats.mean_degree);
     let (threads, mem) = memory::split_at_open(
         &format!("this {} index", m.spec.preset),
@@ -699,6 +821,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         opts.cache_nodes,
         budget_auto,
         adjacency,
+        cache == preset::CacheKind::InDegree,
         &geo,
         &mut d,
     )?;
@@ -743,6 +866,7 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) ->
             pd.refine_ratio,
             l,
         ),
+        code_dims: code_dims(m),
     }
 }
 
@@ -756,6 +880,8 @@ pub struct SearchFacts {
     pub dim: usize,
     pub esz: usize,
     pub pq_m: usize,
+    /// Dimensions of the codes in the records (0: none).
+    pub code_dims: usize,
     /// What the open index's cache holds.
     pub cache: preset::CacheKind,
     /// The index's default search threads.
@@ -783,6 +909,7 @@ impl SearchFacts {
             dim: m.dim,
             esz: m.dtype.size(),
             pq_m: m.spec.pq_bytes,
+            code_dims: code_dims(m),
             threads,
             scratch_allowance: allowance,
         })
@@ -911,11 +1038,31 @@ fn plan_search_with(
         }
     };
     let executor = match kind {
-        ExecutorKind::Beam => ExecutorPlan::Beam(BeamPlan {
-            width: w,
-            adaptive: opts.adaptive_beam,
-            early_dispatch: opts.early_dispatch,
-        }),
+        ExecutorKind::Beam => {
+            // A preset's beam options (AlayaLaser's) apply when the search
+            // leaves them unset.
+            let adaptive = opts.adaptive_beam || pd.adaptive_beam;
+            let early_dispatch = opts.early_dispatch.or(pd.early_dispatch);
+            if !opts.adaptive_beam && pd.adaptive_beam {
+                d.push("adaptive_beam", true, || {
+                    format!("the {} preset's: width 1, doubling to W", f.preset)
+                });
+            }
+            if let (None, Some(e)) = (opts.early_dispatch, pd.early_dispatch) {
+                d.push("early_dispatch", e, || {
+                    format!(
+                        "the {} preset's: the next hop goes out once this share of the current \
+                         hop's pages is processed",
+                        f.preset
+                    )
+                });
+            }
+            ExecutorPlan::Beam(BeamPlan {
+                width: w,
+                adaptive,
+                early_dispatch,
+            })
+        }
         ExecutorKind::Pipeline => ExecutorPlan::Pipeline(PipelinePlan {
             max_width: w,
             start_width: PIPELINE_START_WIDTH.min(w).max(1),
@@ -1017,6 +1164,7 @@ fn plan_search_with(
             RefinePlan::Rerank { candidates } => candidates,
             RefinePlan::None => 0,
         },
+        code_dims: f.code_dims,
     };
     let workers = threads.min(nq.max(1)) as u64;
     let need = |q: usize| workers * memory::worker_bytes(&shape, q);

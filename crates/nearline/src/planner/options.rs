@@ -85,6 +85,9 @@ vocabulary! {
         Bfs = "bfs",
         /// Adjacency lists first, vectors if memory remains (Gorgeous).
         Adjacency = "adjacency",
+        /// Whole records of the highest in-degree nodes (AlayaLaser; the
+        /// index needs its in-degree section).
+        InDegree = "in_degree",
     }
 }
 
@@ -152,6 +155,10 @@ pub struct BuildOptions {
     /// Write the adjacency section an adjacency cache loads; `None`: the
     /// preset's.
     pub adjacency: Option<bool>,
+    /// Principal dimensions a coded layout's neighbour codes cover (the
+    /// rest are residual dimensions, used for exact distances only);
+    /// `None`: AlayaLaser's rule (256 when d ≥ 256, else d).
+    pub principal_dims: Option<usize>,
 }
 
 impl Default for BuildOptions {
@@ -178,6 +185,7 @@ impl Default for BuildOptions {
             shuffle: ShuffleParams::default(),
             disk_budget: None,
             adjacency: None,
+            principal_dims: None,
         }
     }
 }

@@ -12,6 +12,9 @@ crate::util::vocabulary! {
         /// Gorgeous' adjacency-first cache: adjacency lists, then vectors
         /// if memory remains.
         Adjacency = "adjacency",
+        /// AlayaLaser's in-degree cache: whole records of the nodes most
+        /// often listed as neighbours.
+        InDegree = "in_degree",
     }
 }
 
@@ -68,6 +71,22 @@ pub struct PresetDefaults {
     pub refine_ratio: f32,
     /// Gorgeous' filter on expanding a loaded list without a read.
     pub filter_ratio: f32,
+    /// AlayaLaser's adaptive beam when the search runs the beam and gives
+    /// no choice.
+    pub adaptive_beam: bool,
+    /// AlayaLaser's early dispatch when the search runs the beam and gives
+    /// none.
+    pub early_dispatch: Option<f32>,
+    /// Neighbour codes in the records (AlayaLaser): principal dimensions
+    /// the codes cover when the build gives none (`None`: plain records).
+    pub principal_dims: Option<PrincipalDims>,
+}
+
+/// How many principal dimensions a coded layout's codes cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrincipalDims {
+    /// AlayaLaser's rule: 256 when d ≥ 256, else d.
+    ByDimension,
 }
 
 /// Default search list size: `max(k, DEFAULT_L)`.
@@ -100,6 +119,9 @@ const BASE: PresetDefaults = PresetDefaults {
     adjacency: false,
     refine_ratio: DEFAULT_REFINE_RATIO,
     filter_ratio: DEFAULT_FILTER_RATIO,
+    adaptive_beam: false,
+    early_dispatch: None,
+    principal_dims: None,
 };
 
 /// Refine ratio when a search gives none (Gorgeous: 0.4–0.5).
@@ -145,6 +167,25 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
             budget_fraction: 0.2,
             ..BASE
         },
+        // AlayaLaser: neighbour codes in the records (PCA to 256 principal
+        // dimensions when d ≥ 256, RaBitQ 1-bit, FastScan), no PQ in RAM,
+        // the budget (20% of the raw vectors unless given) for an in-degree
+        // cache of whole records, entry from 300 cluster centroids, L 200,
+        // the beam with adaptive width 1 → 16 and early dispatch at half
+        // a hop.
+        Preset::Alayalaser => PresetDefaults {
+            layout: LayoutKind::Coded,
+            entry_clusters: 300,
+            executor: PresetExecutor::Beam,
+            width: 16,
+            l: 200,
+            cache: CacheKind::InDegree,
+            budget_fraction: 0.2,
+            adaptive_beam: true,
+            early_dispatch: Some(0.5),
+            principal_dims: Some(PrincipalDims::ByDimension),
+            ..BASE
+        },
     }
 }
 
@@ -179,6 +220,31 @@ mod tests {
         assert_eq!(
             (d.refine_ratio, d.filter_ratio, d.page_size),
             (0.5, 0.9, 4096)
+        );
+        let d = defaults(Preset::Alayalaser);
+        assert_eq!(
+            (
+                d.r,
+                d.l,
+                d.alpha,
+                d.entry_clusters,
+                d.width,
+                d.layout,
+                d.cache
+            ),
+            (
+                64,
+                200,
+                1.2,
+                300,
+                16,
+                LayoutKind::Coded,
+                CacheKind::InDegree
+            )
+        );
+        assert_eq!(
+            (d.adaptive_beam, d.early_dispatch, d.executor),
+            (true, Some(0.5), PresetExecutor::Beam)
         );
         let d = defaults(Preset::Diskann);
         assert_eq!(

@@ -105,6 +105,13 @@ pub enum PageKind {
 pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, String)> {
     Ok(match choice {
         PageChoice::Targets => (PageKind::Targets, "asked for".into()),
+        PageChoice::Block if layout == LayoutKind::Coded => {
+            return Err(Error::arg(
+                "page_search=\"block\" does not apply to a coded layout: its routing distances \
+                 come from the expanded record's codes, so co-located records cannot be scored \
+                 (use \"targets\" or \"auto\")",
+            ))
+        }
         PageChoice::Block => (PageKind::Block, "asked for".into()),
         PageChoice::Replicas if layout != LayoutKind::Replicated => {
             return Err(Error::arg(format!(
@@ -127,8 +134,30 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
                 PageKind::Targets,
                 "DiskANN: an ID-layout page holds unrelated nodes".into(),
             ),
+            LayoutKind::Coded => (
+                PageKind::Targets,
+                "AlayaLaser: one record per read, its neighbours scored from its codes".into(),
+            ),
         },
     })
+}
+
+/// Principal dimensions of a coded layout's codes: AlayaLaser's 256 when
+/// d ≥ 256, else every dimension (the codes then cover the whole vector).
+pub fn principal_dims(asked: Option<usize>, dim: usize) -> Result<(usize, String)> {
+    match asked {
+        Some(p) if p < 2 || p > dim => Err(Error::arg(format!(
+            "principal_dims={p} must be in 2..={dim} (the dimension)"
+        ))),
+        Some(p) => Ok((p, "asked for".into())),
+        None if dim >= 256 => Ok((
+            256,
+            "AlayaLaser: 256 principal dimensions when d ≥ 256 (the residual ones only refine \
+             exact distances)"
+                .into(),
+        )),
+        None => Ok((dim, "AlayaLaser: every dimension when d < 256".into())),
+    }
 }
 
 /// The cache an open loads. `Auto`: the preset's; an adjacency cache
@@ -138,8 +167,24 @@ pub fn resolve_cache(
     choice: CacheChoice,
     preset: CacheKind,
     has_adjacency: bool,
+    has_in_degree: bool,
 ) -> Result<(CacheKind, String)> {
     Ok(match choice {
+        CacheChoice::InDegree if !has_in_degree => {
+            return Err(Error::arg(
+                "cache=\"in_degree\": this index has no in-degree section; rebuild it with \
+                 preset=\"alayalaser\"",
+            ))
+        }
+        CacheChoice::InDegree => (CacheKind::InDegree, "asked for".into()),
+        CacheChoice::Auto if preset == CacheKind::InDegree && has_in_degree => (
+            CacheKind::InDegree,
+            "AlayaLaser: whole records of the highest in-degree nodes".into(),
+        ),
+        CacheChoice::Auto if preset == CacheKind::InDegree => (
+            CacheKind::Bfs,
+            "the index has no in-degree section: whole records, breadth-first".into(),
+        ),
         CacheChoice::Bfs => (CacheKind::Bfs, "asked for".into()),
         CacheChoice::Adjacency if !has_adjacency => {
             return Err(Error::arg(
@@ -157,7 +202,7 @@ pub fn resolve_cache(
                 CacheKind::Bfs,
                 "the index has no adjacency section: whole records, breadth-first".into(),
             ),
-            CacheKind::Bfs => (
+            CacheKind::Bfs | CacheKind::InDegree => (
                 CacheKind::Bfs,
                 "DiskANN: whole records, breadth-first from the entry point".into(),
             ),

@@ -7,7 +7,7 @@
 use super::candidates::{CandidateList, KickedSet};
 use super::index_data::IndexData;
 use super::plan::{PagePlan, SearchPlan};
-use super::scorer::Scorer;
+use super::scorer::{CodeScratch, Scorer};
 use super::stats::QueryStats;
 use crate::cache::Cache;
 use crate::elem::Element;
@@ -80,6 +80,10 @@ pub struct Query<T: Element> {
     pub qt: Vec<T>,
     /// The scorer's per-query state (for PQ: the lookup table).
     pub table: Vec<f32>,
+    /// The query moved into the index's space (in-record scorers).
+    pub qtrans: Vec<f32>,
+    /// In-record scoring scratch: FastScan sums and neighbour estimates.
+    codes: CodeScratch,
     pub cand: CandidateList,
     pub visited: IdMap<()>,
     /// (exact internal distance, node) of every node whose record was used.
@@ -137,6 +141,8 @@ impl<T: Element> Default for Query<T> {
             qf: Vec::new(),
             qt: Vec::new(),
             table: Vec::new(),
+            qtrans: Vec::new(),
+            codes: CodeScratch::default(),
             cand: CandidateList::default(),
             visited: IdMap::default(),
             exact: Vec::new(),
@@ -206,6 +212,8 @@ impl<T: Element> Query<T> {
         self.qf.capacity() * 4
             + self.qt.capacity() * std::mem::size_of::<T>()
             + self.table.capacity() * 4
+            + self.qtrans.capacity() * 4
+            + self.codes.memory_bytes()
             + std::mem::size_of_val(self.cand.items())
             + self.visited.capacity() * 5
             + self.exact.capacity() * 8
@@ -254,14 +262,96 @@ impl<T: Element> Query<T> {
                 format!("record of node {v} is misaligned"),
             )
         })?;
+        let t = Instant::now();
         let d = env.data.metric.distance(&self.qt, x);
+        self.stats.dist_ns += t.elapsed().as_nanos() as u64;
+        self.found(env, v, d);
+        Ok(d)
+    }
+
+    /// Keeps the exact distance `d` of node `v` for the result.
+    #[inline]
+    fn found<L: Layout, S: Scorer, C: Cache>(&mut self, env: &Env<'_, T, L, S, C>, v: u32, d: f32) {
         self.stats.exact_distances += 1;
         // A range search reports only what lies within the radius; keeping
         // nothing else spares sorting the rest at every doubling.
         if env.plan.range.is_none_or(|r| d <= r.radius) {
             self.exact.push((d, v));
         }
-        Ok(d)
+    }
+
+    /// Expands node `v` from a whole record (its stored `vector`, its
+    /// `neighbours` and their `codes`): the exact distance, then the
+    /// neighbours, scored from the codes by an in-record scorer.
+    #[inline]
+    pub fn expand_whole<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        vector: &[u8],
+        neighbours: &[u32],
+        codes: &[u8],
+    ) -> Result<()> {
+        if !S::IN_RECORD {
+            self.exact(env, v, vector)?;
+            return self.expand(env, v, neighbours);
+        }
+        let corrupt =
+            |m: String| Error::corrupt(&env.data.pages_path, format!("record of node {v}: {m}"));
+        let x: &[f32] = bytemuck::try_cast_slice(vector)
+            .map_err(|_| corrupt("the vector is misaligned".into()))?;
+        let t = Instant::now();
+        let mut scratch = std::mem::take(&mut self.codes);
+        let r = env.scorer.score_record(
+            &self.table,
+            &self.qf,
+            x,
+            codes,
+            neighbours.len(),
+            &mut scratch,
+        );
+        self.stats.dist_ns += t.elapsed().as_nanos() as u64;
+        let r = r
+            .map_err(corrupt)
+            .map(|d| self.found(env, v, d))
+            .and_then(|_| self.insert_scored(env, v, neighbours, &scratch.est));
+        self.codes = scratch;
+        r
+    }
+
+    /// Inserts the unvisited `neighbours` of `v` with their estimates
+    /// `est` (one per neighbour, from an in-record scorer).
+    #[inline]
+    fn insert_scored<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        neighbours: &[u32],
+        est: &[f32],
+    ) -> Result<()> {
+        let n = env.data.n;
+        self.stats.hops += 1;
+        let range = env.plan.range.is_some();
+        for (&u, &du) in neighbours.iter().zip(est) {
+            if u as usize >= n {
+                return Err(Error::corrupt(
+                    &env.data.pages_path,
+                    format!("node {v} lists neighbour {u}, but the index has {n} nodes"),
+                ));
+            }
+            if self.visited.insert(u, ()).is_some() {
+                continue;
+            }
+            self.stats.pq_distances += 1;
+            if range {
+                if let Some(k) = self.cand.insert_kick(du, u) {
+                    self.range.kicked(k);
+                }
+            } else {
+                self.cand.insert(du, u);
+            }
+        }
+        Ok(())
     }
 
     /// Expands node `v` from its neighbour list: scores its unvisited
@@ -293,6 +383,7 @@ impl<T: Element> Query<T> {
             }
         }
         let range = env.plan.range.is_some();
+        let t = Instant::now();
         for i in 0..self.fresh.len() {
             let u = self.fresh[i];
             let du = env.scorer.score(&self.table, u);
@@ -305,6 +396,7 @@ impl<T: Element> Query<T> {
                 self.cand.insert(du, u);
             }
         }
+        self.stats.dist_ns += t.elapsed().as_nanos() as u64;
         Ok(())
     }
 
@@ -317,8 +409,7 @@ impl<T: Element> Query<T> {
         v: u32,
         rec: RecordView<'_>,
     ) -> Result<()> {
-        self.exact(env, v, rec.vector)?;
-        self.expand(env, v, rec.neighbours)
+        self.expand_whole(env, v, rec.vector, rec.neighbours, rec.codes)
     }
 
     /// Keeps the list of neighbour `v` a replicated page carried, unless
@@ -401,14 +492,14 @@ impl<T: Element> Query<T> {
         self.stats.cache_hits += 1;
         match node.vector {
             Some(vector) => {
-                self.exact(env, v, vector)?;
+                self.expand_whole(env, v, vector, node.neighbours, node.codes)?;
             }
             None => {
                 self.stats.adjacency_hits += 1;
                 self.unrefined.insert(v, ());
+                self.expand(env, v, node.neighbours)?;
             }
         }
-        self.expand(env, v, node.neighbours)?;
         Ok(true)
     }
 

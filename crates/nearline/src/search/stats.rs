@@ -18,6 +18,10 @@ pub struct QueryStats {
     pub exact_distances: u32,
     pub io_wait_us: f64,
     pub cpu_us: f64,
+    /// Time spent computing distances for this query: exact distances of
+    /// expanded records and the routing estimates of their neighbours (PQ
+    /// lookups or in-record codes), in nanoseconds (part of `cpu_us`).
+    pub dist_ns: u64,
     pub total_us: f64,
     /// Bytes of the records this query used out of the blocks it read.
     pub used_bytes: u64,

@@ -308,7 +308,9 @@ fn every_executor_is_exact_with_a_full_list() {
 /// DiskANN's synchronous beam written as plainly as possible: blocking
 /// record reads, the whole hop before the next.
 fn reference_beam(d: &IndexData<f32>, q: &[f32], p: &P) -> (Vec<(f32, u32)>, QueryStats) {
-    let AnyScorer::Pq(pq) = &d.scorer;
+    let AnyScorer::Pq(pq) = &d.scorer else {
+        panic!("the reference beam runs on PQ indexes");
+    };
     let mut reader = RecordReader::open(&d.pages_path, &d.layout).unwrap();
     let mut table = Vec::new();
     pq.prepare(q, &mut table);

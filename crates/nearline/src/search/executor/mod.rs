@@ -340,6 +340,15 @@ pub fn run<T: Element>(
         (AnyLayout::Shuffled(layout), AnyScorer::Pq(scorer), AnyCache::Adjacency(cache)) => {
             with_executor(&mut job, &env(data, layout, scorer, cache, p))
         }
+        // A coded layout places records as the ID layout does, and its
+        // caches hold whole records.
+        (AnyLayout::Id(layout), AnyScorer::Coded(scorer), AnyCache::Bfs(cache)) => {
+            with_executor(&mut job, &env(data, layout, scorer, cache, p))
+        }
+        (_, AnyScorer::Coded(_), _) => Err(Error::arg(
+            "an index with codes in its records searches with whole-record caches on its own \
+             layout only",
+        )),
     };
     // Abandoned reads (and, after an error, every read) are reaped before
     // the worker goes back to its pool.
@@ -528,7 +537,17 @@ fn start<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
     q.qi = qi;
     *mark = q.started;
     x.start(xs);
-    prepare_query(data.metric, qi, query, &mut q.qf, &mut q.qt)?;
+    // An index that stores its vectors transformed (a coded layout) moves
+    // the query into that space first (a non-finite query is refused by
+    // `prepare_query` as given).
+    let mut moved = std::mem::take(&mut q.qtrans);
+    let r = if query.iter().all(|v| v.is_finite()) && env.scorer.transform(query, &mut moved) {
+        prepare_query(data.metric, qi, &moved, &mut q.qf, &mut q.qt)
+    } else {
+        prepare_query(data.metric, qi, query, &mut q.qf, &mut q.qt)
+    };
+    q.qtrans = moved;
+    r?;
     if data.n == 0 {
         q.phase = Phase::Done;
         return Ok(());
@@ -566,7 +585,16 @@ fn start<T: Element, L: Layout, S: Scorer, C: Cache, X: Executor>(
             ));
         }
         if q.visited.insert(v, ()).is_none() {
-            let d = env.scorer.score(&q.table, v);
+            // An in-record scorer has no estimate by id: an entry whose
+            // exact distance the entry structure found takes it.
+            let d = if S::IN_RECORD {
+                q.exact
+                    .iter()
+                    .find(|e| e.1 == v)
+                    .map_or_else(|| env.scorer.score(&q.table, v), |e| e.0)
+            } else {
+                env.scorer.score(&q.table, v)
+            };
             q.stats.pq_distances += 1;
             q.cand.insert(d, v);
         }
