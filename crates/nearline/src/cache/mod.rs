@@ -86,7 +86,7 @@ impl AnyCache {
     /// The policy's name (`info()`).
     pub fn name(&self) -> &'static str {
         match self {
-            AnyCache::Bfs(_) => "bfs",
+            AnyCache::Bfs(c) => c.policy,
             AnyCache::Adjacency(_) => "adjacency",
         }
     }
@@ -97,6 +97,8 @@ pub const CACHE_ENTRY_OVERHEAD: usize = 16;
 
 /// Whole records of selected nodes, held in memory.
 pub struct NodeCache {
+    /// Which nodes it took: `"bfs"` or `"in_degree"`.
+    policy: &'static str,
     geo: Option<PageGeometry>,
     slots: IdMap<u32>,
     /// Records stored as u32 words so every record is 4-byte aligned.
@@ -108,6 +110,7 @@ impl NodeCache {
     /// An empty cache.
     pub fn empty() -> Self {
         NodeCache {
+            policy: "bfs",
             geo: None,
             slots: IdMap::default(),
             words: Vec::new(),
@@ -205,7 +208,10 @@ impl NodeCache {
         max_nodes: usize,
     ) -> Result<Self> {
         let geo = layout.geometry();
-        let mut cache = NodeCache::empty();
+        let mut cache = NodeCache {
+            policy: "in_degree",
+            ..NodeCache::empty()
+        };
         let take = max_nodes.min(order.len());
         if take == 0 {
             return Ok(cache);

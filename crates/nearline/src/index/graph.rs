@@ -314,6 +314,11 @@ impl GraphIndex {
         )
     }
 
+    /// The cache in use.
+    pub fn cache(&self) -> &AnyCache {
+        with_engine!(&self.engine, e, &e.data.cache)
+    }
+
     /// The cache in use, as `info()` shows it.
     pub fn cache_info(&self) -> serde_json::Value {
         with_engine!(

@@ -387,6 +387,8 @@ fn layout_info(m: &Manifest) -> serde_json::Value {
 }
 
 #[cfg(test)]
+mod alayalaser_tests;
+#[cfg(test)]
 mod gorgeous_tests;
 #[cfg(test)]
 mod tests;
