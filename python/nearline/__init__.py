@@ -531,8 +531,9 @@ class Index:
                 cache_hits, adjacency_hits (cache hits holding the list only),
                 replica_hits (nodes expanded from a list a replicated page
                 carried), refine_reads (reads of the refine stage; the rest are
-                the traversal's), pq_distances, exact_distances, io_wait_us, cpu_us,
-                total_us, used_bytes, io_utilisation, page_records, used_records,
+                the traversal's), pq_distances (routing estimates: PQ or
+                in-record codes), exact_distances, io_wait_us, cpu_us, total_us,
+                dist_us (time in distance computation, part of cpu_us), used_bytes, io_utilisation, page_records, used_records,
                 colocated, path_length (Starling's ℓ), vertex_utilisation (ξ),
                 doublings, refined).
             executor: ``"beam"`` (DiskANN: W reads per hop, the next hop once the
