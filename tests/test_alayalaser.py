@@ -109,7 +109,8 @@ def test_the_preset_builds_what_the_paper_describes(case):
     assert info["preset"] == "alayalaser" and info["metric"] == "l2"
     lay = info["layout"]
     assert lay["kind"] == "coded"
-    assert lay["codes"]["principal_dims"] == principal and lay["codes"]["bits"] == 1
+    # 2 bits per dimension: both sets' 2-bit records fit the page 1-bit ones need (4-bit ones do not).
+    assert lay["codes"]["principal_dims"] == principal and lay["codes"]["bits"] == 2
     if d > principal:
         assert 0.0 < lay["codes"]["explained_variance"] < 1.0
     # No PQ anywhere: not in the spec, the manifest, memory or the directory.
@@ -140,6 +141,7 @@ def test_the_preset_builds_what_the_paper_describes(case):
     what = {x["what"]: x for x in built["decisions"]}
     assert what["principal_dims"]["value"] == str(principal)
     assert what["layout"]["value"] == "coded" and what["pq_bytes"]["value"] == "0"
+    assert what["code_bits"]["value"] == "2" and "no extra read" in what["code_bits"]["rule"]
     assert built["memory"]["cache_policy"] == "in_degree" and built["memory"]["pq_codes"] == 0
     # Time in distance computation, per query.
     assert "dist_us" in st and st["dist_us"].shape == (50,)
@@ -215,6 +217,9 @@ def test_bad_alayalaser_options_are_refused(tmp_path, data64):
     refused(ValueError, "adjacency does not apply to a coded layout", adjacency=True)
     refused(ValueError, "principal_dims applies to a coded layout", preset="diskann", principal_dims=32)
     refused(ValueError, "l2 metric only", preset="diskann", layout="coded", metric="ip")
+    for b in (0, 3, 8):
+        refused(ValueError, f"code_bits={b} must be 1, 2 or 4", code_bits=b)
+    refused(ValueError, "code_bits applies to a coded layout", preset="diskann", code_bits=2)
     with pytest.raises(ValueError, match="principal_dims applies to a coded layout"):
         nearline.plan(base, preset="diskann", principal_dims=8)
     with pytest.raises(ValueError, match="l2 metric only"):
@@ -286,6 +291,10 @@ def test_cli_alayalaser(tmp_path):
     assert r.stderr.strip().splitlines() == ["nearline: error: principal_dims=49 must be in 2..=48 (the dimension)"]
     r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "z"), "--preset", "alayalaser", "--metric", "ip")
     assert r.returncode == 2 and "l2 metric only" in r.stderr
+    r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "z"), "--preset", "alayalaser", "--code-bits", "3")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "nearline: error: code_bits=3 must be 1, 2 or 4 (bits per dimension of the neighbour codes)"]
     assert not (tmp_path / "z").exists()
 
 
@@ -344,3 +353,19 @@ def test_records_hold_an_isometry_and_the_in_degree_order(tmp_path, index64, dat
             with pytest.raises(nearline.CorruptIndexError, match=f"block {blk} fails"):
                 nearline.open(p)
         nearline.open(p, cache_nodes=0).close()
+
+
+@pytest.mark.parametrize("bits", [1, 4])
+def test_code_bits_as_asked(tmp_path, data64, bits):
+    """1-bit RaBitQ and 4-bit levels are built as asked (4-bit records take a larger share of a page),
+    and both find the neighbours with exact distances."""
+    base, queries = data64
+    base = base[:2000]
+    with _build((base, queries), tmp_path / f"b{bits}.index", code_bits=bits, entry_clusters=30) as idx:
+        lay = idx.info()["layout"]
+        assert lay["codes"]["bits"] == bits
+        ids, dist = idx.search(queries[:50], 10, L=100)
+    gt, _ = nearline.compute_ground_truth(base, queries[:50], 10)
+    assert nearline.recall(ids, gt, 10) >= RECALL_L100
+    exact = ((base[ids] - queries[:50, None, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(dist, exact, rtol=1e-3, atol=1e-3)

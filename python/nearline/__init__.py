@@ -234,6 +234,7 @@ def build(
     disk_budget: Union[None, int, str] = None,
     adjacency: Optional[bool] = None,
     principal_dims: Optional[int] = None,
+    code_bits: Optional[int] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -312,6 +313,11 @@ def build(
         principal_dims: dimensions a coded layout's neighbour codes cover (the
             leading PCA dimensions; the rest only refine exact distances).
             Default: 256 when d ≥ 256, else d.
+        code_bits: bits per dimension of a coded layout's neighbour codes: 1
+            (RaBitQ), 2 or 4 (scalar levels of the rotated residual, scored
+            by the same FastScan kernel). Default: the most whose records
+            still fit the blocks 1-bit codes need (finer routing, no extra
+            read).
         disk_budget: the most bytes the page file may take (an int or a size
             such as ``"2GiB"``): a replicated layout packs fewer lists per record
             to fit (down to plain records); a budget below the plain page file
@@ -338,6 +344,7 @@ def build(
         overwrite=overwrite, nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout,
         shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
+        code_bits=code_bits,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)

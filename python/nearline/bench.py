@@ -105,7 +105,7 @@ RANGE_POINT_METRICS = (
 VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
               "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters", "disk_budget",
-              "adjacency", "principal_dims"),
+              "adjacency", "principal_dims", "code_bits"),
     "open": ("memory_budget", "cache_nodes", "cache", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma",
                "repeatable", "refine_ratio", "filter_ratio"),

@@ -408,7 +408,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
-               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims")
+               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -847,6 +847,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--principal-dims", type=_positive_int, default=None, metavar="P",
                    help="dimensions a coded layout's neighbour codes cover (leading PCA dimensions; default 256 "
                    "when d >= 256, else d)")
+    p.add_argument("--code-bits", type=_positive_int, default=None, metavar="B",
+                   help="bits per dimension of a coded layout's neighbour codes: 1, 2 or 4 (default: the most "
+                   "whose records fit the blocks 1-bit codes need)")
 
 
 # --------------------------------------------------------------------------- parser

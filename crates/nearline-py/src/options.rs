@@ -238,6 +238,7 @@ pub const BUILD_KEYS: &[&str] = &[
     "disk_budget",
     "adjacency",
     "principal_dims",
+    "code_bits",
 ];
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
@@ -346,6 +347,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
         },
         adjacency: k.bool("adjacency")?,
         principal_dims: k.usize("principal_dims")?,
+        code_bits: k.usize("code_bits")?,
     };
     k.finish()?;
     Ok(o)

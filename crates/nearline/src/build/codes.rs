@@ -108,15 +108,20 @@ pub fn write_region(
             .ok_or_else(|| Error::arg(format!("neighbour {u} is not a row of the data")))?;
         rows.extend_from_slice(row);
     }
-    let (packed, factors) = rabitq.encode_packed_rotated(&rows, &centre[..p])?;
+    let (packed, factors) = if geo.code_bits == 1 {
+        rabitq.encode_packed_rotated(&rows, &centre[..p])?
+    } else {
+        crate::quant::multibit::encode_packed(&rows, &centre[..p], geo.code_bits)?
+    };
     let o = geo.codes_offset();
     let region = &mut rec[o..o + geo.codes];
     region.fill(0);
-    let full = fastscan::packed_len(geo.max_degree, p.div_ceil(4))?;
+    let full = fastscan::packed_len(geo.max_degree, geo.code_groups())?;
     // Blocks of 32 codes are laid out one after another, so the packed
     // codes of `deg` neighbours are a prefix of the region's blocks.
     region[..packed.len()].copy_from_slice(&packed);
+    let pairs: Vec<[f32; CODE_FACTORS]> = factors.iter().map(|f| [f.add, f.rescale]).collect();
     let fb = &mut region[full..full + deg * 4 * CODE_FACTORS];
-    fb.copy_from_slice(bytemuck::cast_slice(&factors));
+    fb.copy_from_slice(bytemuck::cast_slice(&pairs));
     Ok(())
 }

@@ -68,6 +68,8 @@ pub struct BuildPlan {
     /// Principal dimensions of the neighbour codes a coded layout's
     /// records carry (0: no codes).
     pub code_dims: usize,
+    /// Bits per dimension of those codes (1, 2 or 4; 0: no codes).
+    pub code_bits: usize,
     /// Write the in-degree section (what an in-degree cache loads).
     pub in_degree: bool,
     /// How a shuffled layout is made.
@@ -305,7 +307,7 @@ fn phases<T: Element>(
                 replication: placed.replication,
                 codes: coding.as_ref().map(|c| crate::format::CodesInfo {
                     principal_dims: c.pca.principal(),
-                    bits: 1,
+                    bits: plan.code_bits,
                     explained_variance: c.pca.explained_variance_ratio(),
                 }),
             },

@@ -52,6 +52,7 @@ pub fn run<T: Element>(
         plan.r,
         plan.packed,
         plan.code_dims,
+        plan.code_bits,
         n,
     )?;
     let rpb = geo.records_per_block;

@@ -200,7 +200,8 @@ pub struct CodesInfo {
     /// Principal dimensions the codes cover (the rest are the residual,
     /// used only for exact distances).
     pub principal_dims: usize,
-    /// Bits per dimension (1).
+    /// Bits per dimension: 1 (RaBitQ), 2 or 4 (scalar levels of the
+    /// rotated residual).
     pub bits: usize,
     /// Share of the variance the principal dimensions hold.
     pub explained_variance: f64,
@@ -416,10 +417,10 @@ impl Manifest {
                 ));
             }
             match l.codes {
-                Some(c) if c.bits == 1 && (2..=self.dim).contains(&c.principal_dims) => {}
+                Some(c) if [1, 2, 4].contains(&c.bits) && (2..=self.dim).contains(&c.principal_dims) => {}
                 other => {
                     return bad(format!(
-                        "field \"layout.codes\" is {other:?}, expected 1-bit codes over 2..={} principal dimensions",
+                        "field \"layout.codes\" is {other:?}, expected 1-, 2- or 4-bit codes over 2..={} principal dimensions",
                         self.dim
                     ))
                 }
@@ -459,6 +460,7 @@ impl Manifest {
             l.max_degree,
             l.packed,
             l.codes.map_or(0, |c| c.principal_dims),
+            l.codes.map_or(0, |c| c.bits),
             self.n,
         )
         .map_err(|e| Error::corrupt(path, e.to_string()))?;

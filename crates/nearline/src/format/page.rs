@@ -15,8 +15,8 @@
 //! [u32 × R neighbours]`, so every vector starts 4-byte aligned inside a
 //! 4 KiB-aligned buffer. A graph-replicated record (Gorgeous) then carries
 //! its packed lists; a coded record (AlayaLaser) carries its neighbours'
-//! codes: `[FastScan-packed 1-bit codes of the R slots, padded to 32]
-//! [3 × f32 factors per slot]`, slot i coding neighbour i of the list. Records never straddle a page; a record larger
+//! codes: `[FastScan-packed codes of the R slots, padded to 32]
+//! [2 × f32 factors per slot]`, slot i coding neighbour i of the list. Records never straddle a page; a record larger
 //! than a page occupies a block of whole consecutive pages.
 
 #[cfg(target_endian = "big")]
@@ -39,9 +39,9 @@ pub const LAYOUT_REPLICATED: u8 = 3;
 /// Layout id of a coded layout (AlayaLaser): records in ID order, each
 /// carrying its neighbours' RaBitQ codes.
 pub const LAYOUT_CODED: u8 = 4;
-/// Floats of per-neighbour factors a coded record stores (RaBitQ's add,
-/// rescale, error).
-pub const CODE_FACTORS: usize = 3;
+/// Floats of per-neighbour factors a coded record stores (the estimator's
+/// `add` and `rescale`; the error scale is not needed to route).
+pub const CODE_FACTORS: usize = 2;
 
 /// Where records sit in the page file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,8 @@ pub struct PageGeometry {
     pub codes: usize,
     /// Dimensions the neighbour codes cover (0 without codes).
     pub code_dims: usize,
+    /// Bits per dimension of the neighbour codes (1, 2 or 4; 0 without codes).
+    pub code_bits: usize,
     /// Layout id every block header carries ([`LAYOUT_ID`],
     /// [`LAYOUT_SHUFFLED`] or [`LAYOUT_REPLICATED`]); a block of another
     /// layout is refused.
@@ -104,17 +106,23 @@ impl PageGeometry {
         packed: usize,
         n: usize,
     ) -> crate::Result<Self> {
-        Self::with_regions(page_size, vector_bytes, max_degree, packed, 0, n)
+        Self::with_regions(page_size, vector_bytes, max_degree, packed, 0, 0, n)
     }
 
     /// Bytes of a coded record's neighbour-code region: the 1-bit codes of
-    /// `max_degree` slots over `code_dims` dimensions packed for FastScan
-    /// (slots padded to 32), then [`CODE_FACTORS`] floats per slot.
-    pub fn code_region_bytes(max_degree: usize, code_dims: usize) -> Option<usize> {
+    /// `max_degree` slots over `code_dims` dimensions of `code_bits` each,
+    /// packed for FastScan (slots padded to 32, `ceil(dims · bits / 4)`
+    /// groups), then [`CODE_FACTORS`] floats per slot.
+    pub fn code_region_bytes(
+        max_degree: usize,
+        code_dims: usize,
+        code_bits: usize,
+    ) -> Option<usize> {
         if code_dims == 0 {
             return Some(0);
         }
-        let packed = crate::quant::fastscan::packed_len(max_degree, code_dims.div_ceil(4)).ok()?;
+        let groups = code_dims.checked_mul(code_bits)?.div_ceil(4);
+        let packed = crate::quant::fastscan::packed_len(max_degree, groups).ok()?;
         packed.checked_add(max_degree.checked_mul(4 * CODE_FACTORS)?)
     }
 
@@ -125,9 +133,18 @@ impl PageGeometry {
         vector_bytes: usize,
         max_degree: usize,
         code_dims: usize,
+        code_bits: usize,
         n: usize,
     ) -> crate::Result<Self> {
-        Self::with_regions(page_size, vector_bytes, max_degree, 0, code_dims, n)
+        Self::with_regions(
+            page_size,
+            vector_bytes,
+            max_degree,
+            0,
+            code_dims,
+            code_bits,
+            n,
+        )
     }
 
     /// The geometry of every layout: plain records, records with `packed`
@@ -138,8 +155,14 @@ impl PageGeometry {
         max_degree: usize,
         packed: usize,
         code_dims: usize,
+        code_bits: usize,
         n: usize,
     ) -> crate::Result<Self> {
+        if code_dims > 0 && ![1, 2, 4].contains(&code_bits) {
+            return Err(crate::Error::arg(format!(
+                "neighbour codes have 1, 2 or 4 bits per dimension, not {code_bits}"
+            )));
+        }
         if packed > 0 && code_dims > 0 {
             return Err(crate::Error::arg(
                 "a record carries packed lists or neighbour codes, not both",
@@ -164,7 +187,8 @@ impl PageGeometry {
         let degree_offset = vector_bytes
             .checked_next_multiple_of(4)
             .ok_or_else(too_large)?;
-        let codes = Self::code_region_bytes(max_degree, code_dims).ok_or_else(too_large)?;
+        let codes =
+            Self::code_region_bytes(max_degree, code_dims, code_bits).ok_or_else(too_large)?;
         let record_size = degree_offset
             .checked_add(4 + 4 * max_degree)
             .and_then(|r| r.checked_add(Self::packed_bytes(max_degree, packed)?))
@@ -196,6 +220,7 @@ impl PageGeometry {
             packed,
             codes,
             code_dims,
+            code_bits: if code_dims > 0 { code_bits } else { 0 },
             layout_id: if packed > 0 {
                 LAYOUT_REPLICATED
             } else if code_dims > 0 {
@@ -210,6 +235,12 @@ impl PageGeometry {
     #[inline]
     fn packed_offset(&self) -> usize {
         self.degree_offset + 4 + 4 * self.max_degree
+    }
+
+    /// FastScan groups of one neighbour code (0 without codes).
+    #[inline]
+    pub fn code_groups(&self) -> usize {
+        (self.code_dims * self.code_bits).div_ceil(4)
     }
 
     /// Offset of the neighbour-code region inside a record (it follows the

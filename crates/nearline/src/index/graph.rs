@@ -490,6 +490,7 @@ fn load_coded(dir: &Path, m: &Manifest) -> Result<CodedScorer> {
     let rq_path = section_path(dir, m, Section::Rabitq);
     let rabitq =
         crate::format::quant::decode_rabitq(&rq_path, &read_section(dir, m, Section::Rabitq)?)?;
-    CodedScorer::new(&pca, rabitq, m.layout.max_degree)
+    let bits = m.layout.codes.map_or(1, |c| c.bits);
+    CodedScorer::new(&pca, rabitq, m.layout.max_degree, bits)
         .map_err(|e| Error::corrupt(&rq_path, e.to_string()))
 }

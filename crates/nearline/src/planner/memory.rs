@@ -111,20 +111,20 @@ pub struct QueryShape {
     /// flight at once (0: no refine stage). Nodes expanded from memory wait
     /// for it in a set of their own.
     pub refine: usize,
-    /// Dimensions of the neighbour codes in the records (0: none; the
-    /// query keeps its rotated principal part, FastScan tables and sums).
-    pub code_dims: usize,
+    /// FastScan groups of the neighbour codes in the records (0: none; the
+    /// query keeps its tables, the sums and the estimates).
+    pub code_groups: usize,
 }
 
-/// Bytes a query's in-record code scorer holds for `code_dims` principal
-/// dimensions, degree `r` and dimension `dim`: the FastScan tables (16
-/// bytes per group of 4 dimensions), two scalars, the sums of the padded
-/// slots, the estimates, and the transformed query.
-pub fn code_state_bytes(code_dims: usize, r: usize, dim: usize) -> u64 {
-    if code_dims == 0 {
+/// Bytes a query's in-record code scorer holds for codes of `code_groups`
+/// FastScan groups, degree `r` and dimension `dim`: the tables (16 bytes a
+/// group), two scalars, the sums of the padded slots, the estimates, and
+/// the transformed query.
+pub fn code_state_bytes(code_groups: usize, r: usize, dim: usize) -> u64 {
+    if code_groups == 0 {
         return 0;
     }
-    let groups = code_dims.div_ceil(4) as u64;
+    let groups = code_groups as u64;
     let slots = crate::quant::fastscan::padded_count(r) as u64;
     16 * groups + 16 + 4 * slots + 4 * r as u64 + 4 * dim as u64 + 64
 }
@@ -181,7 +181,7 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
         0
     };
     let memory = s.width as u64 * 4;
-    let codes = code_state_bytes(s.code_dims, s.r, s.dim);
+    let codes = code_state_bytes(s.code_groups, s.r, s.dim);
     table
         + codes
         + cand

@@ -273,11 +273,16 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         d.push(Decision::new("principal_dims", p, why));
         p
     } else {
-        if opts.principal_dims.is_some() {
-            return Err(Error::arg(format!(
-                "principal_dims applies to a coded layout (preset \"alayalaser\" or \
-                 layout=\"coded\"); this build's layout is {layout}"
-            )));
+        for (given, name) in [
+            (opts.principal_dims.is_some(), "principal_dims"),
+            (opts.code_bits.is_some(), "code_bits"),
+        ] {
+            if given {
+                return Err(Error::arg(format!(
+                    "{name} applies to a coded layout (preset \"alayalaser\" or \
+                     layout=\"coded\"); this build's layout is {layout}"
+                )));
+            }
         }
         0
     };
@@ -314,8 +319,9 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         p
     } else {
         if let Some(budget) = opts.disk_budget {
+            // (A coded layout's 1-bit records: the smallest it can write.)
             let plain =
-                PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, f.n)?.file_bytes();
+                PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, 1, f.n)?.file_bytes();
             if plain > budget {
                 return Err(Error::arg(format!(
                     "disk_budget={budget} bytes is below the {plain} bytes the page file takes \
@@ -378,7 +384,15 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     }
     let entry_clusters = opts.entry_clusters.unwrap_or(pd.entry_clusters);
     let threads = opts.threads.unwrap_or_else(default_threads);
-    let geo = PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, f.n)?;
+    let code_bits = if coded {
+        let (b, why) = rules::code_bits(opts.code_bits, page_size, vec_bytes, r, code_dims, f.n)?;
+        d.push(Decision::new("code_bits", b, why));
+        b
+    } else {
+        0
+    };
+    let geo =
+        PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, code_bits, f.n)?;
     // The entry structure an open with default options loads.
     let nav_count = nav_sample_size(f.n, nav_sample);
     let entry = if nav_count > 0 {
@@ -418,7 +432,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             pd.refine_ratio,
             pd.l,
         ),
-        code_dims,
+        code_groups: geo.code_groups(),
     };
     let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
     let fixed = FixedCosts {
@@ -569,7 +583,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             dim: f.dim,
             esz,
             pq_m: pq_bytes,
-            code_dims,
+            code_groups: geo.code_groups(),
             cache: if in_degree {
                 preset::CacheKind::InDegree
             } else {
@@ -599,6 +613,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         adjacency,
         disk_budget: opts.disk_budget,
         code_dims,
+        code_bits,
         in_degree,
         shuffle: ShuffleParams {
             seed: opts.seed,
@@ -662,6 +677,7 @@ pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
         m.layout.max_degree,
         m.layout.packed,
         code_dims(m),
+        m.layout.codes.map_or(0, |c| c.bits),
         m.n,
     )
 }
@@ -866,7 +882,7 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) ->
             pd.refine_ratio,
             l,
         ),
-        code_dims: code_dims(m),
+        code_groups: geo.code_groups(),
     }
 }
 
@@ -880,8 +896,8 @@ pub struct SearchFacts {
     pub dim: usize,
     pub esz: usize,
     pub pq_m: usize,
-    /// Dimensions of the codes in the records (0: none).
-    pub code_dims: usize,
+    /// FastScan groups of the codes in the records (0: none).
+    pub code_groups: usize,
     /// What the open index's cache holds.
     pub cache: preset::CacheKind,
     /// The index's default search threads.
@@ -909,7 +925,7 @@ impl SearchFacts {
             dim: m.dim,
             esz: m.dtype.size(),
             pq_m: m.spec.pq_bytes,
-            code_dims: code_dims(m),
+            code_groups: geometry(m)?.code_groups(),
             threads,
             scratch_allowance: allowance,
         })
@@ -1164,7 +1180,7 @@ fn plan_search_with(
             RefinePlan::Rerank { candidates } => candidates,
             RefinePlan::None => 0,
         },
-        code_dims: f.code_dims,
+        code_groups: f.geo.code_groups(),
     };
     let workers = threads.min(nq.max(1)) as u64;
     let need = |q: usize| workers * memory::worker_bytes(&shape, q);

@@ -159,6 +159,9 @@ pub struct BuildOptions {
     /// rest are residual dimensions, used for exact distances only);
     /// `None`: AlayaLaser's rule (256 when d ≥ 256, else d).
     pub principal_dims: Option<usize>,
+    /// Bits per dimension of a coded layout's neighbour codes (1, 2 or 4);
+    /// `None`: the most whose records fit the block 1-bit codes need.
+    pub code_bits: Option<usize>,
 }
 
 impl Default for BuildOptions {
@@ -186,6 +189,7 @@ impl Default for BuildOptions {
             disk_budget: None,
             adjacency: None,
             principal_dims: None,
+            code_bits: None,
         }
     }
 }

@@ -142,6 +142,43 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
     })
 }
 
+/// Bits per dimension of a coded layout's codes: the most of 1, 2 and 4
+/// whose record still fits the block that 1-bit codes need (finer routing
+/// at no extra read), unless asked for.
+pub fn code_bits(
+    asked: Option<usize>,
+    page_size: usize,
+    vec_bytes: usize,
+    r: usize,
+    dims: usize,
+    n: usize,
+) -> Result<(usize, String)> {
+    if let Some(b) = asked {
+        if ![1, 2, 4].contains(&b) {
+            return Err(Error::arg(format!(
+                "code_bits={b} must be 1, 2 or 4 (bits per dimension of the neighbour codes)"
+            )));
+        }
+        return Ok((b, "asked for".into()));
+    }
+    let one = PageGeometry::with_codes(page_size, vec_bytes, r, dims, 1, n)?;
+    let mut best = 1;
+    for b in [2, 4] {
+        let g = PageGeometry::with_codes(page_size, vec_bytes, r, dims, b, n)?;
+        if g.block_size == one.block_size && g.records_per_block == one.records_per_block {
+            best = b;
+        }
+    }
+    Ok((
+        best,
+        format!(
+            "the most bits per dimension (of 1, 2, 4) whose records fit the {}-byte blocks \
+             ({} per block) that 1-bit codes need: finer routing at no extra read",
+            one.block_size, one.records_per_block
+        ),
+    ))
+}
+
 /// Principal dimensions of a coded layout's codes: AlayaLaser's 256 when
 /// d ≥ 256, else every dimension (the codes then cover the whole vector).
 pub fn principal_dims(asked: Option<usize>, dim: usize) -> Result<(usize, String)> {

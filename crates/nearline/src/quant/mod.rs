@@ -2,6 +2,7 @@
 
 pub mod fastscan;
 pub mod kmeans;
+pub mod multibit;
 pub mod pca;
 pub mod pq;
 pub mod rabitq;

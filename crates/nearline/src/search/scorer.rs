@@ -14,7 +14,7 @@ use crate::kernels::l2_f32;
 use crate::quant::fastscan::{self, FASTSCAN_BLOCK};
 use crate::quant::pca::{Pca, Rotation};
 use crate::quant::pq::{adc, PqCodebook, PQ_CENTROIDS};
-use crate::quant::rabitq::{RaBitQ, RabitqFactors};
+use crate::quant::rabitq::RaBitQ;
 use crate::util::HugeBytes;
 
 /// A distance estimate for graph neighbours, prepared once per query.
@@ -130,6 +130,9 @@ pub struct CodedScorer {
     matrix: Vec<f32>,
     /// Degree bound R (slots in a record's code region).
     max_degree: usize,
+    /// Bits per dimension of the codes: 1 (RaBitQ) or 2, 4
+    /// (`quant::multibit`).
+    bits: usize,
     rabitq: RaBitQ,
 }
 
@@ -138,10 +141,15 @@ const CODED_HEAD: usize = 2;
 
 impl CodedScorer {
     /// The scorer of a coded layout with PCA `pca`, RaBitQ rotation
-    /// `rabitq` over its principal dimensions and degree bound
-    /// `max_degree`.
-    pub fn new(pca: &Pca, rabitq: RaBitQ, max_degree: usize) -> crate::Result<Self> {
+    /// `rabitq` over its principal dimensions, degree bound `max_degree`
+    /// and codes of `bits` per dimension.
+    pub fn new(pca: &Pca, rabitq: RaBitQ, max_degree: usize, bits: usize) -> crate::Result<Self> {
         let (dim, p) = (pca.dim(), pca.principal());
+        if ![1, 2, 4].contains(&bits) {
+            return Err(crate::Error::arg(format!(
+                "codes of {bits} bits per dimension: expected 1, 2 or 4"
+            )));
+        }
         if rabitq.dim() != p {
             return Err(crate::Error::arg(format!(
                 "the RaBitQ rotation is {}-d, the PCA keeps {p} principal dimensions",
@@ -169,6 +177,7 @@ impl CodedScorer {
             mean: pca.mean().to_vec(),
             matrix,
             max_degree,
+            bits,
             rabitq,
         })
     }
@@ -183,10 +192,10 @@ impl CodedScorer {
         (self.matrix.capacity() + self.mean.capacity()) * 4 + 4 * self.principal + 256
     }
 
-    /// Groups of 4 principal dimensions (FastScan sub-codes).
+    /// FastScan groups of a code (4 bits each).
     #[inline]
     fn groups(&self) -> usize {
-        self.principal.div_ceil(4)
+        (self.principal * self.bits).div_ceil(4)
     }
 }
 
@@ -200,11 +209,20 @@ impl Scorer for CodedScorer {
         // The query is finite (checked before) and has `dim` values, so
         // this cannot fail; a failure leaves tables of zeros (every
         // estimate equal), never a wrong exact distance.
-        if let Ok(rq) = self.rabitq.prepare_query_rotated(&q[..self.principal]) {
-            state[0] = rq.ip_scale();
-            state[1] = rq.ip_offset();
+        let qp = &q[..self.principal];
+        let prepared = if self.bits == 1 {
+            self.rabitq
+                .prepare_query_rotated(qp)
+                .map(|rq| (rq.ip_scale(), rq.ip_offset(), rq.luts().to_vec()))
+        } else {
+            crate::quant::multibit::prepare_query(qp, self.bits)
+                .map(|mq| (mq.ip_scale, mq.ip_offset, mq.luts.luts().to_vec()))
+        };
+        if let Ok((scale, offset, tables)) = prepared {
+            state[0] = scale;
+            state[1] = offset;
             let luts: &mut [u8] = bytemuck::cast_slice_mut(&mut state[CODED_HEAD..]);
-            luts.copy_from_slice(rq.luts());
+            luts.copy_from_slice(&tables);
         }
     }
 
@@ -267,7 +285,7 @@ impl Scorer for CodedScorer {
             (Some(pk), Some(f)) => (pk, f),
             _ => return Err(format!("code region of {} bytes is short", codes.len())),
         };
-        let factors: &[RabitqFactors] = bytemuck::try_cast_slice(factors)
+        let factors: &[[f32; CODE_FACTORS]] = bytemuck::try_cast_slice(factors)
             .map_err(|e| format!("code factors are misaligned: {e:?}"))?;
         sums.clear();
         sums.resize(n.div_ceil(FASTSCAN_BLOCK) * FASTSCAN_BLOCK, 0);
@@ -276,12 +294,9 @@ impl Scorer for CodedScorer {
         let (scale, offset) = (state[0], state[1]);
         // RaBitQ's estimate (quant::rabitq::RabitqQuery::distance) of the
         // principal part, plus the expanded node's residual part.
-        out.extend(
-            sums[..n]
-                .iter()
-                .zip(factors)
-                .map(|(&s, f)| f.add + qc + f.rescale * (scale * s as f32 + offset) + residual),
-        );
+        out.extend(sums[..n].iter().zip(factors).map(|(&s, &[add, rescale])| {
+            add + qc + rescale * (scale * s as f32 + offset) + residual
+        }));
         Ok(qc + residual)
     }
 }
