@@ -166,7 +166,7 @@ def test_build_from_file_and_info(tmp_path, small_data):
     assert info["preset"] == "diskann" and info["pq_bytes"] == 8
     # 1.1 added the optional entry sections, 1.2 shuffled layouts, 1.3 typed
     # names and the manifest's checksum.
-    assert info["format_version"] == "1.3"
+    assert info["format_version"] == "1.4"
     mem = info["memory"]
     assert mem["pq_codes"] == 5000 * 8
     assert mem["total"] >= mem["pq_codes"] + mem["cache"] > 0
@@ -475,13 +475,14 @@ def test_every_executor_is_exact_with_a_full_list(random_index, opts):
             d_true = ((base[np.argsort(ids)][np.searchsorted(np.sort(ids), got)] - queries[:, None, :]) ** 2).sum(-1)
             np.testing.assert_allclose(dists, d_true, rtol=1e-4, atol=1e-5)
             assert set(stats) == {"hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances",
-                                  "io_wait_us", "cpu_us", "total_us", "used_bytes", "io_utilisation",
+                                  "io_wait_us", "cpu_us", "total_us", "dist_us", "used_bytes", "io_utilisation",
                                   "page_records", "used_records", "colocated", "path_length",
                                   "vertex_utilisation", "doublings", "adjacency_hits", "replica_hits",
                                       "refine_reads"}
             assert (stats["hops"] >= 1400).all() and (stats["reads"] > 0).all()
             assert (stats["bytes_read"] == stats["reads"] * 4096).all()
             assert (stats["total_us"] >= stats["cpu_us"]).all()
+            assert (stats["dist_us"] > 0).all() and (stats["dist_us"] <= stats["total_us"]).all()
 
 
 @pytest.mark.io_engine
@@ -604,7 +605,7 @@ def test_entry_info_memory_and_recall(entry_index, small_data):
         assert mem["total"] - mem["worker_scratch"] <= budget
         assert info["entry"]["kind"] == entry and info["entry"]["has_nav"] and info["entry"]["has_centroids"]
         assert info["build"]["nav_sample"] == 0.02 and info["build"]["entry_clusters"] == 40
-        assert info["format_version"] == "1.3"
+        assert info["format_version"] == "1.4"
         # Reads compared without a node cache: the BFS cache around the medoid
         # favours searches that start there.
         uncached = nearline.open(entry_index, entry=entry, cache_nodes=0)
