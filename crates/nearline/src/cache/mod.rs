@@ -169,16 +169,11 @@ impl NodeCache {
         start: u32,
         max_nodes: usize,
     ) -> Result<Self> {
-        let geo = layout.geometry();
-        let mut cache = NodeCache::empty();
         let max_nodes = max_nodes.min(n);
+        let mut cache = NodeCache::sized(layout.geometry(), max_nodes, "bfs");
         if max_nodes == 0 {
             return Ok(cache);
         }
-        cache.record_words = geo.record_size / 4;
-        cache.geo = Some(*geo);
-        cache.words.reserve_exact(max_nodes * cache.record_words);
-        cache.slots.reserve(max_nodes);
         let mut reader = RecordReader::open(path, layout)?;
         let mut queue = VecDeque::from([start]);
         let mut seen = IdMap::<()>::default();
@@ -207,24 +202,32 @@ impl NodeCache {
         order: &[u32],
         max_nodes: usize,
     ) -> Result<Self> {
-        let geo = layout.geometry();
-        let mut cache = NodeCache {
-            policy: "in_degree",
-            ..NodeCache::empty()
-        };
         let take = max_nodes.min(order.len());
+        let mut cache = NodeCache::sized(layout.geometry(), take, "in_degree");
         if take == 0 {
             return Ok(cache);
         }
-        cache.record_words = geo.record_size / 4;
-        cache.geo = Some(*geo);
-        cache.words.reserve_exact(take * cache.record_words);
-        cache.slots.reserve(take);
         let mut reader = RecordReader::open(path, layout)?;
         for &v in &order[..take] {
             cache.push(v, reader.raw_record(v)?);
         }
         Ok(cache)
+    }
+
+    /// An empty cache of `policy` with room for `nodes` records of `geo`
+    /// (none reserved for 0).
+    fn sized(geo: &PageGeometry, nodes: usize, policy: &'static str) -> Self {
+        let mut cache = NodeCache {
+            policy,
+            ..NodeCache::empty()
+        };
+        if nodes > 0 {
+            cache.record_words = geo.record_size / 4;
+            cache.geo = Some(*geo);
+            cache.words.reserve_exact(nodes * cache.record_words);
+            cache.slots.reserve(nodes);
+        }
+        cache
     }
 
     /// Keeps the record `rec` of node `v` as stored (vector, degree,

@@ -2,26 +2,13 @@
 //! codes scored from the expanded record), the PCA-space storage that keeps
 //! distances exact, the in-degree cache, and the preset end to end.
 
+use super::test_data::{clustered, exact_knn, l2};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
 use crate::planner::{CacheChoice, PageChoice, PresetChoice};
 use crate::search::{CodeScratch, CodedScorer, Scorer};
 use crate::util::Budget;
-use rand::{Rng, SeedableRng};
-
-fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
-    let mut v = Vec::with_capacity(n * dim);
-    for _ in 0..n {
-        let c = rng.random_range(0..16);
-        for j in 0..dim {
-            v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
-        }
-    }
-    v
-}
 
 const N: usize = 4000;
 const DIM: usize = 64;
@@ -44,10 +31,6 @@ fn build_coded(dir: &Path, o: &BuildOptions) -> (Manifest, Vec<f32>) {
     let m = Matrix::from_vec(data.clone(), N, DIM).unwrap();
     let man = build(m, dir, o, &|_, _, _| {}, &AtomicBool::new(false)).unwrap();
     (man, data)
-}
-
-fn l2(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
 }
 
 fn scorer_of(dir: &Path, m: &Manifest) -> CodedScorer {
@@ -142,23 +125,13 @@ fn coded_records_give_exact_distances_and_estimates_close_to_them() {
     }
 }
 
-fn exact_knn(data: &[f32], q: &[f32], k: usize) -> Vec<i64> {
-    let mut d: Vec<(f32, usize)> = data
-        .chunks_exact(DIM)
-        .enumerate()
-        .map(|(i, x)| (l2(q, x), i))
-        .collect();
-    d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    d[..k].iter().map(|x| x.1 as i64).collect()
-}
-
 fn recall(idx: &Index, data: &[f32], queries: &[f32], o: &SearchOptions) -> f64 {
     let nq = queries.len() / DIM;
     let out = idx.search(queries, nq, o).unwrap();
     let k = o.k;
     let mut hit = 0;
     for (i, q) in queries.chunks_exact(DIM).enumerate() {
-        let truth = exact_knn(data, q, k);
+        let truth = exact_knn(data, DIM, q, k);
         hit += out.ids[i * k..(i + 1) * k]
             .iter()
             .filter(|x| truth.contains(x))

@@ -2,6 +2,7 @@
 //! adjacency-first cache, the two-stage search, the disk budget and the
 //! build's memory planning.
 
+use super::test_data::{clustered, exact_knn, l2};
 use super::*;
 use crate::elem::DType;
 use crate::format::{LayoutKind, PageGeometry, Preset, Section};
@@ -9,20 +10,6 @@ use crate::layout::{AnyLayout, Layout, RecordReader};
 use crate::planner::{plan_build, CacheChoice, DataFacts, PageChoice, PresetChoice};
 use crate::search::{search_one, QueryStats, Scratch};
 use crate::util::Budget;
-use rand::{Rng, SeedableRng};
-
-fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
-    let mut v = Vec::with_capacity(n * dim);
-    for _ in 0..n {
-        let c = rng.random_range(0..16);
-        for j in 0..dim {
-            v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
-        }
-    }
-    v
-}
 
 fn never() -> AtomicBool {
     AtomicBool::new(false)
@@ -48,27 +35,13 @@ fn build_gorgeous(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
     (man, data)
 }
 
-fn l2(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
-}
-
-fn exact_knn(data: &[f32], q: &[f32], k: usize) -> Vec<i64> {
-    let mut d: Vec<(f32, usize)> = data
-        .chunks_exact(DIM)
-        .enumerate()
-        .map(|(i, x)| (l2(q, x), i))
-        .collect();
-    d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    d[..k].iter().map(|x| x.1 as i64).collect()
-}
-
 fn recall(idx: &Index, data: &[f32], queries: &[f32], opts: &SearchOptions) -> (f64, SearchOutput) {
     let nq = queries.len() / DIM;
     let out = idx.search(queries, nq, opts).unwrap();
     let k = opts.k;
     let mut hit = 0;
     for (i, q) in queries.chunks_exact(DIM).enumerate() {
-        let truth = exact_knn(data, q, k);
+        let truth = exact_knn(data, DIM, q, k);
         hit += out.ids[i * k..(i + 1) * k]
             .iter()
             .filter(|x| truth.contains(x))

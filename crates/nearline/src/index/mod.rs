@@ -391,4 +391,6 @@ mod alayalaser_tests;
 #[cfg(test)]
 mod gorgeous_tests;
 #[cfg(test)]
+mod test_data;
+#[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! entry structures, the memory budget's split and its promise, the
 //! manifest's integrity, and indexes written by earlier versions.
 
+use super::test_data::clustered;
 use super::*;
 use crate::elem::DType;
 use crate::format::{PageGeometry, Preset, Section, MANIFEST_FILE};
@@ -9,21 +10,7 @@ use crate::io::{FakeOptions, IoEngine};
 use crate::planner::{EntryChoice, PresetChoice};
 use crate::search::{search_one, QueryStats, Scratch, SearchPlan};
 use crate::util::Budget;
-use rand::{Rng, SeedableRng};
 use std::sync::Arc;
-
-fn clustered(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-8.0..8.0)).collect();
-    let mut v = Vec::with_capacity(n * dim);
-    for _ in 0..n {
-        let c = rng.random_range(0..16);
-        for j in 0..dim {
-            v.push(centers[c * dim + j] + rng.random_range(-1.0f32..1.0));
-        }
-    }
-    v
-}
 
 /// A budget the small test indexes never reach.
 const ROOMY: Budget = Budget::Bytes(256 << 20);

@@ -342,16 +342,23 @@ impl<T: Element> Query<T> {
             if self.visited.insert(u, ()).is_some() {
                 continue;
             }
-            self.stats.pq_distances += 1;
-            if range {
-                if let Some(k) = self.cand.insert_kick(du, u) {
-                    self.range.kicked(k);
-                }
-            } else {
-                self.cand.insert(du, u);
-            }
+            self.candidate(range, du, u);
         }
         Ok(())
+    }
+
+    /// Inserts neighbour `u` at its estimated distance `du` into the
+    /// candidate list (a range search keeps what the list pushes out).
+    #[inline]
+    fn candidate(&mut self, range: bool, du: f32, u: u32) {
+        self.stats.pq_distances += 1;
+        if range {
+            if let Some(k) = self.cand.insert_kick(du, u) {
+                self.range.kicked(k);
+            }
+        } else {
+            self.cand.insert(du, u);
+        }
     }
 
     /// Expands node `v` from its neighbour list: scores its unvisited
@@ -387,14 +394,7 @@ impl<T: Element> Query<T> {
         for i in 0..self.fresh.len() {
             let u = self.fresh[i];
             let du = env.scorer.score(&self.table, u);
-            self.stats.pq_distances += 1;
-            if range {
-                if let Some(k) = self.cand.insert_kick(du, u) {
-                    self.range.kicked(k);
-                }
-            } else {
-                self.cand.insert(du, u);
-            }
+            self.candidate(range, du, u);
         }
         self.stats.dist_ns += t.elapsed().as_nanos() as u64;
         Ok(())
