@@ -119,14 +119,14 @@ pub struct QueryShape {
 /// Bytes a query's in-record code scorer holds for codes of `code_groups`
 /// FastScan groups, degree `r` and dimension `dim`: the tables (16 bytes a
 /// group), two scalars, the sums of the padded slots, the estimates, and
-/// the transformed query.
+/// the transformed query (with its centred copy while it is transformed).
 pub fn code_state_bytes(code_groups: usize, r: usize, dim: usize) -> u64 {
     if code_groups == 0 {
         return 0;
     }
     let groups = code_groups as u64;
     let slots = crate::quant::fastscan::padded_count(r) as u64;
-    16 * groups + 16 + 4 * slots + 4 * r as u64 + 4 * dim as u64 + 64
+    16 * groups + 16 + 4 * slots + 4 * r as u64 + 8 * dim as u64 + 64
 }
 
 /// Bytes the transform of a coded layout holds: the PCA (mean, variances,

@@ -243,7 +243,18 @@ impl RaBitQ {
 
     /// Builds the FastScan tables of the rotated query `P q`.
     pub fn prepare_query_rotated(&self, q_rot: &[f32]) -> Result<RabitqQuery> {
-        let dim = self.dim();
+        check_vec(q_rot, self.dim(), "prepare_query", "rotated query")?;
+        RabitqQuery::from_rotated(q_rot)
+    }
+}
+
+impl RabitqQuery {
+    /// The FastScan tables of an already rotated query `P q` (the rotation
+    /// itself is not needed: a caller that rotated its queries once need
+    /// not keep it).
+    pub fn from_rotated(q_rot: &[f32]) -> Result<RabitqQuery> {
+        let dim = q_rot.len();
+        check_dim(dim, "prepare_query")?;
         check_vec(q_rot, dim, "prepare_query", "rotated query")?;
         let luts = fastscan::quantize_luts(&fastscan::subset_sum_luts(q_rot)?)?;
         let sqrt_d = (dim as f64).sqrt();

@@ -14,7 +14,7 @@ use crate::kernels::l2_f32;
 use crate::quant::fastscan::{self, FASTSCAN_BLOCK};
 use crate::quant::pca::{Pca, Rotation};
 use crate::quant::pq::{adc, PqCodebook, PQ_CENTROIDS};
-use crate::quant::rabitq::RaBitQ;
+use crate::quant::rabitq::{RaBitQ, RabitqQuery};
 use crate::util::HugeBytes;
 
 /// A distance estimate for graph neighbours, prepared once per query.
@@ -133,7 +133,6 @@ pub struct CodedScorer {
     /// Bits per dimension of the codes: 1 (RaBitQ) or 2, 4
     /// (`quant::multibit`).
     bits: usize,
-    rabitq: RaBitQ,
 }
 
 /// Scalars at the head of a coded query's state: `ip_scale`, `ip_offset`.
@@ -178,7 +177,6 @@ impl CodedScorer {
             matrix,
             max_degree,
             bits,
-            rabitq,
         })
     }
 
@@ -211,8 +209,7 @@ impl Scorer for CodedScorer {
         // estimate equal), never a wrong exact distance.
         let qp = &q[..self.principal];
         let prepared = if self.bits == 1 {
-            self.rabitq
-                .prepare_query_rotated(qp)
+            RabitqQuery::from_rotated(qp)
                 .map(|rq| (rq.ip_scale(), rq.ip_offset(), rq.luts().to_vec()))
         } else {
             crate::quant::multibit::prepare_query(qp, self.bits)
@@ -233,16 +230,21 @@ impl Scorer for CodedScorer {
 
     fn transform(&self, q: &[f32], out: &mut Vec<f32>) -> bool {
         let d = self.dim;
-        out.clear();
-        out.resize(d, 0.0);
         if q.len() != d {
             return false;
         }
-        // Centre in `out`'s tail-free scratch: reuse one row of work.
-        let centred: Vec<f32> = q.iter().zip(&self.mean).map(|(x, m)| x - m).collect();
-        for (i, o) in out.iter_mut().enumerate() {
-            *o = crate::kernels::dot_f32(&self.matrix[i * d..(i + 1) * d], &centred);
+        // The centred query in `out`'s second half (no allocation once the
+        // slot's buffer has grown), the transform in its first.
+        out.clear();
+        out.resize(2 * d, 0.0);
+        let (y, centred) = out.split_at_mut(d);
+        for ((c, &x), &m) in centred.iter_mut().zip(q).zip(&self.mean) {
+            *c = x - m;
         }
+        for (i, o) in y.iter_mut().enumerate() {
+            *o = crate::kernels::dot_f32(&self.matrix[i * d..(i + 1) * d], centred);
+        }
+        out.truncate(d);
         true
     }
 
