@@ -1150,6 +1150,39 @@ proptest! {
     }
 }
 
+/// A valid in-degree section of 40 nodes listing 10.
+fn in_degree_seed() -> Vec<u8> {
+    let ids: Vec<u32> = (0..10).map(|i| (i * 7) % 40).collect();
+    nearline::format::in_degree::encode(40, &ids)
+}
+
+fn read_in_degree(sink: &mut Sink, input: &[u8], n: usize) {
+    if let Some(order) = sink.take(nearline::format::in_degree::decode(
+        Path::new("in_degree.bin"),
+        input,
+        n,
+    )) {
+        // What is accepted is an order: ids below n, none twice.
+        let mut seen = std::collections::HashSet::new();
+        for &v in &order {
+            assert!((v as usize) < n && seen.insert(v));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(config(384))]
+
+    #[test]
+    fn in_degree_never_panics(
+        n in prop_oneof![4 => Just(40usize), 1 => prop::sample::select(vec![0usize, 1, 10, 39, 41, usize::MAX])],
+        muts in mutations(6),
+    ) {
+        let input = apply(in_degree_seed(), &muts);
+        run("in-degree", &input, Limits::small(input.len()), |s| read_in_degree(s, &input, n))?;
+    }
+}
+
 /// A valid adjacency section of 3 nodes with R 2.
 fn adjacency_seed() -> Vec<u8> {
     let lists: [&[u32]; 3] = [&[1, 2], &[0], &[]];
