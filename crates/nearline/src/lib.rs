@@ -26,6 +26,7 @@ pub mod index;
 pub mod io;
 pub mod kernels;
 pub mod layout;
+pub mod partition;
 pub mod planner;
 pub mod quant;
 pub mod search;

@@ -26,8 +26,9 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// Minor format version: bumped on backward-compatible additions.
 /// 1.1: entry sections; 1.2: shuffled layouts; 1.3: index kind, typed
 /// names, manifest checksum; 1.4: coded layouts (AlayaLaser) with their
-/// PCA, RaBitQ and in-degree sections, and no PQ.
-pub const FORMAT_MINOR: u32 = 4;
+/// PCA, RaBitQ and in-degree sections, and no PQ; 1.5: partition indexes
+/// (kind `partition`, their own manifest fields).
+pub const FORMAT_MINOR: u32 = 5;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -42,6 +43,10 @@ crate::util::vocabulary! {
         /// A static disk graph (DiskANN family): Vamana graph in a page
         /// file, codes in RAM or in the records.
         Graph = "graph",
+        /// A partition index (SPANN/SPFresh): postings of vectors on disk,
+        /// their heads in an in-memory graph; takes inserts and deletes
+        /// (format 1.5; its manifest is `partition::state`'s).
+        Partition = "partition",
     }
 }
 
@@ -62,6 +67,9 @@ crate::util::vocabulary! {
         /// AlayaLaser: neighbour codes in the records (PCA + RaBitQ,
         /// FastScan), no PQ in memory, in-degree cache, cluster entry.
         Alayalaser = "alayalaser",
+        /// SPFresh: a partition index (SPANN postings, in-memory head
+        /// graph) updated in place by LIRE, with a write-ahead log.
+        Spfresh = "spfresh",
     }
 }
 
@@ -373,6 +381,13 @@ impl Manifest {
             (None, false) => {}
         }
         check_vocabulary(path, &v)?;
+        if v.get("kind").and_then(|k| k.as_str()) == Some(IndexKind::Partition.name()) {
+            return Err(Error::format(
+                path,
+                "holds a partition index, not a graph index (open it with nearline's index \
+                 opener, which reads either kind)",
+            ));
+        }
         let mut m: Manifest = serde_json::from_value(v)
             .map_err(|e| Error::corrupt(path, format!("manifest field error: {e}")))?;
         m.checksum = stored;
@@ -588,7 +603,7 @@ fn is_plain_file_name(name: &str) -> bool {
 
 /// `crc32c:XXXXXXXX` of a manifest value in canonical form (sorted keys:
 /// `serde_json`'s map is ordered; compact).
-fn checksum_of(v: &serde_json::Value) -> String {
+pub(crate) fn checksum_of(v: &serde_json::Value) -> String {
     let text = v.to_string();
     format!("crc32c:{:08x}", crc32c::crc32c(text.as_bytes()))
 }

@@ -152,11 +152,11 @@ fn alayalaser_finds_neighbours_within_budget_with_an_in_degree_cache() {
     let dir = tmp.path().join("a");
     let (m, data) = build_coded(&dir, &opts(None));
     let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
-    let plan = idx.open_plan();
+    let plan = idx.open_plan().unwrap();
     assert_eq!(plan.cache, crate::planner::preset::CacheKind::InDegree);
     assert_eq!(plan.memory.pq_codes + plan.memory.pq_codebook, 0);
     assert!(plan.memory.quantizer > 0);
-    let held = idx.memory();
+    let held = idx.memory().unwrap();
     assert!(held.cache_nodes as f64 <= (0.15 * N as f64).ceil());
     assert!(held.cache_nodes > 0 && held.cache <= plan.memory.cache);
     assert!(held.static_total() <= plan.memory.budget - plan.memory.worker_scratch);
@@ -167,7 +167,7 @@ fn alayalaser_finds_neighbours_within_budget_with_an_in_degree_cache() {
         N,
     )
     .unwrap();
-    let crate::cache::AnyCache::Bfs(cache) = idx.graph().cache() else {
+    let crate::cache::AnyCache::Bfs(cache) = idx.graph().unwrap().cache() else {
         panic!("an in-degree cache holds whole records");
     };
     for &v in &order[..held.cache_nodes as usize] {

@@ -82,7 +82,7 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
     )
     .unwrap();
     assert_eq!(
-        idx.open_plan().cache,
+        idx.open_plan().unwrap().cache,
         crate::planner::preset::CacheKind::Adjacency
     );
     let queries = clustered(50, DIM, 7);
@@ -219,7 +219,7 @@ fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
     }
     assert_eq!(idx.info()["cache"]["lists"], N);
     assert_eq!(idx.info()["cache"]["vectors"], 0);
-    let d = idx.graph().data_f32().unwrap();
+    let d = idx.graph().unwrap().data_f32().unwrap();
     let queries = clustered(20, DIM, 5);
     for ratio in [1.0f32, 0.5] {
         let planned = idx
@@ -339,8 +339,8 @@ fn the_adjacency_cache_never_exceeds_its_share() {
         let budget = minimum + extra + (4 << 10) * 8;
         let frac = extra as f64 / graph as f64;
         let idx = open(budget).unwrap();
-        let plan = idx.open_plan().memory.clone();
-        let held = idx.memory();
+        let plan = idx.open_plan().unwrap().memory.clone();
+        let held = idx.memory().unwrap();
         assert!(held.cache <= plan.cache, "{frac}: {held:?} {plan:?}");
         assert!(plan.fixed() + plan.cache <= budget);
         let c = idx.info()["cache"].clone();

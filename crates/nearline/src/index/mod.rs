@@ -10,8 +10,14 @@ use crate::data::files;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
 use crate::elem::{DType, Element};
+use crate::format::Preset;
 use crate::format::{IndexKind, Manifest};
 use crate::io::files::read_manifest;
+use crate::partition::state::PartitionManifest;
+use crate::partition::{
+    CheckReport, PartitionBuild, PartitionIndex, PartitionOpen, PartitionSearch,
+};
+use crate::planner::PresetChoice;
 use crate::planner::{
     self, BuildOptions, DataFacts, OpenOptions, OpenPlan, PlannedBuild, PlannedSearch,
     RangeOptions, SearchFacts, SearchOptions, SearchPlanView,
@@ -84,6 +90,103 @@ fn build_inner<T: Element>(
     )
 }
 
+/// Whether a build asks for a partition index (preset `spfresh`).
+pub fn is_partition_build(opts: &BuildOptions) -> bool {
+    opts.preset == PresetChoice::Named(Preset::Spfresh)
+}
+
+/// Plans a partition build (preset `spfresh`) over data described by
+/// `facts`: the parameters and why, as JSON.
+pub fn plan_partition_build(opts: &BuildOptions, facts: &DataFacts) -> Result<serde_json::Value> {
+    let p = planner::partition::plan(opts, facts.n, facts.dim, facts.dtype)?;
+    Ok(serde_json::json!({
+        "kind": "partition",
+        "preset": "spfresh",
+        "params": p.params,
+        "expected_resident_bytes": p.expected_bytes,
+        "decisions": p.decisions,
+    }))
+}
+
+/// Builds a partition index (preset `spfresh`) over float32 rows.
+pub fn build_partition(
+    data: &[f32],
+    dim: usize,
+    dir: &Path,
+    opts: &BuildOptions,
+    progress: Progress<'_>,
+    cancel: &AtomicBool,
+) -> Result<PartitionManifest> {
+    if dim == 0 || !data.len().is_multiple_of(dim) {
+        return Err(Error::arg(format!(
+            "data holds {} values, not a whole number of {dim}-dimensional rows",
+            data.len()
+        )));
+    }
+    let planned = planner::partition::plan(opts, data.len() / dim, dim, DType::F32)?;
+    crate::partition::build_index(
+        data,
+        dim,
+        dir,
+        &PartitionBuild {
+            metric: opts.metric,
+            params: planned.params,
+            ids: opts.ids.clone(),
+            overwrite: opts.overwrite,
+            threads: opts.threads,
+        },
+        progress,
+        cancel,
+    )
+}
+
+/// Builds a partition index from a float32 vector file.
+pub fn build_partition_from_file(
+    input: &Path,
+    dtype_hint: Option<DType>,
+    dir: &Path,
+    opts: &BuildOptions,
+    progress: Progress<'_>,
+    cancel: &AtomicBool,
+) -> Result<PartitionManifest> {
+    let info = files::probe(input, dtype_hint)?;
+    planner::partition::plan(opts, info.n, info.dim, info.dtype)?;
+    let m = files::open_vectors::<f32>(input)?;
+    build_partition(m.as_slice(), m.dim(), dir, opts, progress, cancel)
+}
+
+/// Whether `dir` holds an index of any kind.
+pub fn is_any_index(dir: &Path) -> bool {
+    crate::io::files::is_index(dir) || crate::partition::is_partition_index(dir)
+}
+
+/// The kind of index `dir` holds, from its manifest's `kind` field.
+pub fn kind_of(dir: &Path) -> Result<IndexKind> {
+    let path = dir.join(crate::format::MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        if !dir.exists() {
+            Error::io(
+                dir,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "index directory does not exist",
+                ),
+            )
+        } else {
+            Error::io(&path, e)
+        }
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::corrupt(&path, format!("manifest is not valid JSON: {e}")))?;
+    match v.get("kind").and_then(|k| k.as_str()) {
+        None => Ok(IndexKind::Graph),
+        Some(k) => IndexKind::parse(k).map_err(|_| Error::Version {
+            path: path.clone(),
+            msg: format!("index kind {k:?} is unknown to this version; upgrade nearline"),
+        }),
+    }
+}
+
 /// Search output: external ids (−1 pads), user-facing distances, statistics;
 /// for a range search, `lims` (nq + 1 offsets into `ids`/`distances`).
 #[derive(Debug, Default)]
@@ -95,81 +198,204 @@ pub struct SearchOutput {
     pub stats: Vec<QueryStats>,
 }
 
+/// An open graph index: its manifest, open plan and structures.
+pub struct GraphOpen {
+    manifest: Manifest,
+    plan: OpenPlan,
+    g: GraphIndex,
+}
+
 enum Kind {
-    Graph(GraphIndex),
+    Graph(Box<GraphOpen>),
+    Partition(PartitionIndex),
 }
 
 /// An open index; safe to share between threads.
 pub struct Index {
     dir: PathBuf,
-    manifest: Manifest,
-    plan: OpenPlan,
     kind: Kind,
 }
 
+/// What a graph index says to an update.
+const STATIC_GRAPH: &str = "this is a static graph index: it takes no inserts or deletes; build \
+     with preset=\"spfresh\" for an index that does";
+
 impl Index {
-    /// Opens the index directory `dir`.
+    /// Opens the index directory `dir` (either kind).
     pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Index> {
-        let m = read_manifest(dir)?;
-        let plan = planner::plan_open(opts, &m)?;
-        let kind = match m.kind {
-            IndexKind::Graph => Kind::Graph(GraphIndex::open(dir, &m, &plan, opts.io)?),
+        let kind = match kind_of(dir)? {
+            IndexKind::Graph => {
+                let m = read_manifest(dir)?;
+                let plan = planner::plan_open(opts, &m)?;
+                let g = GraphIndex::open(dir, &m, &plan, opts.io)?;
+                Kind::Graph(Box::new(GraphOpen {
+                    manifest: m,
+                    plan,
+                    g,
+                }))
+            }
+            IndexKind::Partition => {
+                let graph_only = [
+                    (opts.memory_budget.is_some(), "memory_budget (set at build)"),
+                    (opts.cache_nodes.is_some(), "cache_nodes"),
+                    (opts.cache != crate::planner::CacheChoice::Auto, "cache"),
+                    (opts.entry_points != 0, "entry_points"),
+                    (opts.entry != crate::planner::EntryChoice::Auto, "entry"),
+                    (opts.nav_l.is_some(), "nav_L"),
+                    (opts.nav_seeds.is_some(), "nav_seeds"),
+                ];
+                if let Some((_, what)) = graph_only.iter().find(|x| x.0) {
+                    return Err(Error::arg(format!(
+                        "{what} applies to graph indexes; {} holds a partition index",
+                        dir.display()
+                    )));
+                }
+                Kind::Partition(PartitionIndex::open(
+                    dir,
+                    &PartitionOpen {
+                        threads: opts.threads,
+                        io: opts.io,
+                        durability: opts.durability,
+                        background: true,
+                    },
+                )?)
+            }
         };
         Ok(Index {
             dir: dir.to_path_buf(),
-            manifest: m,
-            plan,
             kind,
         })
     }
 
-    /// The manifest.
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-
-    /// How the index was opened.
-    pub fn open_plan(&self) -> &OpenPlan {
-        &self.plan
-    }
-
-    /// What the index holds resident now, measured.
-    pub fn memory(&self) -> MemoryAccount {
+    fn g(&self) -> Option<&GraphOpen> {
         match &self.kind {
-            Kind::Graph(g) => g.account(),
+            Kind::Graph(g) => Some(g),
+            Kind::Partition(_) => None,
         }
     }
 
-    /// The entry points in use.
-    pub fn entry(&self) -> EntryPlan {
-        self.plan.entry
+    fn graph_or_err(&self) -> Result<&GraphOpen> {
+        self.g().ok_or_else(|| {
+            Error::arg(format!(
+                "{} holds a partition index; this operation needs a graph index",
+                self.dir.display()
+            ))
+        })
+    }
+
+    /// The partition index, if this is one.
+    pub fn partition(&self) -> Option<&PartitionIndex> {
+        match &self.kind {
+            Kind::Partition(p) => Some(p),
+            Kind::Graph(_) => None,
+        }
+    }
+
+    fn partition_or_err(&self) -> Result<&PartitionIndex> {
+        self.partition().ok_or_else(|| Error::arg(STATIC_GRAPH))
+    }
+
+    /// The kind of index.
+    pub fn kind(&self) -> IndexKind {
+        match &self.kind {
+            Kind::Graph(_) => IndexKind::Graph,
+            Kind::Partition(_) => IndexKind::Partition,
+        }
+    }
+
+    /// The vectors' dimension.
+    pub fn dim(&self) -> usize {
+        match &self.kind {
+            Kind::Graph(g) => g.manifest.dim,
+            Kind::Partition(p) => p.dim(),
+        }
+    }
+
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        match &self.kind {
+            Kind::Graph(g) => g.manifest.metric,
+            Kind::Partition(p) => p.metric(),
+        }
+    }
+
+    /// A graph index's manifest (`None` for a partition index).
+    pub fn manifest(&self) -> Option<&Manifest> {
+        self.g().map(|g| &g.manifest)
+    }
+
+    /// How a graph index was opened.
+    pub fn open_plan(&self) -> Option<&OpenPlan> {
+        self.g().map(|g| &g.plan)
+    }
+
+    /// What a graph index holds resident now, measured.
+    pub fn memory(&self) -> Option<MemoryAccount> {
+        self.g().map(|g| g.g.account())
+    }
+
+    /// The entry points a graph index uses.
+    pub fn entry(&self) -> Option<EntryPlan> {
+        self.g().map(|g| g.plan.entry)
     }
 
     /// The graph index (tests drive its workers directly).
-    pub fn graph(&self) -> &GraphIndex {
-        match &self.kind {
-            Kind::Graph(g) => g,
-        }
+    pub fn graph(&self) -> Option<&GraphIndex> {
+        self.g().map(|g| &g.g)
+    }
+
+    /// Inserts `vectors` (row-major, the index's dimension) with `ids` (or
+    /// new ones); a partition index only. Returns the ids.
+    pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
+        self.partition_or_err()?.insert(vectors, ids)
+    }
+
+    /// Deletes `ids` (unknown ones are ignored); a partition index only.
+    /// Returns how many were live.
+    pub fn delete(&self, ids: &[u64]) -> Result<usize> {
+        self.partition_or_err()?.delete(ids)
+    }
+
+    /// Writes a checkpoint (a partition index only); returns the log
+    /// sequence it holds.
+    pub fn checkpoint(&self) -> Result<u64> {
+        self.partition_or_err()?.checkpoint()
+    }
+
+    /// Verifies a partition index's internal consistency.
+    pub fn check(&self) -> Result<CheckReport> {
+        self.partition_or_err()?.check()
+    }
+
+    /// Runs a partition index's queued background work now.
+    pub fn maintain(&self) -> Result<()> {
+        self.partition_or_err()?.maintain()
+    }
+
+    /// The live ids of a partition index.
+    pub fn live_ids(&self) -> Result<Vec<u64>> {
+        Ok(self.partition_or_err()?.live_ids())
     }
 
     /// Bytes the search workers may hold: the budget less everything else
     /// (no limit when nearline sized the budget itself).
     fn scratch_allowance(&self) -> u64 {
-        if self.plan.budget_auto {
+        let Some(g) = self.g() else {
+            return u64::MAX;
+        };
+        if g.plan.budget_auto {
             return u64::MAX;
         }
-        self.plan
-            .memory
-            .budget
-            .saturating_sub(self.graph().static_total())
+        g.plan.memory.budget.saturating_sub(g.g.static_total())
     }
 
     /// What the planner knows of this index for a search.
     fn search_facts(&self) -> Result<SearchFacts> {
+        let g = self.graph_or_err()?;
         SearchFacts::of(
-            &self.manifest,
-            self.plan.cache,
-            self.plan.threads,
+            &g.manifest,
+            g.plan.cache,
+            g.plan.threads,
             self.scratch_allowance(),
         )
     }
@@ -197,22 +423,86 @@ impl Index {
 
     /// Searches `nq` row-major float queries.
     pub fn search(&self, queries: &[f32], nq: usize, opts: &SearchOptions) -> Result<SearchOutput> {
+        if let Some(p) = self.partition() {
+            return self.search_partition(p, queries, nq, opts);
+        }
+        if opts.nprobe.is_some() || opts.probe_cut.is_some() {
+            return Err(Error::arg(
+                "nprobe and probe_cut apply to partition indexes (preset \"spfresh\")",
+            ));
+        }
         let planned = self.plan_quietly(opts, None, nq)?;
         self.run(queries, nq, &planned)
     }
 
+    fn search_partition(
+        &self,
+        p: &PartitionIndex,
+        queries: &[f32],
+        nq: usize,
+        opts: &SearchOptions,
+    ) -> Result<SearchOutput> {
+        let graph_only = [
+            (opts.w.is_some(), "W"),
+            (
+                opts.executor != crate::planner::ExecutorChoice::Auto,
+                "executor",
+            ),
+            (opts.adaptive_beam, "adaptive_beam"),
+            (opts.early_dispatch.is_some(), "early_dispatch"),
+            (opts.queries_in_flight.is_some(), "queries_in_flight"),
+            (
+                opts.page_search != crate::planner::PageChoice::Auto,
+                "page_search",
+            ),
+            (opts.sigma.is_some(), "sigma"),
+            (opts.refine_ratio.is_some(), "refine_ratio"),
+            (opts.filter_ratio.is_some(), "filter_ratio"),
+        ];
+        if let Some((_, what)) = graph_only.iter().find(|x| x.0) {
+            return Err(Error::arg(format!(
+                "{what} applies to graph indexes; a partition index searches with k, nprobe, L, \
+                 probe_cut and threads"
+            )));
+        }
+        let r = p.search(
+            queries,
+            nq,
+            &PartitionSearch {
+                k: opts.k,
+                nprobe: opts.nprobe.unwrap_or(crate::partition::DEFAULT_NPROBE),
+                l: opts.l,
+                probe_cut: opts.probe_cut,
+                threads: opts.threads,
+            },
+        )?;
+        let metric = p.metric();
+        let distances = r
+            .distances
+            .iter()
+            .map(|&d| user_distance(metric, d))
+            .collect();
+        Ok(SearchOutput {
+            ids: r.ids,
+            distances,
+            lims: Vec::new(),
+            stats: r.stats,
+        })
+    }
+
     /// Runs a planned batch.
     fn run(&self, queries: &[f32], nq: usize, planned: &PlannedSearch) -> Result<SearchOutput> {
-        if queries.len() != nq * self.manifest.dim {
+        let go = self.graph_or_err()?;
+        if queries.len() != nq * go.manifest.dim {
             return Err(Error::arg(format!(
                 "queries hold {} values, expected {nq} × {} (the index's dimension)",
                 queries.len(),
-                self.manifest.dim
+                go.manifest.dim
             )));
         }
-        let Kind::Graph(g) = &self.kind;
+        let g = &go.g;
         let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
-        let metric = self.manifest.metric;
+        let metric = go.manifest.metric;
         let ids = r
             .ids
             .iter()
@@ -221,15 +511,7 @@ impl Index {
         let distances = r
             .distances
             .iter()
-            .map(|&d| {
-                if d.is_finite() {
-                    metric.to_user(d)
-                } else if metric.higher_is_closer() {
-                    f32::NEG_INFINITY
-                } else {
-                    f32::INFINITY
-                }
-            })
+            .map(|&d| user_distance(metric, d))
             .collect();
         Ok(SearchOutput {
             ids,
@@ -256,7 +538,13 @@ impl Index {
         range: &RangeOptions,
         opts: &SearchOptions,
     ) -> Result<SearchOutput> {
-        let metric = self.manifest.metric;
+        if self.partition().is_some() {
+            return Err(Error::arg(
+                "range search is not supported by partition indexes yet; use search with k",
+            ));
+        }
+        let go = self.graph_or_err()?;
+        let metric = go.manifest.metric;
         if !radius.is_finite() {
             return Err(Error::arg(format!("radius={radius} must be finite")));
         }
@@ -272,7 +560,7 @@ impl Index {
                      cosine); inner-product scores have no scale to multiply",
                 ));
             }
-            if self.plan.entry == EntryPlan::Medoid {
+            if go.plan.entry == EntryPlan::Medoid {
                 return Err(Error::arg(
                     "entry_cutoff needs entry points held in memory (entry \"nav\", \
                      \"sampled\" or \"centroids\"); this index starts every query from \
@@ -292,8 +580,12 @@ impl Index {
     /// A JSON description: sizes, the plan and the memory split, the build
     /// spec.
     pub fn info(&self) -> serde_json::Value {
-        let m = &self.manifest;
-        let Kind::Graph(g) = &self.kind;
+        let go = match &self.kind {
+            Kind::Graph(g) => g,
+            Kind::Partition(p) => return p.info(),
+        };
+        let m = &go.manifest;
+        let g = &go.g;
         let mut files = serde_json::Map::new();
         let mut disk = 0u64;
         for (k, s) in &m.sections {
@@ -340,10 +632,10 @@ impl Index {
             "records_per_page": m.layout.records_per_block,
             "disk_bytes": disk,
             "sections": files,
-            "memory": graph::memory_json(&self.plan.memory, &g.account(), self.plan.budget_auto),
+            "memory": graph::memory_json(&go.plan.memory, &g.account(), go.plan.budget_auto),
             "plan": {
-                "open": self.plan.decisions,
-                "threads": self.plan.threads,
+                "open": go.plan.decisions,
+                "threads": go.plan.threads,
                 "search": search,
             },
             "cache": g.cache_info(),
@@ -356,6 +648,17 @@ impl Index {
             "warnings": planner::build_warnings(m),
             "wal_sequence": m.wal_sequence,
         })
+    }
+}
+
+/// An internal distance as users see it (infinite pads keep their side).
+fn user_distance(metric: Metric, d: f32) -> f32 {
+    if d.is_finite() {
+        metric.to_user(d)
+    } else if metric.higher_is_closer() {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
     }
 }
 
@@ -391,6 +694,6 @@ mod alayalaser_tests;
 #[cfg(test)]
 mod gorgeous_tests;
 #[cfg(test)]
-mod test_data;
+pub(crate) mod test_data;
 #[cfg(test)]
 mod tests;

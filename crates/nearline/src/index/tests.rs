@@ -61,7 +61,7 @@ fn small_index(dir: &Path) -> (Index, Vec<f32>) {
 }
 
 fn pages(idx: &Index) -> Arc<Vec<u8>> {
-    let d = idx.graph().data_f32().unwrap();
+    let d = idx.graph().unwrap().data_f32().unwrap();
     Arc::new(std::fs::read(&d.pages_path).unwrap())
 }
 
@@ -69,7 +69,7 @@ fn pages(idx: &Index) -> Arc<Vec<u8>> {
 fn out_of_order_delayed_completions_give_the_same_results() {
     let tmp = tempfile::tempdir().unwrap();
     let (idx, _) = small_index(&tmp.path().join("i"));
-    let d = idx.graph().data_f32().unwrap();
+    let d = idx.graph().unwrap().data_f32().unwrap();
     let pages = pages(&idx);
     let queries = clustered(30, 16, 9);
     let p = SearchPlan::beam(10, 60, 8);
@@ -99,7 +99,7 @@ fn out_of_order_delayed_completions_give_the_same_results() {
 fn failed_reads_are_errors_and_leave_nothing_in_flight() {
     let tmp = tempfile::tempdir().unwrap();
     let (idx, _) = small_index(&tmp.path().join("i"));
-    let d = idx.graph().data_f32().unwrap();
+    let d = idx.graph().unwrap().data_f32().unwrap();
     let pages = pages(&idx);
     let fake = IoEngine::fake(
         pages.clone(),
@@ -146,7 +146,7 @@ fn build_is_deterministic_for_a_seed() {
         pa == pb,
         "same seed and threads must give the same page file"
     );
-    assert_eq!(a.manifest().medoid, b.manifest().medoid);
+    assert_eq!(a.manifest().unwrap().medoid, b.manifest().unwrap().medoid);
 }
 
 #[test]
@@ -354,7 +354,7 @@ fn every_entry_kind_is_exact_at_full_list_size() {
         (EntryChoice::Centroids, "centroids"),
     ] {
         let idx = open_entry(&dir, kind).unwrap();
-        assert_eq!(idx.entry().name(), want);
+        assert_eq!(idx.entry().unwrap().name(), want);
         assert_eq!(idx.info()["entry"]["kind"], want);
         let out = idx.search(&queries, 20, &opts).unwrap();
         let got: Vec<u32> = out.ids.iter().map(|&i| i as u32).collect();
@@ -380,11 +380,15 @@ fn entry_structures_are_counted_in_the_budget() {
     };
     // A budget that caches about half the nodes.
     let probe = open(EntryChoice::Nav, 64 << 20).unwrap();
-    let budget = probe.open_plan().memory.minimum + 150_000;
+    let budget = probe.open_plan().unwrap().memory.minimum + 150_000;
     let plain = open(EntryChoice::Medoid, budget).unwrap();
     let nav = open(EntryChoice::Nav, budget).unwrap();
     let cen = open(EntryChoice::Centroids, budget).unwrap();
-    let (pm, nm, cm) = (plain.memory(), nav.memory(), cen.memory());
+    let (pm, nm, cm) = (
+        plain.memory().unwrap(),
+        nav.memory().unwrap(),
+        cen.memory().unwrap(),
+    );
     assert_eq!(pm.entry, 0);
     // 100 sample nodes: ids, 16-d f32 vectors and R = 42 adjacency.
     assert!(nm.entry >= 100 * (4 + 64 + 4 * 32), "{nm:?}");
@@ -394,8 +398,8 @@ fn entry_structures_are_counted_in_the_budget() {
     assert!(cm.cache_nodes < pm.cache_nodes, "{cm:?} vs {pm:?}");
     for idx in [&plain, &nav, &cen] {
         // The planned split is what the index holds.
-        let plan = &idx.open_plan().memory;
-        let held = idx.memory();
+        let plan = &idx.open_plan().unwrap().memory;
+        let held = idx.memory().unwrap();
         assert_eq!(
             (held.pq_codes, held.pq_codebook, held.entry, held.cache),
             (plan.pq_codes, plan.pq_codebook, plan.entry, plan.cache),
@@ -405,7 +409,7 @@ fn entry_structures_are_counted_in_the_budget() {
         assert_eq!(idx.info()["memory"]["within_budget"], true);
     }
     // Budgets below what the structures need are refused with the minimum.
-    let min = nav.open_plan().memory.minimum;
+    let min = nav.open_plan().unwrap().memory.minimum;
     let e = open(EntryChoice::Nav, min - 1).err().unwrap().to_string();
     assert!(
         e.contains(&min.to_string()) && e.contains("at least"),
@@ -498,7 +502,11 @@ fn entry_arguments_are_checked() {
     let e = open_entry(&dir, EntryChoice::Centroids).err().unwrap();
     assert!(e.to_string().contains("entry_clusters"), "{e}");
     assert_eq!(
-        open_entry(&dir, EntryChoice::Auto).unwrap().entry().name(),
+        open_entry(&dir, EntryChoice::Auto)
+            .unwrap()
+            .entry()
+            .unwrap()
+            .name(),
         "medoid"
     );
     for (l, s) in [(0, 1), (8, 0), (8, 9), (4097, 4)] {
@@ -658,7 +666,7 @@ fn a_budget_near_u64_max_caches_at_most_every_node() {
                 ..Default::default()
             };
             let idx = Index::open(&dir, &opts).unwrap();
-            assert_eq!(idx.memory().cache_nodes, 2000, "budget {b}");
+            assert_eq!(idx.memory().unwrap().cache_nodes, 2000, "budget {b}");
         }
     }
     let geo = PageGeometry::new(4096, 64, 16, 2000).unwrap();
@@ -676,7 +684,7 @@ fn indexes_of_format_1_2_open_and_answer_as_they_did() {
     for name in ["v1_2_diskann", "v1_2_starling"] {
         let dir = root.join(name);
         let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
-        assert_eq!(idx.manifest().format_minor, 2);
+        assert_eq!(idx.manifest().unwrap().format_minor, 2);
         let want: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap())
                 .unwrap();
@@ -780,8 +788,8 @@ fn every_preset_keeps_its_budget() {
             .unwrap();
             let out = idx.search(&queries, 200, &SearchOptions::new(10)).unwrap();
             assert!(out.ids.iter().all(|&i| i >= 0));
-            let plan = &idx.open_plan().memory;
-            let held = idx.memory();
+            let plan = &idx.open_plan().unwrap().memory;
+            let held = idx.memory().unwrap();
             assert!(
                 plan.fixed() + plan.cache <= budget,
                 "{preset} {frac}: {plan:?}"
@@ -867,7 +875,7 @@ fn build_budgets_below_the_minimum_are_refused_with_it() {
     .unwrap();
     let idx = Index::open(&tmp.path().join("d"), &OpenOptions::default()).unwrap();
     assert_eq!(idx.info()["memory"]["within_budget"], true);
-    assert!(man.spec.memory_budget >= idx.open_plan().memory.minimum);
+    assert!(man.spec.memory_budget >= idx.open_plan().unwrap().memory.minimum);
 }
 
 #[test]

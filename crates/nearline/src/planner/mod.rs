@@ -10,6 +10,7 @@
 
 pub mod memory;
 pub mod options;
+pub mod partition;
 pub mod preset;
 pub mod rules;
 
@@ -128,6 +129,17 @@ pub struct PlannedBuild {
 
 /// Checks the build options that are not the planner's to choose.
 fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
+    if opts.preset == PresetChoice::Named(crate::format::Preset::Spfresh) {
+        return Err(Error::arg(
+            "preset \"spfresh\" builds a partition index: plan it with planner::partition",
+        ));
+    }
+    if opts.partition != partition::PartitionOptions::default() {
+        return Err(Error::arg(
+            "head_ratio, replicas, posting_limit, merge_threshold, rng_factor, reassign_k and \
+             lire apply to partition indexes (preset \"spfresh\")",
+        ));
+    }
     let n = f.n;
     if n == 0 {
         return Err(Error::arg("cannot build an index over 0 vectors"));

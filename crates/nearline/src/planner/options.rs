@@ -162,6 +162,8 @@ pub struct BuildOptions {
     /// Bits per dimension of a coded layout's neighbour codes (1, 2 or 4);
     /// `None`: the most whose records fit the block 1-bit codes need.
     pub code_bits: Option<usize>,
+    /// Options of a partition index (preset `spfresh`).
+    pub partition: super::partition::PartitionOptions,
 }
 
 impl Default for BuildOptions {
@@ -190,6 +192,7 @@ impl Default for BuildOptions {
             adjacency: None,
             principal_dims: None,
             code_bits: None,
+            partition: Default::default(),
         }
     }
 }
@@ -217,6 +220,9 @@ pub struct OpenOptions {
     /// Navigation-graph seeds per query; `None`: the preset's.
     pub nav_seeds: Option<usize>,
     pub io: EngineKind,
+    /// Partition index: when inserts and deletes return (after their log
+    /// record is synced, or only written).
+    pub durability: crate::update::wal::Durability,
 }
 
 impl Default for OpenOptions {
@@ -231,6 +237,7 @@ impl Default for OpenOptions {
             nav_l: None,
             nav_seeds: None,
             io: EngineKind::Auto,
+            durability: crate::update::wal::Durability::Sync,
         }
     }
 }
@@ -268,6 +275,11 @@ pub struct SearchOptions {
     /// do not depend on the timing of reads (default); `false`: as they
     /// arrive.
     pub repeatable: bool,
+    /// Partition index: postings read per query; `None`: 32.
+    pub nprobe: Option<usize>,
+    /// Partition index: read a posting only when its head lies within
+    /// (1 + probe_cut) of the nearest head's distance.
+    pub probe_cut: Option<f32>,
 }
 
 impl SearchOptions {
@@ -287,6 +299,8 @@ impl SearchOptions {
             filter_ratio: None,
             threads: None,
             repeatable: true,
+            nprobe: None,
+            probe_cut: None,
         }
     }
 }

@@ -173,6 +173,9 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // cache of whole records, entry from 300 cluster centroids, L 200,
         // the beam with adaptive width 1 → 16 and early dispatch at half
         // a hop.
+        // SPFresh builds a partition index, planned by `planner::partition`;
+        // a graph plan never starts from it (`plan_build` refuses it).
+        Preset::Spfresh => BASE,
         Preset::Alayalaser => PresetDefaults {
             layout: LayoutKind::Coded,
             entry_clusters: 300,

@@ -44,6 +44,9 @@ pub struct QueryStats {
     pub adjacency_hits: u32,
     /// Nodes expanded without a read from a list a replicated page carried.
     pub replica_hits: u32,
+    /// Partition index: posting entries skipped as stale (an older version
+    /// of a moved vector) or deleted.
+    pub stale: u32,
 }
 
 impl QueryStats {

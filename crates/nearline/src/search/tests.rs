@@ -110,7 +110,7 @@ fn fixture() -> &'static Fixture {
 }
 
 fn data(idx: &Index) -> &IndexData<f32> {
-    idx.graph().data_f32().unwrap()
+    idx.graph().unwrap().data_f32().unwrap()
 }
 
 /// What the tests ask for, in the shape of the user's options; turned
@@ -165,6 +165,8 @@ impl P {
             filter_ratio: None,
             threads: Some(threads),
             repeatable: self.repeatable,
+            nprobe: None,
+            probe_cut: None,
         }
     }
 
@@ -1089,7 +1091,7 @@ fn block_search_is_exact_with_a_full_list() {
 fn shuffled_layout_improves_locality_and_vertex_utilisation() {
     let f = fixture();
     let sf = shuffled_fixture();
-    let m = sf.plain.manifest();
+    let m = sf.plain.manifest().unwrap();
     assert_eq!(m.layout.kind, crate::format::LayoutKind::Shuffled);
     let info = m.layout.shuffle.as_ref().unwrap();
     let or_g = m.layout.overlap_ratio.unwrap();
@@ -1106,7 +1108,7 @@ fn shuffled_layout_improves_locality_and_vertex_utilisation() {
         "OR(G) = {or_g}, ID {}",
         info.id_overlap_ratio
     );
-    let id_or = f.plain.manifest().layout.overlap_ratio.unwrap();
+    let id_or = f.plain.manifest().unwrap().layout.overlap_ratio.unwrap();
     assert!((id_or - info.id_overlap_ratio).abs() < 1e-9);
     // The placement is a permutation within capacity.
     let d = data(&sf.plain);
@@ -1275,7 +1277,7 @@ fn range_entry_cutoff_skips_only_far_queries() {
     };
     build_with(&path, &f.base, N, DIM, &opts);
     let idx = open(&path, 0, EngineKind::Auto);
-    assert_eq!(idx.entry().name(), "nav");
+    assert_eq!(idx.entry().unwrap().name(), "nav");
     let nq = 40;
     let queries = &f.queries[..nq * DIM];
     // A radius at the median nearest-neighbour distance: about half the

@@ -1,0 +1,276 @@
+//! SPANN's build: balanced hierarchical k-means into small clusters (the
+//! postings), their centroids into the head graph, every vector stored in
+//! its own cluster's posting and replicated into up to `replicas` nearby
+//! postings by the RNG rule, postings written contiguously.
+
+use super::heads::Heads;
+use super::posting::{blocks_for, push_entry};
+use super::state::{PartitionBuildStats, PartitionParams};
+use super::store::{PostingRef, Store};
+use crate::distance::Metric;
+use crate::graph::vamana::SearchScratch;
+use crate::kernels::l2_f32;
+use crate::quant::kmeans::{kmeans, nearest_centroids, KMeansParams};
+use crate::{Error, Result};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Most clusters one k-means step splits a set into.
+const BRANCH: usize = 16;
+/// Rows a k-means step fits on (the rest are assigned to the nearest
+/// centroid).
+const FIT_ROWS: usize = 20_000;
+/// k-means iterations per step.
+const ITERS: usize = 10;
+/// Heads a vector's replicas are chosen among.
+pub const REPLICA_CANDIDATES: usize = 32;
+/// List size of the head search that finds them.
+pub const REPLICA_L: usize = 64;
+
+/// Clusters of about `target` rows: `(centroids, members)`.
+pub fn cluster(
+    data: &[f32],
+    dim: usize,
+    target: usize,
+    seed: u64,
+    cancel: &AtomicBool,
+) -> Result<(Vec<f32>, Vec<Vec<u32>>)> {
+    let n = data.len() / dim;
+    let target = target.max(1);
+    let leaf_max = target + target / 2;
+    let mut stack: Vec<Vec<u32>> = vec![(0..n as u32).collect()];
+    let mut leaves: Vec<Vec<u32>> = Vec::new();
+    let mut step = 0u64;
+    while let Some(set) = stack.pop() {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::Cancelled);
+        }
+        if set.len() <= leaf_max {
+            leaves.push(set);
+            continue;
+        }
+        let b = (set.len() as f64 / target as f64)
+            .round()
+            .clamp(2.0, BRANCH as f64) as usize;
+        step += 1;
+        let parts = split(data, dim, &set, b, seed.wrapping_add(step))?;
+        stack.extend(parts);
+    }
+    // Deterministic order: by first member.
+    leaves.sort_by_key(|l| l[0]);
+    let mut centroids = vec![0f32; leaves.len() * dim];
+    for (c, l) in centroids.chunks_exact_mut(dim).zip(&leaves) {
+        let mut acc = vec![0f64; dim];
+        for &i in l {
+            let r = &data[i as usize * dim..(i as usize + 1) * dim];
+            for (a, &x) in acc.iter_mut().zip(r) {
+                *a += x as f64;
+            }
+        }
+        for (o, a) in c.iter_mut().zip(acc) {
+            *o = (a / l.len() as f64) as f32;
+        }
+    }
+    Ok((centroids, leaves))
+}
+
+/// Splits `set` into `b` non-empty parts by k-means (halves of the set when
+/// k-means cannot separate it, e.g. duplicates).
+fn split(data: &[f32], dim: usize, set: &[u32], b: usize, seed: u64) -> Result<Vec<Vec<u32>>> {
+    let stride = set.len().div_ceil(FIT_ROWS).max(1);
+    let fit: Vec<u32> = set.iter().copied().step_by(stride).collect();
+    let mut rows = Vec::with_capacity(fit.len() * dim);
+    for &i in &fit {
+        rows.extend_from_slice(&data[i as usize * dim..(i as usize + 1) * dim]);
+    }
+    let k = b.min(fit.len());
+    let km = kmeans(
+        &rows,
+        dim,
+        &KMeansParams {
+            k,
+            max_iters: ITERS,
+            seed,
+        },
+    )?;
+    let assign: Vec<u32> = set
+        .par_iter()
+        .map(|&i| {
+            let r = &data[i as usize * dim..(i as usize + 1) * dim];
+            nearest_centroids(&km.centroids, dim, r, 1)
+                .first()
+                .copied()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut parts = vec![Vec::new(); k];
+    for (&i, &a) in set.iter().zip(&assign) {
+        parts[a as usize].push(i);
+    }
+    parts.retain(|p| !p.is_empty());
+    if parts.len() < 2 {
+        let mid = set.len() / 2;
+        return Ok(vec![set[..mid].to_vec(), set[mid..].to_vec()]);
+    }
+    Ok(parts)
+}
+
+/// Postings for `x` by the RNG rule: `first` (if given) then the nearest
+/// candidates not occluded by a chosen one, at most `replicas`.
+pub fn rng_select(
+    heads: &Heads,
+    x: &[f32],
+    candidates: &[(f32, u32)],
+    first: Option<u32>,
+    replicas: usize,
+    rng_factor: f32,
+) -> Vec<u32> {
+    let mut chosen: Vec<u32> = Vec::with_capacity(replicas);
+    if let Some(f) = first {
+        chosen.push(f);
+    }
+    for &(_, c) in candidates {
+        if chosen.len() >= replicas {
+            break;
+        }
+        if chosen.contains(&c) {
+            continue;
+        }
+        let dx = l2_f32(x, heads.vector(c));
+        let occluded = chosen
+            .iter()
+            .any(|&i| rng_factor * l2_f32(heads.vector(i), heads.vector(c)) <= dx);
+        if !occluded {
+            chosen.push(c);
+        }
+    }
+    chosen
+}
+
+/// Everything a built index starts from.
+pub struct Built {
+    pub heads: Heads,
+    pub postings: Vec<Option<PostingRef>>,
+    pub stats: PartitionBuildStats,
+}
+
+/// Builds heads and postings over `data` (`n × dim`, already normalised
+/// for cosine) with internal ids `0..n`, writing postings into `store`.
+pub fn build(
+    data: &[f32],
+    dim: usize,
+    metric: Metric,
+    params: &PartitionParams,
+    store: &Store,
+    progress: &(dyn Fn(&str, u64, u64) + Sync),
+    cancel: &AtomicBool,
+) -> Result<Built> {
+    let t0 = Instant::now();
+    let n = data.len() / dim;
+    let target = ((1.0 / params.head_ratio).round() as usize).max(1);
+    progress("clustering", 0, n as u64);
+    let (centroids, leaves) = cluster(data, dim, target, params.seed, cancel)?;
+    let k = leaves.len();
+    let cluster_seconds = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut heads = Heads::new(dim, metric, k);
+    let mut sc = SearchScratch::new();
+    for (i, c) in centroids.chunks_exact(dim).enumerate() {
+        if i % 4096 == 0 {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            progress("heads", i as u64, k as u64);
+        }
+        heads.insert(c, &mut sc);
+    }
+    // Slot i is leaf i (inserted in order into an empty graph).
+    let mut primary = vec![0u32; n];
+    for (p, l) in leaves.iter().enumerate() {
+        for &i in l {
+            primary[i as usize] = p as u32;
+        }
+    }
+    progress("assign", 0, n as u64);
+    let chosen: Vec<Vec<u32>> = (0..n)
+        .into_par_iter()
+        .map_init(SearchScratch::new, |sc, i| {
+            let x = &data[i * dim..(i + 1) * dim];
+            let cand = heads.search(sc, x, REPLICA_CANDIDATES, REPLICA_L);
+            rng_select(
+                &heads,
+                x,
+                &cand,
+                Some(primary[i]),
+                params.replicas,
+                params.rng_factor,
+            )
+        })
+        .collect();
+    if cancel.load(Ordering::Relaxed) {
+        return Err(Error::Cancelled);
+    }
+    // Posting members: primaries first, then replicas nearest first, cut
+    // at the posting limit (primaries are never cut).
+    let mut members: Vec<Vec<(bool, f32, u32)>> = vec![Vec::new(); k];
+    for (i, c) in chosen.iter().enumerate() {
+        let x = &data[i * dim..(i + 1) * dim];
+        for (j, &p) in c.iter().enumerate() {
+            let d = if j == 0 {
+                0.0
+            } else {
+                l2_f32(x, heads.vector(p))
+            };
+            members[p as usize].push((j != 0, d, i as u32));
+        }
+    }
+    let mut entries = 0usize;
+    for m in members.iter_mut() {
+        m.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let primaries = m.iter().filter(|x| !x.0).count();
+        m.truncate(params.posting_limit.max(primaries));
+        entries += m.len();
+    }
+    let assign_seconds = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
+    let mut postings = Vec::with_capacity(k);
+    let mut stream = Vec::new();
+    for (p, m) in members.iter().enumerate() {
+        if p % 4096 == 0 {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled);
+            }
+            progress("write", p as u64, k as u64);
+        }
+        stream.clear();
+        for &(_, _, i) in m {
+            push_entry(
+                &mut stream,
+                i,
+                0,
+                &data[i as usize * dim..(i as usize + 1) * dim],
+            );
+        }
+        let nb = blocks_for(m.len(), dim).max(1);
+        let blocks = store.allocate(nb)?;
+        store.write(p as u32, 0, &blocks, &stream)?;
+        postings.push(Some(PostingRef {
+            blocks,
+            count: m.len() as u32,
+        }));
+    }
+    store.sync()?;
+    Ok(Built {
+        heads,
+        postings,
+        stats: PartitionBuildStats {
+            seconds: t0.elapsed().as_secs_f64(),
+            cluster_seconds,
+            assign_seconds,
+            write_seconds: t2.elapsed().as_secs_f64(),
+            postings: k,
+            mean_replicas: entries as f64 / n.max(1) as f64,
+        },
+    })
+}

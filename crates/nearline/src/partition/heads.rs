@@ -1,0 +1,437 @@
+//! The in-memory graph over the postings' heads (their centroids): a
+//! Vamana-style graph that grows and shrinks with splits and merges.
+//!
+//! A head's slot is its posting's id. Inserting a head searches the graph
+//! for its neighbourhood, prunes it with the α rule and adds back edges
+//! (pruning a neighbour's list when it overflows). Removing a head leaves a
+//! tombstone that searches still route through but never return;
+//! [`Heads::consolidate`] later rewires the lists that point at tombstones
+//! (FreshDiskANN's delete phase) and frees their slots for new heads.
+
+use crate::distance::Metric;
+use crate::graph::space::PointDistance;
+use crate::graph::vamana::{robust_prune, search_graph_with, SearchScratch};
+use crate::graph::Graph;
+use crate::kernels::l2_f32;
+
+/// Maximum out-degree of the head graph.
+pub const HEAD_R: usize = 32;
+/// Candidate list size of a head insertion.
+const INSERT_L: usize = 64;
+/// α of the head graph's pruning.
+const ALPHA: f32 = 1.2;
+
+/// The heads and their graph.
+pub struct Heads {
+    dim: usize,
+    metric: Metric,
+    vecs: Vec<f32>,
+    alive: Vec<bool>,
+    graph: Graph,
+    /// Slots handed out (alive or tombstones).
+    len: usize,
+    /// Slots freed by [`Heads::consolidate`], reused first.
+    free: Vec<u32>,
+    start: u32,
+    live: usize,
+}
+
+/// Build distance between two heads (squared L2, whatever the metric: the
+/// pruning rule needs a distance).
+struct Space<'a> {
+    vecs: &'a [f32],
+    dim: usize,
+    n: usize,
+}
+
+impl PointDistance for Space<'_> {
+    fn n(&self) -> usize {
+        self.n
+    }
+    fn dist(&self, a: u32, b: u32) -> f32 {
+        let d = self.dim;
+        let (a, b) = (a as usize * d, b as usize * d);
+        l2_f32(&self.vecs[a..a + d], &self.vecs[b..b + d])
+    }
+}
+
+impl Heads {
+    /// An empty graph for `dim`-dimensional heads, room for `capacity`.
+    pub fn new(dim: usize, metric: Metric, capacity: usize) -> Heads {
+        let cap = capacity.max(16);
+        Heads {
+            dim,
+            metric,
+            vecs: vec![0.0; cap * dim],
+            alive: vec![false; cap],
+            graph: Graph::new(cap, HEAD_R),
+            len: 0,
+            free: Vec::new(),
+            start: 0,
+            live: 0,
+        }
+    }
+
+    /// Rebuilds the structure from its parts (a checkpoint): `alive`,
+    /// `vecs` (len × dim), lists, start node and freed slots.
+    pub fn from_parts(
+        dim: usize,
+        metric: Metric,
+        alive: Vec<bool>,
+        vecs: Vec<f32>,
+        lists: &[Vec<u32>],
+        start: u32,
+        free: Vec<u32>,
+    ) -> Heads {
+        let len = alive.len();
+        let mut h = Heads::new(dim, metric, len);
+        h.vecs[..len * dim].copy_from_slice(&vecs[..len * dim]);
+        h.alive[..len].copy_from_slice(&alive);
+        for (v, l) in lists.iter().enumerate() {
+            h.graph.set_neighbors(v as u32, l);
+        }
+        h.len = len;
+        h.free = free;
+        h.start = start;
+        h.live = alive.iter().filter(|&&a| a).count();
+        h
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// Slots handed out (alive heads and tombstones).
+    pub fn slots(&self) -> usize {
+        self.len
+    }
+    /// Alive heads.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+    pub fn is_alive(&self, s: u32) -> bool {
+        self.alive.get(s as usize).copied().unwrap_or(false)
+    }
+    pub fn start(&self) -> u32 {
+        self.start
+    }
+    pub fn free_slots(&self) -> &[u32] {
+        &self.free
+    }
+    /// Head `s`'s vector.
+    pub fn vector(&self, s: u32) -> &[f32] {
+        let i = s as usize * self.dim;
+        &self.vecs[i..i + self.dim]
+    }
+    /// Head `s`'s out-neighbours.
+    pub fn neighbors(&self, s: u32) -> &[u32] {
+        self.graph.neighbors(s)
+    }
+    /// Bytes held: vectors, lists, flags.
+    pub fn memory_bytes(&self) -> usize {
+        self.vecs.capacity() * 4
+            + self.graph.memory_bytes()
+            + self.alive.capacity()
+            + self.free.capacity() * 4
+    }
+
+    /// Metric distance from `q` to head `s`.
+    #[inline]
+    pub fn distance(&self, q: &[f32], s: u32) -> f32 {
+        self.metric.distance(q, self.vector(s))
+    }
+
+    /// The `k` alive heads nearest to `q` (metric distance, nearest first),
+    /// from a search with list size `l`.
+    pub fn search(
+        &self,
+        scratch: &mut SearchScratch,
+        q: &[f32],
+        k: usize,
+        l: usize,
+    ) -> Vec<(f32, u32)> {
+        if self.live == 0 {
+            return Vec::new();
+        }
+        // Tombstones take room in the list: widen it by their share.
+        let dead = self.len - self.live;
+        let l = l.max(k) + (l.max(k) * dead).div_ceil(self.live.max(1)).min(l.max(k));
+        let found = search_graph_with(scratch, &self.graph, self.start, l, l, |v| {
+            self.distance(q, v)
+        });
+        found
+            .into_iter()
+            .filter(|&(_, v)| self.alive[v as usize])
+            .take(k)
+            .collect()
+    }
+
+    fn grow(&mut self) {
+        let cap = self.alive.len() * 2;
+        let mut g = Graph::new(cap, HEAD_R);
+        for v in 0..self.len as u32 {
+            g.set_neighbors(v, self.graph.neighbors(v));
+        }
+        self.graph = g;
+        self.vecs.resize(cap * self.dim, 0.0);
+        self.alive.resize(cap, false);
+    }
+
+    /// Adds a head; returns its slot (its posting's id).
+    pub fn insert(&mut self, v: &[f32], scratch: &mut SearchScratch) -> u32 {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                if self.len == self.alive.len() {
+                    self.grow();
+                }
+                self.len += 1;
+                (self.len - 1) as u32
+            }
+        };
+        let d = self.dim;
+        self.vecs[slot as usize * d..(slot as usize + 1) * d].copy_from_slice(v);
+        self.graph.set_neighbors(slot, &[]);
+        if self.live == 0 {
+            self.alive[slot as usize] = true;
+            self.live = 1;
+            self.start = slot;
+            return slot;
+        }
+        // Candidates by the build distance (L2), tombstones included: they
+        // still carry edges.
+        let found = search_graph_with(scratch, &self.graph, self.start, INSERT_L, INSERT_L, |u| {
+            let i = u as usize * d;
+            l2_f32(v, &self.vecs[i..i + d])
+        });
+        let mut pool: Vec<(f32, u32)> = found
+            .into_iter()
+            .filter(|&(_, u)| self.alive[u as usize])
+            .collect();
+        let mut out = Vec::with_capacity(HEAD_R);
+        let space = Space {
+            vecs: &self.vecs,
+            dim: d,
+            n: self.len,
+        };
+        robust_prune(
+            &space, slot, &mut pool, ALPHA, HEAD_R, INSERT_L, false, &mut out,
+        );
+        self.graph.set_neighbors(slot, &out);
+        self.alive[slot as usize] = true;
+        self.live += 1;
+        for &u in &out {
+            if !self.graph.push_neighbor(u, slot) {
+                self.reprune(u, Some(slot));
+            }
+        }
+        slot
+    }
+
+    /// Prunes `u`'s list (plus `extra`) back to the degree bound.
+    fn reprune(&mut self, u: u32, extra: Option<u32>) {
+        let d = self.dim;
+        let ui = u as usize * d;
+        let mut pool: Vec<(f32, u32)> = self
+            .graph
+            .neighbors(u)
+            .iter()
+            .copied()
+            .chain(extra)
+            .filter(|&w| self.alive[w as usize])
+            .map(|w| {
+                let wi = w as usize * d;
+                (l2_f32(&self.vecs[ui..ui + d], &self.vecs[wi..wi + d]), w)
+            })
+            .collect();
+        let mut out = Vec::with_capacity(HEAD_R);
+        let space = Space {
+            vecs: &self.vecs,
+            dim: d,
+            n: self.len,
+        };
+        robust_prune(
+            &space,
+            u,
+            &mut pool,
+            ALPHA,
+            HEAD_R,
+            usize::MAX,
+            false,
+            &mut out,
+        );
+        self.graph.set_neighbors(u, &out);
+    }
+
+    /// Makes head `s` a tombstone (searches route through it, never return
+    /// it). The last alive head cannot be removed.
+    pub fn remove(&mut self, s: u32) -> bool {
+        if !self.is_alive(s) || self.live == 1 {
+            return false;
+        }
+        self.alive[s as usize] = false;
+        self.live -= 1;
+        true
+    }
+
+    /// Tombstones among the slots.
+    pub fn tombstones(&self) -> usize {
+        self.len - self.live - self.free.len()
+    }
+
+    /// Rewires every list that points at a tombstone (its alive neighbours
+    /// and the tombstones' alive neighbours, pruned) and frees the
+    /// tombstones' slots. Returns the slots freed.
+    pub fn consolidate(&mut self) -> usize {
+        let freed: Vec<bool> = (0..self.len)
+            .map(|v| !self.alive[v] && !self.free.contains(&(v as u32)))
+            .collect();
+        let count = freed.iter().filter(|&&f| f).count();
+        if count == 0 {
+            return 0;
+        }
+        let d = self.dim;
+        for v in 0..self.len as u32 {
+            if !self.alive[v as usize] {
+                continue;
+            }
+            let nb = self.graph.neighbors(v).to_vec();
+            if !nb.iter().any(|&w| freed[w as usize]) {
+                continue;
+            }
+            let mut cand: Vec<u32> = Vec::new();
+            for &w in &nb {
+                if freed[w as usize] {
+                    cand.extend(
+                        self.graph
+                            .neighbors(w)
+                            .iter()
+                            .copied()
+                            .filter(|&x| self.alive[x as usize] && x != v),
+                    );
+                } else if self.alive[w as usize] {
+                    cand.push(w);
+                }
+            }
+            let vi = v as usize * d;
+            let mut pool: Vec<(f32, u32)> = cand
+                .into_iter()
+                .map(|w| {
+                    let wi = w as usize * d;
+                    (l2_f32(&self.vecs[vi..vi + d], &self.vecs[wi..wi + d]), w)
+                })
+                .collect();
+            let mut out = Vec::with_capacity(HEAD_R);
+            let space = Space {
+                vecs: &self.vecs,
+                dim: d,
+                n: self.len,
+            };
+            robust_prune(
+                &space,
+                v,
+                &mut pool,
+                ALPHA,
+                HEAD_R,
+                usize::MAX,
+                false,
+                &mut out,
+            );
+            self.graph.set_neighbors(v, &out);
+        }
+        for (v, &f) in freed.iter().enumerate() {
+            if f {
+                self.graph.set_neighbors(v as u32, &[]);
+                self.free.push(v as u32);
+            }
+        }
+        if !self.alive[self.start as usize] {
+            // The alive head nearest to the old start.
+            let s = self.start;
+            let best = (0..self.len as u32)
+                .filter(|&v| self.alive[v as usize])
+                .map(|v| (l2_f32(self.vector(s), self.vector(v)), v))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, v)) = best {
+                self.start = v;
+            }
+        }
+        count
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn points(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n * dim).map(|_| r.random_range(-1.0f32..1.0)).collect()
+    }
+
+    fn exact(h: &Heads, q: &[f32], k: usize) -> Vec<u32> {
+        let mut all: Vec<(f32, u32)> = (0..h.slots() as u32)
+            .filter(|&s| h.is_alive(s))
+            .map(|s| (h.distance(q, s), s))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        all.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    fn recall(h: &Heads, qs: &[f32], dim: usize) -> f64 {
+        let mut sc = SearchScratch::new();
+        let mut hit = 0;
+        let nq = qs.len() / dim;
+        for q in qs.chunks_exact(dim) {
+            let got: Vec<u32> = h.search(&mut sc, q, 10, 40).iter().map(|x| x.1).collect();
+            hit += exact(h, q, 10).iter().filter(|x| got.contains(x)).count();
+        }
+        hit as f64 / (nq * 10) as f64
+    }
+
+    #[test]
+    fn grows_and_finds_neighbours_through_removals() {
+        let dim = 16;
+        let n = 2000;
+        let p = points(n, dim, 1);
+        let mut h = Heads::new(dim, Metric::L2, 10);
+        let mut sc = SearchScratch::new();
+        for v in p.chunks_exact(dim) {
+            h.insert(v, &mut sc);
+        }
+        assert_eq!(h.live(), n);
+        let qs = points(100, dim, 2);
+        assert!(recall(&h, &qs, dim) > 0.95);
+        // Remove a third: searches never return them and still find the rest.
+        for s in (0..n as u32).step_by(3) {
+            assert!(h.remove(s));
+        }
+        let mut sc2 = SearchScratch::new();
+        for q in qs.chunks_exact(dim) {
+            assert!(h.search(&mut sc2, q, 10, 40).iter().all(|x| x.1 % 3 != 0));
+        }
+        assert!(recall(&h, &qs, dim) > 0.9);
+        let freed = h.consolidate();
+        assert_eq!(freed, n.div_ceil(3));
+        assert!(recall(&h, &qs, dim) > 0.9);
+        // Freed slots are reused.
+        let s = h.insert(&qs[..dim], &mut sc);
+        assert_eq!(s % 3, 0);
+        assert!(h.is_alive(s));
+        // Every list names alive heads only after consolidation.
+        for v in 0..h.slots() as u32 {
+            if h.is_alive(v) && v != s {
+                assert!(h.neighbors(v).iter().all(|&w| h.is_alive(w) || w == s));
+            }
+        }
+    }
+
+    #[test]
+    fn the_last_head_stays() {
+        let mut h = Heads::new(4, Metric::L2, 1);
+        let mut sc = SearchScratch::new();
+        let a = h.insert(&[0.0; 4], &mut sc);
+        assert!(!h.remove(a));
+        assert_eq!(h.search(&mut sc, &[1.0; 4], 3, 10).len(), 1);
+    }
+}

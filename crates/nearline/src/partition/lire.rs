@@ -1,0 +1,417 @@
+//! LIRE (SPFresh): the background work that keeps postings small and
+//! vectors in their nearest postings while updates arrive.
+//!
+//! * **Split** a posting over its limit: garbage-collect its stale and
+//!   deleted entries first; if it is still over the limit, cut it in two by
+//!   balanced 2-means, replace its head by the two new centroids, then
+//!   **reassign**: vectors of the new postings that are nearer the old head
+//!   than their new one, and vectors of the `reassign_k` postings nearest the
+//!   old head that are nearer a new centroid than the old head (the paper's
+//!   two necessary conditions), are re-placed by the RNG rule when their
+//!   posting is no longer among their choices.
+//! * **Merge** a posting whose live entries fell below the merge threshold:
+//!   its live vectors move to their nearest other postings, then it and its
+//!   head go away.
+//! * With `lire` off (SPANN+), an over-limit posting is only
+//!   garbage-collected.
+//!
+//! A moved vector gets the next version: its new entries are written with
+//! it *before* the version map is bumped, so a search always finds either
+//! the old entries or the new ones. The posting being split or merged is
+//! locked for the rewrite; no job holds two posting locks at once.
+
+use super::posting::{entry_bytes, push_entry, read_entry};
+use super::store::PostingRef;
+use super::{lock, read, write, Inner, DELETED, STRIPES, VERSION_MASK};
+use crate::graph::vamana::SearchScratch;
+use crate::kernels::l2_f32;
+use crate::quant::kmeans::{kmeans, KMeansParams};
+use crate::{Error, Result};
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A background job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Job {
+    Split(u32),
+    Merge(u32),
+}
+
+/// The job queue.
+#[derive(Debug, Default)]
+pub struct Jobs {
+    pub queue: VecDeque<Job>,
+    pub queued: HashSet<Job>,
+    pub stop: bool,
+    /// A job is running.
+    pub busy: bool,
+}
+
+/// A live entry read from a posting.
+struct Live {
+    id: u32,
+    version: u8,
+    v: Vec<f32>,
+}
+
+impl Inner {
+    pub(super) fn enqueue(&self, job: Job) {
+        let mut j = lock(&self.jobs);
+        if j.stop || !j.queued.insert(job) {
+            return;
+        }
+        j.queue.push_back(job);
+        drop(j);
+        self.jobs_cv.notify_all();
+    }
+
+    /// The background worker: runs jobs until the index closes.
+    pub(super) fn worker_loop(&self) {
+        loop {
+            let job = {
+                let mut j = lock(&self.jobs);
+                loop {
+                    if j.stop {
+                        return;
+                    }
+                    if let Some(job) = j.queue.pop_front() {
+                        j.queued.remove(&job);
+                        j.busy = true;
+                        break job;
+                    }
+                    j = self.jobs_cv.wait(j).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let r = self.run_job(job);
+            {
+                let mut j = lock(&self.jobs);
+                j.busy = false;
+            }
+            self.jobs_cv.notify_all();
+            if let Err(e) = r {
+                *lock(&self.failed) = Some(e.to_string());
+                let mut j = lock(&self.jobs);
+                j.stop = true;
+                return;
+            }
+        }
+    }
+
+    /// Runs every queued job in the calling thread, after waiting for the
+    /// worker's current one.
+    pub(super) fn run_all_jobs(&self) -> Result<()> {
+        loop {
+            let job = {
+                let mut j = lock(&self.jobs);
+                while j.busy {
+                    j = self.jobs_cv.wait(j).unwrap_or_else(|p| p.into_inner());
+                }
+                match j.queue.pop_front() {
+                    Some(job) => {
+                        j.queued.remove(&job);
+                        job
+                    }
+                    None => return Ok(()),
+                }
+            };
+            self.run_job(job)?;
+        }
+    }
+
+    fn run_job(&self, job: Job) -> Result<()> {
+        if self.closing.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let _m = lock(&self.maint);
+        match job {
+            Job::Split(p) => self.split(p),
+            Job::Merge(p) => self.merge(p),
+        }
+    }
+
+    /// Live entries of a posting's stream, one per id.
+    fn live_entries(&self, stream: &[u8], count: usize) -> Vec<Live> {
+        let dim = self.dim;
+        let versions = read(&self.versions);
+        let mut seen = HashSet::with_capacity(count);
+        let mut out = Vec::new();
+        for i in 0..count {
+            let mut v = vec![0f32; dim];
+            let h = read_entry(stream, dim, i, &mut v);
+            let ok = versions
+                .get(h.id as usize)
+                .map(|c| c.load(Ordering::Acquire))
+                .is_some_and(|c| c & DELETED == 0 && c == h.version);
+            if ok && seen.insert(h.id) {
+                out.push(Live {
+                    id: h.id,
+                    version: h.version,
+                    v,
+                });
+            }
+        }
+        out
+    }
+
+    /// Writes `entries` as posting `p`'s new contents (fresh blocks), or as
+    /// a new posting; returns its reference.
+    fn write_posting(&self, p: u32, entries: &[&Live]) -> Result<PostingRef> {
+        let dim = self.dim;
+        let mut s = Vec::with_capacity(entries.len() * entry_bytes(dim));
+        for e in entries {
+            push_entry(&mut s, e.id, e.version, &e.v);
+        }
+        let nb = super::posting::blocks_for(entries.len(), dim).max(1);
+        let blocks = self.store.allocate(nb)?;
+        if let Err(err) = self.store.write(p, 0, &blocks, &s) {
+            self.store.give_back(&blocks);
+            return Err(err);
+        }
+        Ok(PostingRef {
+            blocks,
+            count: entries.len() as u32,
+        })
+    }
+
+    fn split(&self, p: u32) -> Result<()> {
+        let stripe = lock(&self.stripes[p as usize % STRIPES]);
+        let cur = match read(&self.postings).get(p as usize).cloned().flatten() {
+            Some(c) => c,
+            None => return Ok(()),
+        };
+        if (cur.count as usize) <= self.params.posting_limit {
+            return Ok(());
+        }
+        let stream = self.store.read(p, &cur)?;
+        let live = self.live_entries(&stream, cur.count as usize);
+        if live.len() <= self.params.posting_limit || !self.params.lire {
+            // Garbage collection only.
+            let refs: Vec<&Live> = live.iter().collect();
+            let r = self.write_posting(p, &refs)?;
+            write(&self.postings)[p as usize] = Some(Arc::new(r));
+            self.store.release(&cur.blocks);
+            self.counters.collected.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        // Balanced 2-means.
+        let dim = self.dim;
+        let rows: Vec<f32> = live.iter().flat_map(|e| e.v.iter().copied()).collect();
+        let km = kmeans(
+            &rows,
+            dim,
+            &KMeansParams {
+                k: 2,
+                max_iters: 10,
+                seed: self.params.seed ^ p as u64,
+            },
+        )?;
+        let (c0, c1) = km.centroids.split_at(dim);
+        let mut g: [Vec<&Live>; 2] = [Vec::new(), Vec::new()];
+        for (e, &a) in live.iter().zip(&km.assignment) {
+            g[a as usize].push(e);
+        }
+        if g[0].is_empty() || g[1].is_empty() {
+            // Inseparable (duplicates): halves.
+            let all: Vec<&Live> = live.iter().collect();
+            let mid = all.len() / 2;
+            g = [all[..mid].to_vec(), all[mid..].to_vec()];
+        }
+        let cents = [mean(&g[0], dim, c0), mean(&g[1], dim, c1)];
+        let old_head = read(&self.heads).vector(p).to_vec();
+        let (a, b) = {
+            let mut heads = write(&self.heads);
+            let mut sc = SearchScratch::new();
+            let a = heads.insert(&cents[0], &mut sc);
+            let b = heads.insert(&cents[1], &mut sc);
+            (a, b)
+        };
+        let ra = self.write_posting(a, &g[0])?;
+        let rb = self.write_posting(b, &g[1])?;
+        {
+            let mut map = write(&self.postings);
+            let need = (a.max(b) as usize) + 1;
+            if map.len() < need {
+                map.resize(need, None);
+            }
+            map[a as usize] = Some(Arc::new(ra));
+            map[b as usize] = Some(Arc::new(rb));
+            map[p as usize] = None;
+        }
+        write(&self.heads).remove(p);
+        self.store.release(&cur.blocks);
+        drop(stripe);
+        self.counters.splits.fetch_add(1, Ordering::Relaxed);
+        // Reassignment.
+        let mut cand: Vec<(u32, Live)> = Vec::new();
+        for (slot, grp, c) in [(a, &g[0], &cents[0]), (b, &g[1], &cents[1])] {
+            for e in grp.iter() {
+                if l2_f32(&e.v, &old_head) <= l2_f32(&e.v, c) {
+                    cand.push((
+                        slot,
+                        Live {
+                            id: e.id,
+                            version: e.version,
+                            v: e.v.clone(),
+                        },
+                    ));
+                }
+            }
+        }
+        let near: Vec<u32> = {
+            let heads = read(&self.heads);
+            let mut sc = SearchScratch::new();
+            heads
+                .search(
+                    &mut sc,
+                    &old_head,
+                    self.params.reassign_k + 2,
+                    (self.params.reassign_k + 2).max(64),
+                )
+                .into_iter()
+                .map(|x| x.1)
+                .filter(|&q| q != a && q != b)
+                .take(self.params.reassign_k)
+                .collect()
+        };
+        for q in near {
+            let r = match read(&self.postings).get(q as usize).cloned().flatten() {
+                Some(r) => r,
+                None => continue,
+            };
+            let s = self.store.read(q, &r)?;
+            for e in self.live_entries(&s, r.count as usize) {
+                let d_old = l2_f32(&e.v, &old_head);
+                if l2_f32(&e.v, &cents[0]) <= d_old || l2_f32(&e.v, &cents[1]) <= d_old {
+                    cand.push((q, e));
+                }
+            }
+        }
+        self.reassign(cand)
+    }
+
+    /// Re-places the candidates whose posting is no longer among their
+    /// RNG choices: new entries with the next version, then the bump.
+    fn reassign(&self, cand: Vec<(u32, Live)>) -> Result<()> {
+        let mut seen = HashSet::new();
+        let mut moves: Vec<(u32, u8, usize)> = Vec::new();
+        let mut rows: Vec<f32> = Vec::new();
+        let mut olds: Vec<u8> = Vec::new();
+        {
+            let heads = read(&self.heads);
+            let mut sc = SearchScratch::new();
+            for (from, e) in &cand {
+                if !seen.insert(e.id) {
+                    continue;
+                }
+                let t = self.targets(&heads, &mut sc, &e.v, None);
+                if t.contains(from) {
+                    continue;
+                }
+                let nv = (e.version + 1) & VERSION_MASK;
+                moves.push((e.id, nv, moves.len()));
+                rows.extend_from_slice(&e.v);
+                olds.push(e.version);
+            }
+        }
+        if moves.is_empty() {
+            return Ok(());
+        }
+        self.place(&moves, &rows, None)?;
+        let versions = read(&self.versions);
+        for (m, &old) in moves.iter().zip(&olds) {
+            // Only a vector still at the version we moved (not deleted or
+            // moved since) takes the new one.
+            let _ = versions[m.0 as usize].compare_exchange(
+                old,
+                m.1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        self.counters
+            .reassigned
+            .fetch_add(moves.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn merge(&self, p: u32) -> Result<()> {
+        // Move the live entries out (p still serves searches meanwhile),
+        // then retire p once no entry arrived since.
+        let mut done_count = 0usize;
+        loop {
+            let cur = match read(&self.postings).get(p as usize).cloned().flatten() {
+                Some(c) => c,
+                None => return Ok(()),
+            };
+            if read(&self.heads).live() <= 1 {
+                return Ok(());
+            }
+            let stream = self.store.read(p, &cur)?;
+            let live = self.live_entries(&stream, cur.count as usize);
+            if done_count == 0 && live.len() >= self.params.merge_threshold {
+                return Ok(());
+            }
+            // After the first pass the entries moved out are stale here:
+            // what is still live arrived meanwhile.
+            let fresh: Vec<&Live> = live.iter().collect();
+            let mut moves = Vec::new();
+            let mut rows = Vec::new();
+            let mut olds = Vec::new();
+            for e in &fresh {
+                moves.push((e.id, (e.version + 1) & VERSION_MASK, moves.len()));
+                rows.extend_from_slice(&e.v);
+                olds.push(e.version);
+            }
+            if !moves.is_empty() {
+                self.place(&moves, &rows, Some(p))?;
+                let versions = read(&self.versions);
+                for (m, &old) in moves.iter().zip(&olds) {
+                    let _ = versions[m.0 as usize].compare_exchange(
+                        old,
+                        m.1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    );
+                }
+            }
+            done_count += 1;
+            let stripe = lock(&self.stripes[p as usize % STRIPES]);
+            let now = read(&self.postings).get(p as usize).cloned().flatten();
+            match now {
+                Some(r) if r.count == cur.count => {
+                    write(&self.postings)[p as usize] = None;
+                    write(&self.heads).remove(p);
+                    self.store.release(&r.blocks);
+                    drop(stripe);
+                    self.counters.merges.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Some(_) => {
+                    // Inserts landed meanwhile: move them too.
+                    drop(stripe);
+                    if done_count > 16 {
+                        return Err(Error::arg(format!(
+                            "posting {p} kept receiving inserts while being merged"
+                        )));
+                    }
+                }
+                None => return Ok(()),
+            }
+        }
+    }
+}
+
+/// The mean of a group's vectors (`fallback` for an empty group).
+fn mean(g: &[&Live], dim: usize, fallback: &[f32]) -> Vec<f32> {
+    if g.is_empty() {
+        return fallback.to_vec();
+    }
+    let mut acc = vec![0f64; dim];
+    for e in g {
+        for (a, &x) in acc.iter_mut().zip(&e.v) {
+            *a += x as f64;
+        }
+    }
+    acc.iter().map(|&a| (a / g.len() as f64) as f32).collect()
+}

@@ -1,0 +1,335 @@
+//! End-to-end tests of the partition index: recall against exact
+//! neighbours, updates visible at once, deletes never returned under
+//! concurrent searches, LIRE keeping every live id in a posting, the log
+//! replayed after a crash, damage detected.
+
+use super::*;
+use crate::index::test_data::{clustered, exact_knn};
+use crate::planner::partition::{plan, PartitionOptions};
+use crate::planner::BuildOptions;
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+
+fn params(n: usize, dim: usize, f: impl FnOnce(&mut PartitionOptions)) -> PartitionParams {
+    let mut o = BuildOptions::default();
+    f(&mut o.partition);
+    plan(&o, n, dim, DType::F32).unwrap().params
+}
+
+fn build_at(dir: &Path, data: &[f32], dim: usize, ids: Option<Vec<u64>>, p: PartitionParams) {
+    build_index(
+        data,
+        dim,
+        dir,
+        &PartitionBuild {
+            metric: Metric::L2,
+            params: p,
+            ids,
+            overwrite: false,
+            threads: Some(2),
+        },
+        &|_, _, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+}
+
+fn quiet() -> PartitionOpen {
+    PartitionOpen {
+        threads: Some(2),
+        io: EngineKind::Pread,
+        durability: Durability::Buffered,
+        background: false,
+    }
+}
+
+fn search(idx: &PartitionIndex, q: &[f32], k: usize, nprobe: usize) -> Vec<i64> {
+    idx.search(
+        q,
+        q.len() / idx.dim(),
+        &PartitionSearch {
+            k,
+            nprobe,
+            l: None,
+            probe_cut: None,
+            threads: Some(2),
+        },
+    )
+    .unwrap()
+    .ids
+}
+
+#[test]
+fn static_search_reaches_recall_on_shuffled_ids() {
+    let (n, dim) = (6000, 24);
+    let data = clustered(n, dim, 7);
+    // Shuffled external ids: results must come back in the user's ids.
+    let mut ids: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1000).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    for i in (1..n).rev() {
+        ids.swap(i, rng.random_range(0..=i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, Some(ids.clone()), params(n, dim, |_| {}));
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    assert_eq!(idx.len(), n);
+    let queries = clustered(100, dim, 99);
+    let got = search(&idx, &queries, 10, DEFAULT_NPROBE);
+    let mut hit = 0;
+    for (qi, q) in queries.chunks_exact(dim).enumerate() {
+        let truth: Vec<i64> = exact_knn(&data, dim, q, 10)
+            .into_iter()
+            .map(|i| ids[i as usize] as i64)
+            .collect();
+        hit += got[qi * 10..qi * 10 + 10]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    let recall = hit as f64 / 1000.0;
+    assert!(recall >= 0.9, "recall@10 {recall}");
+    let rep = idx.check().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(rep.live_ids, n as u64);
+    assert!(idx.info()["memory"]["within_budget"].as_bool().unwrap());
+}
+
+#[test]
+fn inserts_are_found_at_once_and_deletes_never_come_back() {
+    let (n, dim) = (3000, 16);
+    let data = clustered(n, dim, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(
+        &path,
+        &data,
+        dim,
+        None,
+        params(n, dim, |o| o.posting_limit = Some(40)),
+    );
+    let idx = PartitionIndex::open(
+        &path,
+        &PartitionOpen {
+            background: true,
+            ..quiet()
+        },
+    )
+    .unwrap();
+    let fresh = clustered(500, dim, 2);
+    for (j, v) in fresh.chunks_exact(dim).enumerate() {
+        let id = idx.insert(v, None).unwrap()[0];
+        assert_eq!(id, (n + j) as u64);
+        // Its own vector finds it right after insert returns.
+        assert_eq!(search(&idx, v, 1, 8)[0], id as i64, "insert {j}");
+    }
+    idx.maintain().unwrap();
+    assert!(idx.info()["updates"]["splits"].as_u64().unwrap() > 0);
+    // Deletes under concurrent searches: once delete returns, no search
+    // that starts afterwards returns the id.
+    let gone: Vec<u64> = (0..n as u64).step_by(3).collect();
+    let deleted = std::sync::Mutex::new(HashSet::<i64>::new());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (idx, deleted, stop, data) = (&idx, &deleted, &stop, &data);
+            s.spawn(move || {
+                let mut i = t;
+                while !stop.load(Ordering::Relaxed) {
+                    let before: HashSet<i64> = deleted.lock().unwrap().clone();
+                    let q = &data[(i % n) * dim..(i % n + 1) * dim];
+                    for id in search(idx, q, 10, 8) {
+                        assert!(!before.contains(&id), "deleted id {id} returned");
+                    }
+                    i += 2;
+                }
+            });
+        }
+        for chunk in gone.chunks(50) {
+            assert_eq!(idx.delete(chunk).unwrap(), chunk.len());
+            deleted
+                .lock()
+                .unwrap()
+                .extend(chunk.iter().map(|&x| x as i64));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    for (i, v) in data.chunks_exact(dim).enumerate().step_by(3) {
+        assert!(!search(&idx, v, 10, 16).contains(&(i as i64)));
+    }
+    // Deleting again changes nothing; re-inserting an id revives it.
+    assert_eq!(idx.delete(&gone[..5]).unwrap(), 0);
+    let v = &data[..dim];
+    assert_eq!(idx.insert(v, Some(&[0])).unwrap(), vec![0]);
+    assert_eq!(search(&idx, v, 1, 8)[0], 0);
+    // Live ids cannot be inserted twice.
+    let e = idx.insert(v, Some(&[0])).unwrap_err().to_string();
+    assert!(e.contains("already in the index"), "{e}");
+    idx.maintain().unwrap();
+    let rep = idx.check().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+    assert_eq!(rep.live_ids as usize, idx.len());
+}
+
+#[test]
+fn the_log_is_replayed_and_checkpoints_trim_it() {
+    let (n, dim) = (1500, 8);
+    let data = clustered(n, dim, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, params(n, dim, |_| {}));
+    let extra = clustered(200, dim, 6);
+    {
+        let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+        idx.insert(&extra[..100 * dim], None).unwrap();
+        idx.delete(&[1, 2, 3]).unwrap();
+        // No checkpoint: dropped as a crash would leave it.
+    }
+    {
+        let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+        assert_eq!(idx.len(), n + 100 - 3);
+        assert!(!idx.contains(2) && idx.contains(n as u64 + 99));
+        let seq = idx.checkpoint().unwrap();
+        assert_eq!(seq, 2);
+        idx.insert(&extra[100 * dim..], None).unwrap();
+    }
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    assert_eq!(idx.len(), n + 200 - 3);
+    assert_eq!(idx.manifest().wal_sequence, 2);
+    let v = &extra[150 * dim..151 * dim];
+    assert_eq!(search(&idx, v, 1, 8)[0], (n + 150) as i64);
+    let rep = idx.check().unwrap();
+    assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+}
+
+#[test]
+fn damage_is_detected() {
+    let (n, dim) = (800, 8);
+    let data = clustered(n, dim, 9);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, params(n, dim, |_| {}));
+    // A flipped byte in a posting block: searches reading it fail with a
+    // corruption error, and the check reports it.
+    let p = path.join(POSTINGS_FILE);
+    let mut b = std::fs::read(&p).unwrap();
+    b[BLOCK + 100] ^= 0x10;
+    std::fs::write(&p, &b).unwrap();
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    let rep = idx.check().unwrap();
+    assert!(
+        rep.problems.iter().any(|m| m.contains("checksum")),
+        "{:?}",
+        rep.problems
+    );
+    let all = search_all(&idx, &data, dim);
+    assert!(all.is_err());
+    drop(idx);
+    // A damaged state file or manifest refuses to open.
+    let m = read_manifest(&path).unwrap();
+    let sp = path.join(&m.state_file);
+    let mut s = std::fs::read(&sp).unwrap();
+    s[20] ^= 1;
+    std::fs::write(&sp, &s).unwrap();
+    let e = PartitionIndex::open(&path, &quiet()).err().unwrap();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    // A truncated postings file too.
+    s[20] ^= 1;
+    std::fs::write(&sp, &s).unwrap();
+    std::fs::write(&p, &b[..BLOCK]).unwrap();
+    let e = PartitionIndex::open(&path, &quiet()).err().unwrap();
+    assert!(e.to_string().contains("truncated"), "{e}");
+}
+
+fn search_all(idx: &PartitionIndex, data: &[f32], dim: usize) -> Result<()> {
+    let nq = data.len() / dim;
+    idx.search(
+        data,
+        nq,
+        &PartitionSearch {
+            k: 5,
+            nprobe: 64,
+            l: None,
+            probe_cut: None,
+            threads: Some(1),
+        },
+    )
+    .map(|_| ())
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let (n, dim) = (500, 8);
+    let data = clustered(n, dim, 2);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, params(n, dim, |_| {}));
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    assert!(idx.insert(&[1.0; 7], None).is_err());
+    assert!(idx.insert(&[f32::NAN; 8], None).is_err());
+    assert!(idx.insert(&[1.0; 16], Some(&[9999, 9999])).is_err());
+    assert!(idx.insert(&[1.0; 8], Some(&[1, 2])).is_err());
+    let s = |k, nprobe, cut| {
+        idx.search(
+            &data[..dim],
+            1,
+            &PartitionSearch {
+                k,
+                nprobe,
+                l: None,
+                probe_cut: cut,
+                threads: None,
+            },
+        )
+    };
+    assert!(s(0, 4, None).is_err());
+    assert!(s(5, 0, None).is_err());
+    assert!(s(5, 4, Some(-1.0)).is_err());
+    assert!(s(5, 4, Some(0.5)).is_ok());
+    // A second writer is refused while the first holds the log.
+    let e = PartitionIndex::open(&path, &quiet()).err().unwrap();
+    assert!(e.to_string().contains("another writer"), "{e}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// Whatever mix of inserts and deletes, after splits, merges and
+    /// reassignments every live id has a current entry in some posting and
+    /// no deleted id does.
+    #[test]
+    fn lire_keeps_every_live_id_in_a_posting(seed in 0u64..1000, lire in any::<bool>()) {
+        let (n, dim) = (400, 8);
+        let data = clustered(n, dim, seed);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("idx");
+        build_at(&path, &data, dim, None, params(n, dim, |o| {
+            o.posting_limit = Some(24);
+            o.merge_threshold = Some(6);
+            o.lire = Some(lire);
+        }));
+        let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut live: Vec<u64> = (0..n as u64).collect();
+        for round in 0..12 {
+            let add = clustered(60, dim, seed * 100 + round);
+            live.extend(idx.insert(&add, None).unwrap());
+            let mut del = Vec::new();
+            for _ in 0..50 {
+                let i = rng.random_range(0..live.len());
+                del.push(live.swap_remove(i));
+            }
+            idx.delete(&del).unwrap();
+            // Searches queue merges of postings they find small.
+            search(&idx, &add, 5, 16);
+            idx.maintain().unwrap();
+        }
+        let rep = idx.check().unwrap();
+        prop_assert!(rep.problems.is_empty(), "{:?}", rep.problems);
+        live.sort_unstable();
+        prop_assert_eq!(idx.live_ids(), live);
+        if lire {
+            prop_assert!(idx.info()["updates"]["splits"].as_u64().unwrap() > 0);
+        }
+    }
+}

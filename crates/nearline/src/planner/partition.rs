@@ -1,0 +1,353 @@
+//! The planner's rules for a partition index (preset `spfresh`): the head
+//! count the memory budget allows, the posting limit, and the refusal of
+//! options that belong to graph indexes.
+
+use super::options::BuildOptions;
+use super::Decision;
+use crate::distance::Metric;
+use crate::elem::DType;
+use crate::partition::heads::HEAD_R;
+use crate::partition::posting::{entry_bytes, PAYLOAD};
+use crate::partition::state::PartitionParams;
+use crate::partition::ID_BYTES;
+use crate::{Error, Result};
+
+/// SPANN's share of vectors that become heads (without a budget).
+pub const HEAD_RATIO: f64 = 0.1;
+/// The fewest heads per vector a budget may leave (postings of ~100).
+pub const MIN_HEAD_RATIO: f64 = 0.01;
+/// Most postings a vector is replicated into (SPANN's 8).
+pub const REPLICAS: usize = 8;
+/// SPFresh's merge threshold (live entries).
+pub const MERGE_THRESHOLD: usize = 10;
+/// Postings near a split whose vectors LIRE checks (SPFresh's ReassignK).
+pub const REASSIGN_K: usize = 64;
+/// Bytes of a search worker's reads in flight (the engine's depth of
+/// runs of up to 32 blocks is counted by the index itself; this is the
+/// planner's reserve per thread for its buffers and scratch).
+pub const SCRATCH_PER_THREAD: u64 = 1 << 20;
+
+/// Partition-index options a build may set (`None`: the rule's value).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionOptions {
+    /// Heads over vectors, in (0, 0.5].
+    pub head_ratio: Option<f64>,
+    /// Most postings per vector, 1..=32.
+    pub replicas: Option<usize>,
+    /// Entries before a split.
+    pub posting_limit: Option<usize>,
+    /// Live entries below which a posting merges.
+    pub merge_threshold: Option<usize>,
+    /// RNG factor > 0.
+    pub rng_factor: Option<f32>,
+    /// Postings LIRE checks around a split.
+    pub reassign_k: Option<usize>,
+    /// LIRE on (default) or SPANN+ (appends and garbage collection only).
+    pub lire: Option<bool>,
+}
+
+/// Resident bytes of one head: vector, list, flags, posting map entry.
+pub fn head_bytes(dim: usize, posting_blocks: usize) -> u64 {
+    (dim * 4 + (HEAD_R + 1) * 4 + 1 + 8 + 48 + posting_blocks * 4) as u64
+}
+
+/// A partition build's parameters and why.
+#[derive(Debug, Clone)]
+pub struct PlannedPartition {
+    pub params: PartitionParams,
+    /// Resident bytes the index is expected to hold after the build.
+    pub expected_bytes: u64,
+    pub decisions: Vec<Decision>,
+}
+
+/// Plans a partition build of `n` vectors of `dim` dimensions.
+pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<PlannedPartition> {
+    let refuse = |what: &str| {
+        Err(Error::arg(format!(
+            "{what} applies to graph indexes; preset \"spfresh\" builds a partition index"
+        )))
+    };
+    if opts.r.is_some() {
+        return refuse("R");
+    }
+    if opts.build_l.is_some() {
+        return refuse("build_L");
+    }
+    if opts.alpha.is_some() {
+        return refuse("alpha");
+    }
+    if opts.passes.is_some() {
+        return refuse("passes");
+    }
+    if opts.saturate.is_some() {
+        return refuse("saturate");
+    }
+    if opts.pq_bytes.is_some() {
+        return refuse("pq_bytes");
+    }
+    if opts.page_size.is_some() {
+        return refuse("page_size");
+    }
+    if opts.nav_sample.is_some() {
+        return refuse("nav_sample");
+    }
+    if opts.entry_clusters.is_some() {
+        return refuse("entry_clusters");
+    }
+    if opts.layout.is_some() {
+        return refuse("layout");
+    }
+    if opts.disk_budget.is_some() {
+        return refuse("disk_budget");
+    }
+    if opts.adjacency.is_some() {
+        return refuse("adjacency");
+    }
+    if opts.principal_dims.is_some() {
+        return refuse("principal_dims");
+    }
+    if opts.code_bits.is_some() {
+        return refuse("code_bits");
+    }
+    if dtype != DType::F32 {
+        return Err(Error::arg(format!(
+            "a partition index (preset \"spfresh\") stores float32 vectors; the data is {} — \
+             convert it to float32",
+            dtype.name()
+        )));
+    }
+    let po = &opts.partition;
+    let mut d = Vec::new();
+    let pick = |d: &mut Vec<Decision>, what: &'static str, given: bool, v: String, rule: &str| {
+        d.push(Decision::new(
+            what,
+            v,
+            if given { "asked for" } else { rule },
+        ));
+    };
+    if let Some(r) = po.head_ratio {
+        if !(r > 0.0 && r <= 0.5) {
+            return Err(Error::arg(format!("head_ratio={r} must lie in (0, 0.5]")));
+        }
+    }
+    let replicas = po.replicas.unwrap_or(REPLICAS);
+    if !(1..=32).contains(&replicas) {
+        return Err(Error::arg(format!(
+            "replicas={replicas} must lie in 1..=32"
+        )));
+    }
+    let rng_factor = po.rng_factor.unwrap_or(1.0);
+    if !(rng_factor.is_finite() && rng_factor > 0.0) {
+        return Err(Error::arg(format!(
+            "rng_factor={rng_factor} must be a positive number"
+        )));
+    }
+    let reassign_k = po.reassign_k.unwrap_or(REASSIGN_K);
+    let lire = po.lire.unwrap_or(true);
+    let raw = (n * dim * 4) as u64;
+    let threads = opts.threads.unwrap_or(2).max(1) as u64;
+    let ids = n as u64 * ID_BYTES;
+    let reserve = threads * SCRATCH_PER_THREAD;
+    let mut ratio = po.head_ratio.unwrap_or(HEAD_RATIO);
+    let (budget, auto) = match opts.memory_budget {
+        Some(b) => (b.resolve(raw), false),
+        None => (0, true),
+    };
+    // Postings of the mean size span this many blocks.
+    let blocks_at = |r: f64| {
+        ((replicas.min(4) as f64 / r) * entry_bytes(dim) as f64 / PAYLOAD as f64).ceil() as usize
+            + 1
+    };
+    let heads_at = |r: f64| ((n as f64 * r).ceil() as u64).max(1);
+    if !auto {
+        let fixed = ids + reserve;
+        let per_head = head_bytes(dim, blocks_at(ratio));
+        let fits = budget.saturating_sub(fixed) / per_head;
+        let want = heads_at(ratio);
+        if fits < want {
+            if po.head_ratio.is_some() {
+                return Err(Error::arg(format!(
+                    "memory_budget {budget} B holds {fits} heads; head_ratio {ratio} needs {want} \
+                     ({per_head} B each besides {fixed} B of id maps and search buffers)"
+                )));
+            }
+            // Fewer heads make longer postings (more block ids per head):
+            // settle the count that fits with its own posting length.
+            let mut fits = fits;
+            for _ in 0..4 {
+                let r = fits as f64 / n as f64;
+                if r <= 0.0 {
+                    break;
+                }
+                fits = fits.min(budget.saturating_sub(fixed) / head_bytes(dim, blocks_at(r)));
+            }
+            let r = fits as f64 / n as f64;
+            if r < MIN_HEAD_RATIO {
+                let need =
+                    fixed + heads_at(MIN_HEAD_RATIO) * head_bytes(dim, blocks_at(MIN_HEAD_RATIO));
+                return Err(Error::arg(format!(
+                    "memory_budget {budget} B is too small for a partition index over {n} \
+                     vectors: it needs at least {need} B (heads for 1% of the vectors, id maps, \
+                     search buffers)"
+                )));
+            }
+            ratio = r;
+            d.push(Decision::new(
+                "head_ratio",
+                format!("{ratio:.4}"),
+                format!("the most heads the budget holds ({fits})"),
+            ));
+        } else {
+            pick(
+                &mut d,
+                "head_ratio",
+                po.head_ratio.is_some(),
+                ratio.to_string(),
+                "SPANN's 10%",
+            );
+        }
+    } else {
+        pick(
+            &mut d,
+            "head_ratio",
+            po.head_ratio.is_some(),
+            ratio.to_string(),
+            "SPANN's 10%",
+        );
+    }
+    let target = (1.0 / ratio).round().max(1.0) as usize;
+    // Room for a posting to grow to several times its build size before a
+    // split, and at least two blocks' worth of entries.
+    let per_block = (PAYLOAD / entry_bytes(dim)).max(1);
+    let limit = po
+        .posting_limit
+        .unwrap_or_else(|| (8 * target).max(2 * per_block).max(32));
+    let merge = po.merge_threshold.unwrap_or(MERGE_THRESHOLD.min(limit / 4));
+    if limit < 4 {
+        return Err(Error::arg(format!(
+            "posting_limit={limit} must be at least 4"
+        )));
+    }
+    if merge >= limit {
+        return Err(Error::arg(format!(
+            "merge_threshold={merge} must be below posting_limit={limit}"
+        )));
+    }
+    pick(
+        &mut d,
+        "replicas",
+        po.replicas.is_some(),
+        replicas.to_string(),
+        "SPANN's 8",
+    );
+    pick(
+        &mut d,
+        "posting_limit",
+        po.posting_limit.is_some(),
+        limit.to_string(),
+        "8 × the cluster size at build",
+    );
+    pick(
+        &mut d,
+        "merge_threshold",
+        po.merge_threshold.is_some(),
+        merge.to_string(),
+        "SPFresh's 10",
+    );
+    pick(
+        &mut d,
+        "reassign_k",
+        po.reassign_k.is_some(),
+        reassign_k.to_string(),
+        "SPFresh's 64",
+    );
+    pick(
+        &mut d,
+        "updates",
+        po.lire.is_some(),
+        if lire { "lire" } else { "append-only (SPANN+)" }.to_string(),
+        "SPFresh's LIRE",
+    );
+    let expected = ids + reserve + heads_at(ratio) * head_bytes(dim, blocks_at(ratio));
+    let budget = if auto { expected } else { budget };
+    d.push(Decision::new(
+        "memory_budget",
+        budget,
+        if auto {
+            "what the heads, id maps and search buffers take (no budget given)".to_string()
+        } else {
+            "asked for".to_string()
+        },
+    ));
+    if opts.metric == Metric::InnerProduct {
+        d.push(Decision::new(
+            "assignment",
+            "l2",
+            "postings are clusters in L2; inner-product scores rank the entries read",
+        ));
+    }
+    Ok(PlannedPartition {
+        params: PartitionParams {
+            posting_limit: limit,
+            merge_threshold: merge,
+            replicas,
+            rng_factor,
+            reassign_k,
+            lire,
+            head_ratio: ratio,
+            memory_budget: budget,
+            memory_budget_auto: auto,
+            seed: opts.seed,
+        },
+        expected_bytes: expected,
+        decisions: d,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::Budget;
+
+    #[test]
+    fn budget_sets_the_heads_and_refuses_too_little() {
+        let o = BuildOptions::default();
+        let p = plan(&o, 100_000, 128, DType::F32).unwrap();
+        assert_eq!(p.params.head_ratio, HEAD_RATIO);
+        assert!(p.params.memory_budget_auto);
+        let mut o = BuildOptions {
+            memory_budget: Some(Budget::Bytes(p.expected_bytes / 2)),
+            ..Default::default()
+        };
+        let q = plan(&o, 100_000, 128, DType::F32).unwrap();
+        assert!(q.params.head_ratio < HEAD_RATIO && q.params.head_ratio >= MIN_HEAD_RATIO);
+        assert!(q.expected_bytes <= p.expected_bytes / 2);
+        o.memory_budget = Some(Budget::Bytes(1000));
+        let e = plan(&o, 100_000, 128, DType::F32).unwrap_err().to_string();
+        assert!(e.contains("too small"), "{e}");
+    }
+
+    #[test]
+    fn graph_options_and_other_dtypes_are_refused() {
+        let o = BuildOptions {
+            r: Some(32),
+            ..Default::default()
+        };
+        assert!(plan(&o, 1000, 8, DType::F32)
+            .unwrap_err()
+            .to_string()
+            .contains("R applies"));
+        let e = plan(&BuildOptions::default(), 1000, 8, DType::U8)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("float32"), "{e}");
+        let o = BuildOptions {
+            partition: PartitionOptions {
+                replicas: Some(0),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert!(plan(&o, 1000, 8, DType::F32).is_err());
+    }
+}
