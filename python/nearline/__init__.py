@@ -42,6 +42,7 @@ __all__ = [
     "radius_for_mean_neighbors",
     "parse_budget",
     "plan",
+    "kind_of",
     "measure_read_ceiling",
     "FormatError",
     "CorruptIndexError",
@@ -235,6 +236,13 @@ def build(
     adjacency: Optional[bool] = None,
     principal_dims: Optional[int] = None,
     code_bits: Optional[int] = None,
+    head_ratio: Optional[float] = None,
+    replicas: Optional[int] = None,
+    posting_limit: Optional[int] = None,
+    merge_threshold: Optional[int] = None,
+    rng_factor: Optional[float] = None,
+    reassign_k: Optional[int] = None,
+    lire: Optional[bool] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -263,7 +271,12 @@ def build(
             records: PCA to ``principal_dims``, 1-bit RaBitQ scored by FastScan,
             no PQ in memory, an in-degree cache of whole records, entry from 300
             cluster centroids, L 200, beam with adaptive width 1 → 16 and early
-            dispatch at 0.5; memory budget 20% of the raw vectors; l2 only) or
+            dispatch at 0.5; memory budget 20% of the raw vectors; l2 only),
+            ``"spfresh"`` (a *partition* index that takes inserts and deletes:
+            SPANN postings on disk, their heads — 10% of the vectors, fewer when
+            ``memory_budget`` says so — in an in-memory graph, vectors
+            replicated into up to 8 postings by the RNG rule; updates are
+            logged and kept balanced by LIRE; float32 only) or
             ``"auto"`` (default; today ``"diskann"``).
             Explicit arguments win over the preset's.
         ids: optional external ids, one per row: a 1-D integer array of unique ids
@@ -325,6 +338,17 @@ def build(
         adjacency: write the adjacency section (every list, in breadth-first
             order from the entry points) that an adjacency cache loads. Default:
             the preset's (on for ``gorgeous``).
+        head_ratio: partition index: heads (postings) over vectors, in (0, 0.5]
+            (default 0.1, lowered to what ``memory_budget`` holds).
+        replicas: partition index: most postings a vector is stored in (RNG
+            rule; default 8). posting_limit: entries a posting may hold before
+            it is split (default 8 × the build's cluster size).
+            merge_threshold: live entries below which a posting is merged
+            away (default 10). rng_factor: the RNG rule's factor (default 1.0).
+            reassign_k: postings around a split whose vectors LIRE checks for
+            reassignment (default 64). lire: ``True`` (default) splits, merges
+            and reassigns; ``False`` is SPANN+ (appends and garbage collection
+            only), the paper's baseline.
         shuffle: ``"bnp"``, ``"bnf"`` (default) or ``"bns"``. bnf_iters: BNF's
             round limit β (default 8). bnf_tau: BNF stops when a round gains less
             OR(G) than τ (default 0.01). bns_iters: BNS rounds (default 1).
@@ -344,7 +368,8 @@ def build(
         overwrite=overwrite, nav_sample=nav_sample, entry_clusters=entry_clusters, layout=layout,
         shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
-        code_bits=code_bits,
+        code_bits=code_bits, head_ratio=head_ratio, replicas=replicas, posting_limit=posting_limit,
+        merge_threshold=merge_threshold, rng_factor=rng_factor, reassign_k=reassign_k, lire=lire,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)
@@ -357,6 +382,9 @@ def build(
             cb.close()
     idx = open(path)
     info = idx.info()
+    if info.get("kind") == "partition":
+        log.info("built %s: partition index, %s postings", path, info["postings"])
+        return idx
     lay = info["layout"]
     log.info("built %s: layout %s, OR(G) = %s", path, lay["kind"], lay.get("overlap_ratio"))
     # What the engine says the user should know about this build (a graph built
@@ -398,6 +426,17 @@ def plan(
     return json.loads(_nearline.plan_build(int(n), int(dim), dt, **options))
 
 
+def kind_of(path: PathLike) -> str:
+    """The kind of index a directory holds (``"graph"`` or ``"partition"``), from its manifest."""
+    m = Path(os.fspath(path)) / "manifest.json"
+    try:
+        return str(json.loads(m.read_text()).get("kind", "graph"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{os.fspath(path)}: no index manifest (manifest.json)") from None
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{m}: not a readable index manifest: {e}") from None
+
+
 def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     path: PathLike,
     *,
@@ -410,8 +449,15 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     entry: Optional[str] = None,
     nav_L: Optional[int] = None,
     nav_seeds: Optional[int] = None,
+    durability: Optional[str] = None,
 ) -> "Index":
-    """Opens an index directory.
+    """Opens an index directory (a graph index or a partition index).
+
+    A partition index (preset ``"spfresh"``) replays its write-ahead log on
+    open (updates acknowledged since its last checkpoint) and takes
+    :meth:`Index.insert` and :meth:`Index.delete`; one process at a time may
+    hold it open. Its memory budget is fixed at build; the graph-only
+    options below (cache, entry points, navigation graph) are refused.
 
     Args:
         memory_budget: the search memory budget (bytes, size string or fraction
@@ -444,6 +490,10 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             ``"medoid"``, ``"sampled"``, ``"nav"`` or ``"centroids"``.
         nav_L: list size of the navigation-graph search (default 32).
         nav_seeds: navigation-graph seeds per query (default 1, at most ``nav_L``).
+        durability: partition index: when ``insert``/``delete`` return —
+            ``"sync"`` (default: after their log record is fsynced, so they
+            survive power loss) or ``"buffered"`` (after it is written: they
+            survive the process being killed, not an OS crash).
 
     Raises:
         FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a
@@ -454,7 +504,8 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             version.
     """
     opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, cache=cache, threads=threads, io=io,
-                  entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds)
+                  entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds,
+                  durability=durability)
     p = os.fspath(path)
     return Index(_nearline.RawIndex(p, **opts), p)
 
@@ -468,8 +519,15 @@ class Index:
         self._info = json.loads(raw.info())
 
     @property
+    def kind(self) -> str:
+        """``"graph"`` (static) or ``"partition"`` (takes inserts and deletes)."""
+        return str(self._info.get("kind", "graph"))
+
+    @property
     def n(self) -> int:
-        """Number of vectors."""
+        """Number of (live) vectors."""
+        if self.kind == "partition":
+            return int(json.loads(self._raw.info())["n"])
         return int(self._info["n"])
 
     def __len__(self) -> int:
@@ -492,7 +550,10 @@ class Index:
 
     @property
     def entry(self) -> str:
-        """The entry-point kind in use: ``"medoid"``, ``"sampled"``, ``"nav"`` or ``"centroids"``."""
+        """The entry-point kind in use: ``"medoid"``, ``"sampled"``, ``"nav"`` or
+        ``"centroids"``; ``"heads"`` for a partition index (its in-memory head graph)."""
+        if self.kind == "partition":
+            return "heads"
         return str(self._info["entry"]["kind"])
 
     @property
@@ -517,8 +578,13 @@ class Index:
         repeatable: Optional[bool] = None,
         refine_ratio: Optional[float] = None,
         filter_ratio: Optional[float] = None,
+        nprobe: Optional[int] = None,
+        probe_cut: Optional[float] = None,
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
+
+        A partition index takes ``k``, ``nprobe``, ``L``, ``probe_cut`` and
+        ``threads`` (the others belong to graph indexes and are refused).
 
         Options left at ``None`` take the planner's choice (:meth:`plan_search`
         shows it and why).
@@ -576,6 +642,14 @@ class Index:
             filter_ratio: replicated layouts: a neighbour whose list a page
                 carried is expanded without reading its page when its PQ distance
                 is within this fraction of the list's worst. In (0, 1]; default 0.9.
+            nprobe: partition index: postings read per query (default 32); all
+                its reads are in flight at once. ``L`` is then the list size of
+                the in-memory head search (default max(2·nprobe, 64)); the
+                statistics count postings read as ``hops`` and skipped stale or
+                deleted entries as ``stale``.
+            probe_cut: partition index: SPANN's latency cut — a posting is read
+                only when its head lies within ``(1 + probe_cut)`` of the nearest
+                head's distance (l2 and cosine). Default: none.
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -587,7 +661,8 @@ class Index:
         opts = _given(k=k, L=L, W=W, threads=threads, executor=executor, adaptive_beam=adaptive_beam,
                       early_dispatch=early_dispatch, queries_in_flight=queries_in_flight,
                       page_search=page_search, sigma=sigma, repeatable=repeatable,
-                      refine_ratio=refine_ratio, filter_ratio=filter_ratio)
+                      refine_ratio=refine_ratio, filter_ratio=filter_ratio, nprobe=nprobe,
+                      probe_cut=probe_cut)
         ids, dists, stats = self._raw.search(q, bool(return_stats), **opts)
         if single:
             ids, dists = ids[0], dists[0]
@@ -692,6 +767,70 @@ class Index:
         if isinstance(info.get("build"), dict):
             info["build"] = _api_names(info["build"], "build")
         return info
+
+    def insert(self, vectors: np.ndarray, ids: Optional[np.ndarray] = None) -> np.ndarray:
+        """Inserts vectors into a partition index (preset ``"spfresh"``).
+
+        Args:
+            vectors: ``(n, dim)`` or ``(dim,)`` array, cast to float32 (finite
+                values; for ``cosine`` they are normalised).
+            ids: optional 1-D integer ids in 0..2**63, one per row, none of them
+                live in the index (delete an id first to replace its vector);
+                default: new ids above every id the index has seen.
+
+        Returns:
+            int64 ids of the inserted rows. When this returns, the insert is
+            in the write-ahead log (durably, unless opened with
+            ``durability="buffered"``) and every search finds the vectors.
+
+        Raises:
+            ValueError: a graph index (static), a wrong shape, non-finite
+                values, duplicate or live ids.
+        """
+        v = np.asarray(vectors)
+        if v.ndim == 1:
+            v = v[None, :]
+        if v.ndim != 2 or v.shape[1] != self.dim:
+            raise ValueError(f"vectors must have shape (n, {self.dim}), got {np.asarray(vectors).shape}")
+        v = np.ascontiguousarray(v, dtype=np.float32)
+        if ids is not None:
+            ids = np.asarray(ids)
+            if ids.ndim == 0:
+                ids = ids[None]
+        return self._raw.insert(v, ids)
+
+    def delete(self, ids: Any) -> int:
+        """Deletes ids from a partition index; unknown ids are ignored.
+
+        Returns how many were live. When this returns, the delete is logged and
+        no search returns the ids.
+        """
+        a = np.asarray(ids)
+        if a.ndim == 0:
+            a = a[None]
+        return int(self._raw.delete(a))
+
+    def checkpoint(self) -> int:
+        """Writes the partition index's in-memory maps and advances its manifest
+        (atomically), then trims the write-ahead log; returns the log sequence
+        the checkpoint holds. Opening replays only what follows it."""
+        return int(self._raw.checkpoint())
+
+    def maintain(self) -> None:
+        """Runs the partition index's queued splits, merges and reassignments
+        now (a background worker runs them otherwise)."""
+        self._raw.maintain()
+
+    def check(self) -> Dict[str, Any]:
+        """Verifies a partition index: every posting block decodes and matches
+        its checksum, every entry names a known id, every live id has a current
+        entry in some posting, no block is used twice. Returns the report;
+        ``report["problems"]`` is empty when the index is consistent."""
+        return json.loads(self._raw.check())
+
+    def ids(self) -> np.ndarray:
+        """The live ids of a partition index (int64, ascending)."""
+        return self._raw.live_ids()
 
     def close(self) -> None:
         """Releases the index's memory and files. Further searches raise ValueError."""

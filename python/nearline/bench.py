@@ -105,10 +105,11 @@ RANGE_POINT_METRICS = (
 VARIANT_KEYS: dict[str, tuple[str, ...]] = {
     "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
               "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters", "disk_budget",
-              "adjacency", "principal_dims", "code_bits"),
+              "adjacency", "principal_dims", "code_bits", "head_ratio", "replicas", "posting_limit",
+              "merge_threshold", "rng_factor", "reassign_k", "lire"),
     "open": ("memory_budget", "cache_nodes", "cache", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
     "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma",
-               "repeatable", "refine_ratio", "filter_ratio"),
+               "repeatable", "refine_ratio", "filter_ratio", "probe_cut"),
     "range": ("ratio", "max_L", "entry_cutoff"),
     # The Python interpreter that runs the variant's build and searches: one
     # with another version of nearline installed (the previous release, say),

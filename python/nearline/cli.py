@@ -388,6 +388,12 @@ def cmd_build(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
     with idx:
         info = idx.info()
+    if info.get("kind") == "partition":
+        b = info.get("build") or {}
+        print(f"built {args.out}: partition index n={info.get('n')} dim={info.get('dim')} "
+              f"metric={info.get('metric')} preset={info.get('preset')} postings={info.get('postings')} "
+              f"mean_replicas={b.get('mean_replicas', 0):.2f} in {elapsed:.1f} s")
+        return 0
     entry = info.get("entry", {})
     extra = ""
     if entry.get("has_nav"):
@@ -408,7 +414,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
-               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits")
+               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits", "head_ratio",
+               "replicas", "posting_limit", "merge_threshold", "rng_factor", "reassign_k", "lire")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,17 +447,23 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
     with nl.open(args.index, **_open_options(args)) as idx:
         opts = _search_options(args)
-        planned = idx.plan_search(max(1, len(queries)), k=args.k, **opts)
+        if idx.kind == "partition":
+            planned = {"nprobe": opts.get("nprobe", 32), "L": opts.get("L"), "probe_cut": opts.get("probe_cut"),
+                       "threads": opts.get("threads")}
+        else:
+            planned = idx.plan_search(max(1, len(queries)), k=args.k, **opts)
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, return_stats=True, **opts)
         wall = time.perf_counter() - t0
-        entry_kind = str((idx.info().get("entry") or {}).get("kind", args.entry))
+        entry_kind = idx.entry if idx.kind == "partition" else str((idx.info().get("entry") or {}).get(
+            "kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
     nq = ids.shape[0]
+    shown = ("nprobe", "L", "probe_cut", "threads") if "nprobe" in planned else (
+        "L", "W", "executor", "page_search", "queries_in_flight", "threads")
     summary: dict[str, Any] = {"nq": nq, "k": args.k, "entry": entry_kind,
-                               **{k: planned[k] for k in ("L", "W", "executor", "page_search", "queries_in_flight",
-                                                          "threads")},
+                               **{k: planned[k] for k in shown},
                                "seconds": wall, "qps": nq / wall if wall > 0 else None}
     if args.gt:
         gt_ids, _ = nl.read_ground_truth(args.gt)
@@ -498,7 +511,8 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
             "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
             "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma,
             "refine_ratio": getattr(args, "refine_ratio", None), "filter_ratio": getattr(args, "filter_ratio", None),
-            "repeatable": False if args.no_repeatable else None}
+            "repeatable": False if args.no_repeatable else None,
+            "nprobe": getattr(args, "nprobe", None), "probe_cut": getattr(args, "probe_cut", None)}
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -508,7 +522,7 @@ def _open_options(args: argparse.Namespace) -> dict[str, Any]:
             "entry_points": getattr(args, "entry_points", None), "entry": getattr(args, "entry", None),
             "nav_L": getattr(args, "nav_L", None), "nav_seeds": getattr(args, "nav_seeds", None),
             "io": getattr(args, "io", None), "cache_nodes": getattr(args, "cache_nodes", None),
-            "cache": getattr(args, "cache", None)}
+            "cache": getattr(args, "cache", None), "durability": getattr(args, "durability", None)}
     return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -599,6 +613,72 @@ def cmd_gt(args: argparse.Namespace) -> int:
     nl.write_ground_truth(args.out, ids, dists)
     print(f"wrote {args.out}: {np.asarray(ids).shape[0]} queries x k={k} ({args.metric}) "
           f"in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def cmd_insert(args: argparse.Namespace) -> int:
+    """``nearline insert INDEX VECTORS``."""
+    nl = _engine()
+    vectors = np.asarray(nl.read_vectors(args.vectors))
+    if vectors.dtype != np.float32:
+        raise ValueError(f"{args.vectors} holds {vectors.dtype} vectors; a partition index takes float32")
+    ids = _read_ids(args.ids) if args.ids else None
+    if ids is not None and len(ids) != len(vectors):
+        raise ValueError(f"{args.ids} holds {len(ids)} ids for {len(vectors)} vectors")
+    t0 = time.perf_counter()
+    done = 0
+    with nl.open(args.index, **_open_options(args)) as idx:
+        for s in range(0, len(vectors), args.batch):
+            e = min(len(vectors), s + args.batch)
+            idx.insert(vectors[s:e], None if ids is None else ids[s:e])
+            done = e
+        if args.checkpoint:
+            idx.checkpoint()
+        n = idx.n
+    dt = time.perf_counter() - t0
+    print(f"inserted {done} vectors into {args.index} in {dt:.2f} s ({done / dt if dt > 0 else 0:.0f}/s); "
+          f"{n} live")
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """``nearline delete INDEX IDS...``."""
+    nl = _engine()
+    ids = list(args.ids)
+    if args.ids_file:
+        ids.extend(int(x) for x in _read_ids(args.ids_file))
+    if not ids:
+        raise ValueError("no ids to delete: give them as arguments or with --ids-file")
+    with nl.open(args.index, **_open_options(args)) as idx:
+        gone = idx.delete(np.asarray(ids, dtype=np.int64))
+        if args.checkpoint:
+            idx.checkpoint()
+        n = idx.n
+    print(f"deleted {gone} of {len(ids)} ids from {args.index} (the rest were not live); {n} live")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """``nearline check INDEX``: exit status 1 when the index is inconsistent."""
+    nl = _engine()
+    with nl.open(args.index) as idx:
+        rep = idx.check()
+    if args.json:
+        print(json.dumps(rep, indent=1))
+    else:
+        _print_table([(k, str(v)) for k, v in rep.items() if k != "problems"])
+        for m in rep["problems"]:
+            print(f"problem: {m}")
+        print("consistent" if not rep["problems"] else f"{len(rep['problems'])} problem(s)")
+    return 0 if not rep["problems"] else 1
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """``nearline checkpoint INDEX``."""
+    nl = _engine()
+    with nl.open(args.index) as idx:
+        seq = idx.checkpoint()
+    print(f"checkpoint of {args.index} holds the log up to sequence {seq}")
     return 0
 
 
@@ -850,6 +930,23 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--code-bits", type=_positive_int, default=None, metavar="B",
                    help="bits per dimension of a coded layout's neighbour codes: 1, 2 or 4 (default: the most "
                    "whose records fit the blocks 1-bit codes need)")
+    p.add_argument("--head-ratio", type=_finite_float, default=None, metavar="F",
+                   help="partition index (spfresh): heads over vectors in (0, 0.5] (default 0.1, lowered to what "
+                   "--memory-budget holds)")
+    p.add_argument("--replicas", type=_positive_int, default=None,
+                   help="partition index: most postings a vector is stored in, by the RNG rule (default 8)")
+    p.add_argument("--posting-limit", type=_positive_int, default=None, metavar="N",
+                   help="partition index: entries a posting holds before it is split (default 8 x the build's "
+                   "cluster size)")
+    p.add_argument("--merge-threshold", type=_nonneg_int, default=None, metavar="N",
+                   help="partition index: live entries below which a posting is merged away (default 10)")
+    p.add_argument("--rng-factor", type=_finite_float, default=None,
+                   help="partition index: the RNG rule's factor (default 1.0)")
+    p.add_argument("--reassign-k", type=_nonneg_int, default=None, metavar="K",
+                   help="partition index: postings around a split whose vectors LIRE checks (default 64)")
+    p.add_argument("--lire", action=argparse.BooleanOptionalAction, default=None,
+                   help="partition index: LIRE splits, merges and reassigns (default on); --no-lire is SPANN+ "
+                   "(appends and garbage collection only)")
 
 
 # --------------------------------------------------------------------------- parser
@@ -990,8 +1087,42 @@ def build_parser() -> argparse.ArgumentParser:
                    help="range search: a query whose nearest in-memory entry point lies beyond C x radius "
                         "(C >= 1) ends unread with no results (l2/cosine; needs nav, sampled or centroid entries; "
                         "default: off)")
+    p.add_argument("--nprobe", type=_positive_int, default=None,
+                   help="partition index: postings read per query (default 32)")
+    p.add_argument("--probe-cut", type=_finite_float, default=None, metavar="EPS",
+                   help="partition index: read a posting only when its head lies within (1 + EPS) of the nearest "
+                   "head's distance (default: none)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("insert", help="insert vectors into a partition index (preset spfresh)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
+    p.add_argument("--ids", default=None, metavar="IDS_FILE",
+                   help="their ids (.npy, .txt, .csv or uint64 .bin; default: new ids above every id seen)")
+    p.add_argument("--batch", type=_positive_int, default=10000, help="vectors per logged insert")
+    p.add_argument("--durability", choices=("sync", "buffered"), default=None,
+                   help="when each batch returns: sync (fsynced log; default) or buffered")
+    p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
+    p.set_defaults(func=cmd_insert)
+
+    p = sub.add_parser("delete", help="delete ids from a partition index (preset spfresh)")
+    p.add_argument("index", help="index directory")
+    p.add_argument("ids", nargs="*", type=_nonneg_int, help="ids to delete (default: none; see --ids-file)")
+    p.add_argument("--ids-file", default=None, help="ids to delete from a file (.npy, .txt, .csv, uint64 .bin)")
+    p.add_argument("--durability", choices=("sync", "buffered"), default=None,
+                   help="when the delete returns: sync (fsynced log; default) or buffered")
+    p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
+    p.set_defaults(func=cmd_delete)
+
+    p = sub.add_parser("check", help="verify a partition index's internal consistency")
+    p.add_argument("index", help="index directory")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("checkpoint", help="write a partition index's checkpoint and trim its log")
+    p.add_argument("index", help="index directory")
+    p.set_defaults(func=cmd_checkpoint)
 
     p = sub.add_parser("gt", help="compute exact ground truth (k-NN, or range search with --radius)")
     p.add_argument("base", help="base vector file")

@@ -273,35 +273,49 @@ class _NearlineHandle(Handle):
         self.cache_nodes = open_kw["cache_nodes"]
         # A variant's search options; W falls back to the shared one.
         self.search_kw: dict[str, Any] = {"W": p.W, **(variant.get("search") or {})}
+        # A partition index (preset spfresh) is sized at build and searched
+        # by nprobe: the sweep's values are its nprobe, graph options drop.
+        self.partition = nearline.kind_of(str(index_dir)) == "partition"
+        if self.partition:
+            open_kw = {k: open_kw.get(k) for k in ("threads", "io", "durability")}
+            self.cache_nodes = 0
+            self.search_kw = {k: v for k, v in self.search_kw.items() if k in ("probe_cut",)}
         # Options of Index.range_search only (ratio, max_L).
         self.range_kw: dict[str, Any] = dict(variant.get("range") or {})
         # Options left at None take the engine's defaults (and an earlier
         # nearline, run by a python=PATH variant, may not accept None).
         self.idx = nearline.open(str(index_dir), **{k: v for k, v in open_kw.items() if v is not None})
 
+    def _sweep(self, L: int) -> dict[str, Any]:
+        """The sweep value as a search option: ``L``, or ``nprobe`` for a partition index."""
+        return {"nprobe": L} if self.partition else {"L": L}
+
     def batch(self, queries, k, L):
-        ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
-                                         **self.search_kw)
+        ids, _d, stats = self.idx.search(queries, k, threads=self.p.threads, return_stats=True,
+                                         **self._sweep(L), **self.search_kw)
         return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
 
     def closed_loop_batch(self, queries, k, L):
         """:meth:`batch` as ``threads`` closed-loop clients with one query each: a query
         has its worker to itself (``queries_in_flight=1``) unless the variant sets it."""
-        kw = {"queries_in_flight": 1, **self.search_kw}
-        ids, _d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True, **kw)
+        kw = dict(self.search_kw) if self.partition else {"queries_in_flight": 1, **self.search_kw}
+        ids, _d, stats = self.idx.search(queries, k, threads=self.p.threads, return_stats=True,
+                                         **self._sweep(L), **kw)
         return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
 
     def queries_in_flight(self) -> Any:
         """The ``queries_in_flight`` the recall batch runs with (``"auto"`` unless the variant sets it)."""
+        if self.partition:
+            return 1
         return self.search_kw.get("queries_in_flight", "auto")
 
     def single(self, query, k, L):
-        ids, _d = self.idx.search(query[None, :], k, L=L, threads=1, **self.search_kw)
+        ids, _d = self.idx.search(query[None, :], k, threads=1, **self._sweep(L), **self.search_kw)
         return np.asarray(ids)[0]
 
     def batch_with_distances(self, queries, k, L):
-        ids, d, stats = self.idx.search(queries, k, L=L, threads=self.p.threads, return_stats=True,
-                                        **self.search_kw)
+        ids, d, stats = self.idx.search(queries, k, threads=self.p.threads, return_stats=True,
+                                        **self._sweep(L), **self.search_kw)
         return np.asarray(ids), np.asarray(d), {key: np.asarray(v) for key, v in stats.items()}
 
     def range_batch(self, queries, radius, L, max_L=None):
@@ -337,6 +351,12 @@ def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Opti
         if not kw.get(key):
             kw.pop(key, None)
     kw.update(overrides or {})  # a variant's build keys (R, saturate, preset, ...)
+    if kw.get("preset") == "spfresh":
+        # A partition index: the graph's shared build parameters do not apply
+        # (the budget sizes its heads).
+        for key in ("R", "build_L", "alpha", "pq_bytes", "build_memory_budget", "nav_sample", "entry_clusters"):
+            if key not in (overrides or {}):
+                kw.pop(key, None)
     # Options left at None take the engine's defaults (no memory budget:
     # nearline sizes one).
     kw = {k: v for k, v in kw.items() if v is not None}

@@ -179,6 +179,25 @@ fn build_index(
 ) -> PyResult<String> {
     let opts = options::build_options(kwargs)?;
     let dtype_hint = dtype.map(DType::parse).transpose().map_err(to_py)?;
+    if nearline::index::is_partition_build(&opts) {
+        let manifest = if let Ok(p) = data.extract::<PathBuf>() {
+            run_cancellable(py, progress, |prog, cancel| {
+                nearline::index::build_partition_from_file(&p, dtype_hint, &path, &opts, prog, cancel)
+            })?
+        } else {
+            let m = any_matrix(data)?;
+            let AnyMatrix::F32(m) = m else {
+                return Err(PyValueError::new_err(
+                    "a partition index (preset \"spfresh\") stores float32 vectors: pass a \
+                     float32 array",
+                ));
+            };
+            run_cancellable(py, progress, move |prog, cancel| {
+                nearline::index::build_partition(m.as_slice(), m.dim(), &path, &opts, prog, cancel)
+            })?
+        };
+        return json_str(&manifest);
+    }
     let manifest = if let Ok(p) = data.extract::<PathBuf>() {
         run_cancellable(py, progress, |prog, cancel| {
             nearline::index::build_from_file(&p, dtype_hint, &path, &opts, prog, cancel)
@@ -211,6 +230,9 @@ fn plan_build(
         dim,
         dtype: DType::parse(dtype).map_err(to_py)?,
     };
+    if nearline::index::is_partition_build(&opts) {
+        return json_str(&nearline::index::plan_partition_build(&opts, &facts).map_err(to_py)?);
+    }
     json_str(&nearline::index::plan_build(&opts, &facts).map_err(to_py)?)
 }
 
@@ -229,6 +251,17 @@ fn probe_vectors(path: PathBuf, dtype: Option<&str>) -> PyResult<(usize, usize, 
 #[pyo3(signature = (path, nq=10_000, **kwargs))]
 fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
     let opts = options::open_options(kwargs)?;
+    if nearline::index::kind_of(&path).map_err(to_py)? == nearline::format::IndexKind::Partition {
+        let m = nearline::partition::read_manifest(&path).map_err(to_py)?;
+        return json_str(&serde_json::json!({
+            "index": path.display().to_string(),
+            "kind": "partition",
+            "preset": m.preset.name(),
+            "n": m.n, "dim": m.dim, "dtype": m.dtype.name(),
+            "params": m.params,
+            "search": {"nprobe": nearline::partition::DEFAULT_NPROBE},
+        }));
+    }
     let m = nearline::io::files::read_manifest(&path).map_err(to_py)?;
     let open = nearline::planner::plan_open(&opts, &m).map_err(to_py)?;
     // What the workers may hold once it is open: the budget less every
@@ -310,6 +343,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyD
         "refine_reads",
         PyArray1::from_iter(py, s.iter().map(|x| x.refine_reads)),
     )?;
+    d.set_item("stale", PyArray1::from_iter(py, s.iter().map(|x| x.stale)))?;
     d.set_item(
         "pq_distances",
         PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)),
@@ -421,7 +455,7 @@ impl RawIndex {
     )> {
         let idx = self.get()?;
         let opts = options::search_options(kwargs)?;
-        options::check_queries_dim(&queries, idx.manifest().dim)?;
+        options::check_queries_dim(&queries, idx.dim())?;
         let nq = queries.shape()[0];
         let q = contiguous(&queries)?;
         let out = py.detach(|| idx.search(q, nq, &opts)).map_err(to_py)?;
@@ -455,7 +489,7 @@ impl RawIndex {
     )> {
         let idx = self.get()?;
         let (opts, range) = options::range_options(kwargs)?;
-        options::check_queries_dim(&queries, idx.manifest().dim)?;
+        options::check_queries_dim(&queries, idx.dim())?;
         let nq = queries.shape()[0];
         let q = contiguous(&queries)?;
         let out = py
@@ -487,6 +521,58 @@ impl RawIndex {
 
     fn info(&self) -> PyResult<String> {
         Ok(self.get()?.info().to_string())
+    }
+
+    /// Inserts float32 rows (a partition index): returns their ids.
+    #[pyo3(signature = (vectors, ids=None))]
+    fn insert<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let idx = self.get()?;
+        options::check_queries_dim(&vectors, idx.dim())?;
+        let v = contiguous(&vectors)?;
+        let ids = ids.map(options::ids_of).transpose()?;
+        let out = py
+            .detach(|| idx.insert(v, ids.as_deref()))
+            .map_err(to_py)?;
+        let out: Vec<i64> = out.into_iter().map(|x| x as i64).collect();
+        Ok(out.into_pyarray(py).into_any())
+    }
+
+    /// Deletes ids (a partition index): returns how many were live.
+    fn delete(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let idx = self.get()?;
+        let ids = options::ids_of(ids)?;
+        py.detach(|| idx.delete(&ids)).map_err(to_py)
+    }
+
+    /// Writes a checkpoint: returns the log sequence it holds.
+    fn checkpoint(&self, py: Python<'_>) -> PyResult<u64> {
+        let idx = self.get()?;
+        py.detach(|| idx.checkpoint()).map_err(to_py)
+    }
+
+    /// Runs queued splits, merges and reassignments now.
+    fn maintain(&self, py: Python<'_>) -> PyResult<()> {
+        let idx = self.get()?;
+        py.detach(|| idx.maintain()).map_err(to_py)
+    }
+
+    /// Verifies a partition index: JSON report.
+    fn check(&self, py: Python<'_>) -> PyResult<String> {
+        let idx = self.get()?;
+        let r = py.detach(|| idx.check()).map_err(to_py)?;
+        json_str(&r)
+    }
+
+    /// The live ids of a partition index.
+    fn live_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let idx = self.get()?;
+        let ids: Vec<i64> = idx.live_ids().map_err(to_py)?.into_iter().map(|x| x as i64).collect();
+        Ok(ids.into_pyarray(py).into_any())
     }
 
     fn close(&self) -> PyResult<()> {

@@ -43,6 +43,11 @@ impl<'a, 'py> Kw<'a, 'py> {
     }
 
     /// The value of `key`, or `None` when absent or Python `None`.
+    /// Whether this call accepts `key`.
+    pub fn accepts(&self, key: &str) -> bool {
+        self.accepted.contains(&key)
+    }
+
     pub fn get(&mut self, key: &'static str) -> PyResult<Option<Bound<'py, PyAny>>> {
         debug_assert!(self.accepted.contains(&key), "{key} not declared");
         self.taken.insert(key.to_string());
@@ -239,10 +244,17 @@ pub const BUILD_KEYS: &[&str] = &[
     "adjacency",
     "principal_dims",
     "code_bits",
+    "head_ratio",
+    "replicas",
+    "posting_limit",
+    "merge_threshold",
+    "rng_factor",
+    "reassign_k",
+    "lire",
 ];
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
-fn ids_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+pub fn ids_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
     if let Ok(a) = v.extract::<PyReadonlyArray1<'_, u64>>() {
         let ids: Vec<u64> = a.as_array().iter().copied().collect();
         if let Some((i, &x)) = ids.iter().enumerate().find(|(_, &x)| x > i64::MAX as u64) {
@@ -348,6 +360,15 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
         adjacency: k.bool("adjacency")?,
         principal_dims: k.usize("principal_dims")?,
         code_bits: k.usize("code_bits")?,
+        partition: nearline::planner::partition::PartitionOptions {
+            head_ratio: k.f64("head_ratio")?,
+            replicas: k.usize("replicas")?,
+            posting_limit: k.usize("posting_limit")?,
+            merge_threshold: k.usize("merge_threshold")?,
+            rng_factor: k.f64("rng_factor")?.map(|x| x as f32),
+            reassign_k: k.usize("reassign_k")?,
+            lire: k.bool("lire")?,
+        },
     };
     k.finish()?;
     Ok(o)
@@ -364,6 +385,7 @@ pub const OPEN_KEYS: &[&str] = &[
     "entry",
     "nav_L",
     "nav_seeds",
+    "durability",
 ];
 
 /// Open options from keyword arguments.
@@ -380,6 +402,25 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
         entry: k.name("entry", EntryChoice::parse)?.unwrap_or(d.entry),
         nav_l: k.usize("nav_L")?,
         nav_seeds: k.usize("nav_seeds")?,
+        durability: match k.get("durability")? {
+            None => d.durability,
+            Some(v) => {
+                let s: String = v.extract().map_err(|_| {
+                    PyTypeError::new_err("durability must be \"sync\" or \"buffered\"")
+                })?;
+                match s.trim().to_ascii_lowercase().as_str() {
+                    "sync" => nearline::update::wal::Durability::Sync,
+                    "buffered" => nearline::update::wal::Durability::Buffered,
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "durability={other:?} must be \"sync\" (an acknowledged update \
+                             survives power loss) or \"buffered\" (it survives the process \
+                             being killed)"
+                        )))
+                    }
+                }
+            }
+        },
     };
     k.finish()?;
     Ok(o)
@@ -400,6 +441,8 @@ pub const SEARCH_KEYS: &[&str] = &[
     "refine_ratio",
     "filter_ratio",
     "repeatable",
+    "nprobe",
+    "probe_cut",
 ];
 
 /// The range options' names besides the search options.
@@ -471,6 +514,12 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
         filter_ratio: k.f64("filter_ratio")?.map(|x| x as f32),
         threads: k.usize("threads")?,
         repeatable: k.bool("repeatable")?.unwrap_or(true),
+        nprobe: if k.accepts("nprobe") { k.usize("nprobe")? } else { None },
+        probe_cut: if k.accepts("probe_cut") {
+            k.f64("probe_cut")?.map(|x| x as f32)
+        } else {
+            None
+        },
     })
 }
 
