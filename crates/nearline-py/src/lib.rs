@@ -182,7 +182,9 @@ fn build_index(
     if nearline::index::is_partition_build(&opts) {
         let manifest = if let Ok(p) = data.extract::<PathBuf>() {
             run_cancellable(py, progress, |prog, cancel| {
-                nearline::index::build_partition_from_file(&p, dtype_hint, &path, &opts, prog, cancel)
+                nearline::index::build_partition_from_file(
+                    &p, dtype_hint, &path, &opts, prog, cancel,
+                )
             })?
         } else {
             let m = any_matrix(data)?;
@@ -535,9 +537,7 @@ impl RawIndex {
         options::check_queries_dim(&vectors, idx.dim())?;
         let v = contiguous(&vectors)?;
         let ids = ids.map(options::ids_of).transpose()?;
-        let out = py
-            .detach(|| idx.insert(v, ids.as_deref()))
-            .map_err(to_py)?;
+        let out = py.detach(|| idx.insert(v, ids.as_deref())).map_err(to_py)?;
         let out: Vec<i64> = out.into_iter().map(|x| x as i64).collect();
         Ok(out.into_pyarray(py).into_any())
     }
@@ -571,7 +571,12 @@ impl RawIndex {
     /// The live ids of a partition index.
     fn live_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let idx = self.get()?;
-        let ids: Vec<i64> = idx.live_ids().map_err(to_py)?.into_iter().map(|x| x as i64).collect();
+        let ids: Vec<i64> = idx
+            .live_ids()
+            .map_err(to_py)?
+            .into_iter()
+            .map(|x| x as i64)
+            .collect();
         Ok(ids.into_pyarray(py).into_any())
     }
 

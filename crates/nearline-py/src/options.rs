@@ -514,7 +514,11 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
         filter_ratio: k.f64("filter_ratio")?.map(|x| x as f32),
         threads: k.usize("threads")?,
         repeatable: k.bool("repeatable")?.unwrap_or(true),
-        nprobe: if k.accepts("nprobe") { k.usize("nprobe")? } else { None },
+        nprobe: if k.accepts("nprobe") {
+            k.usize("nprobe")?
+        } else {
+            None
+        },
         probe_cut: if k.accepts("probe_cut") {
             k.f64("probe_cut")?.map(|x| x as f32)
         } else {

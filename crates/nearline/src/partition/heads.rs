@@ -166,7 +166,8 @@ impl Heads {
     }
 
     fn grow(&mut self) {
-        let cap = self.alive.len() * 2;
+        // An eighth more at a time: the capacity is resident memory.
+        let cap = self.alive.len() + (self.alive.len() / 8).max(64);
         let mut g = Graph::new(cap, HEAD_R);
         for v in 0..self.len as u32 {
             g.set_neighbors(v, self.graph.neighbors(v));

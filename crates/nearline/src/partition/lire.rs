@@ -83,7 +83,12 @@ impl Inner {
                     j = self.jobs_cv.wait(j).unwrap_or_else(|p| p.into_inner());
                 }
             };
-            let r = self.run_job(job);
+            let mut r = self.run_job(job);
+            if r.is_ok() && self.store.wants_reclaim() {
+                // Blocks released by rewrites become reusable only at a
+                // checkpoint: take one before the file grows much more.
+                r = self.checkpoint().map(|_| ());
+            }
             {
                 let mut j = lock(&self.jobs);
                 j.busy = false;

@@ -753,6 +753,9 @@ impl Inner {
             let mut versions = write(&self.versions);
             let mut external = write(&self.external);
             let first = versions.len() as u32;
+            // Exact growth: the maps' capacity is resident memory.
+            versions.reserve_exact(ext.len());
+            external.reserve_exact(ext.len());
             for (j, &e) in ext.iter().enumerate() {
                 versions.push(AtomicU8::new(0));
                 external.push(e);

@@ -48,6 +48,31 @@ pub fn runs(blocks: &[u32]) -> Vec<(u32, u32, u32)> {
     out
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_come_from_free_blocks_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::create(&dir.path().join("p.dat")).unwrap();
+        assert_eq!(s.allocate(4).unwrap(), vec![0, 1, 2, 3]);
+        assert_eq!(s.allocate(3).unwrap(), vec![4, 5, 6]);
+        s.release(&[1, 2, 3, 5]);
+        // Released blocks wait for a checkpoint.
+        assert_eq!(s.allocate(1).unwrap(), vec![7]);
+        s.reclaim();
+        assert_eq!(s.allocate(3).unwrap(), vec![1, 2, 3]);
+        assert_eq!(s.allocate(2).unwrap(), vec![8, 9]);
+        assert_eq!(s.allocate(1).unwrap(), vec![5]);
+        assert_eq!(s.counts(), (10, 0, 0));
+        assert_eq!(
+            runs(&[4, 5, 6, 9, 1, 2]),
+            vec![(4, 0, 3), (9, 3, 1), (1, 4, 2)]
+        );
+    }
+}
+
 #[derive(Debug, Default)]
 struct Alloc {
     /// Reusable blocks.
@@ -146,13 +171,25 @@ impl Store {
         self.alloc.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `n` blocks for new data: consecutive ones at the end of the file when
-    /// `n > 1` (one read covers them), else a free block if any.
+    /// `n` blocks for new data, consecutive (one read covers them): the
+    /// first run of `n` free blocks, else new blocks at the end of the file.
     pub fn allocate(&self, n: usize) -> Result<Vec<u32>> {
         let mut a = self.lock();
-        if n == 1 {
-            if let Some(b) = a.free.pop() {
-                return Ok(vec![b]);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if a.free.len() >= n {
+            a.free.sort_unstable();
+            let f = &a.free;
+            let mut start = 0;
+            for i in 0..f.len() {
+                if i > 0 && f[i] != f[i - 1] + 1 {
+                    start = i;
+                }
+                if i + 1 - start == n {
+                    let run: Vec<u32> = a.free.drain(start..=i).collect();
+                    return Ok(run);
+                }
             }
         }
         let start = a.end;
@@ -194,6 +231,13 @@ impl Store {
         f.extend_from_slice(&a.pending);
         f.sort_unstable();
         (a.end, f)
+    }
+
+    /// Whether enough released blocks wait for a checkpoint that one should
+    /// run: a quarter of the file, and at least 1,024 blocks.
+    pub fn wants_reclaim(&self) -> bool {
+        let a = self.lock();
+        a.pending.len() >= 1024 && a.pending.len() * 4 >= a.end as usize
     }
 
     /// `(blocks in the file, free, pending)`.

@@ -1318,6 +1318,24 @@ pub fn defaults_json() -> serde_json::Value {
     };
     let mut presets = serde_json::Map::new();
     for &x in Preset::ALL {
+        if x == Preset::Spfresh {
+            // A partition index: its own parameters (planner::partition).
+            presets.insert(
+                x.name().into(),
+                serde_json::json!({
+                    "kind": "partition",
+                    "head_ratio": partition::HEAD_RATIO,
+                    "replicas": partition::REPLICAS,
+                    "rng_factor": 1.0,
+                    "reassign_k": partition::REASSIGN_K,
+                    "posting_limit": "8 x the build's cluster size",
+                    "merge_threshold": "1/16 of the posting limit, at most 10",
+                    "lire": true,
+                    "nprobe": crate::partition::DEFAULT_NPROBE,
+                }),
+            );
+            continue;
+        }
         presets.insert(x.name().into(), p(x));
     }
     serde_json::json!({

@@ -222,7 +222,12 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
     let limit = po
         .posting_limit
         .unwrap_or_else(|| (8 * target).max(2 * per_block).max(32));
-    let merge = po.merge_threshold.unwrap_or(MERGE_THRESHOLD.min(limit / 4));
+    // SPFresh merges postings under 10 entries of limits in the hundreds;
+    // here postings start near the cluster size, so the threshold scales
+    // with the limit (1/16 of it, at most 10).
+    let merge = po
+        .merge_threshold
+        .unwrap_or((limit / 16).clamp(1, MERGE_THRESHOLD));
     if limit < 4 {
         return Err(Error::arg(format!(
             "posting_limit={limit} must be at least 4"
