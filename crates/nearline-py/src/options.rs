@@ -360,7 +360,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
         adjacency: k.bool("adjacency")?,
         principal_dims: k.usize("principal_dims")?,
         code_bits: k.usize("code_bits")?,
-        partition: nearline::planner::partition::PartitionOptions {
+        partition: nearline::planner::options::PartitionOptions {
             head_ratio: k.f64("head_ratio")?,
             replicas: k.usize("replicas")?,
             posting_limit: k.usize("posting_limit")?,

@@ -314,7 +314,12 @@ pub fn build_index(
         .num_threads(threads_or_cores(opts.threads))
         .build()
         .map_err(|e| Error::arg(format!("cannot start build threads: {e}")))?;
-    let staging = Staging::begin(dir, opts.overwrite, &|d| crate::index::is_any_index(d), &[])?;
+    let staging = Staging::begin(
+        dir,
+        opts.overwrite,
+        &|d| crate::io::files::is_index(d) || is_partition_index(d),
+        &[],
+    )?;
     let sdir = staging.path().to_path_buf();
     let store = Store::create(&sdir.join(POSTINGS_FILE))?;
     let built = pool.install(|| {

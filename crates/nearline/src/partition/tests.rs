@@ -5,7 +5,8 @@
 
 use super::*;
 use crate::index::test_data::{clustered, exact_knn};
-use crate::planner::partition::{plan, PartitionOptions};
+use crate::planner::options::PartitionOptions;
+use crate::planner::partition::plan;
 use crate::planner::BuildOptions;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};

@@ -134,7 +134,7 @@ fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
             "preset \"spfresh\" builds a partition index: plan it with planner::partition",
         ));
     }
-    if opts.partition != partition::PartitionOptions::default() {
+    if opts.partition != options::PartitionOptions::default() {
         return Err(Error::arg(
             "head_ratio, replicas, posting_limit, merge_threshold, rng_factor, reassign_k and \
              lire apply to partition indexes (preset \"spfresh\")",

@@ -108,6 +108,25 @@ vocabulary! {
 /// Names the I/O engines accept (`EngineKind::parse` also takes aliases).
 pub const IO_ENGINES: &[&str] = &["auto", "uring", "uring-poll", "pread"];
 
+/// Partition-index options a build may set (`None`: the rule's value).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PartitionOptions {
+    /// Heads over vectors, in (0, 0.5].
+    pub head_ratio: Option<f64>,
+    /// Most postings per vector, 1..=32.
+    pub replicas: Option<usize>,
+    /// Entries before a split.
+    pub posting_limit: Option<usize>,
+    /// Live entries below which a posting merges.
+    pub merge_threshold: Option<usize>,
+    /// RNG factor > 0.
+    pub rng_factor: Option<f32>,
+    /// Postings LIRE checks around a split.
+    pub reassign_k: Option<usize>,
+    /// LIRE on (default) or SPANN+ (appends and garbage collection only).
+    pub lire: Option<bool>,
+}
+
 /// Everything a build needs besides the data; `None` takes the preset's
 /// value or the planner's rule.
 #[derive(Debug, Clone)]
@@ -163,7 +182,7 @@ pub struct BuildOptions {
     /// `None`: the most whose records fit the block 1-bit codes need.
     pub code_bits: Option<usize>,
     /// Options of a partition index (preset `spfresh`).
-    pub partition: super::partition::PartitionOptions,
+    pub partition: PartitionOptions,
 }
 
 impl Default for BuildOptions {

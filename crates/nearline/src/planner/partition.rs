@@ -27,25 +27,6 @@ pub const REASSIGN_K: usize = 64;
 /// planner's reserve per thread for its buffers and scratch).
 pub const SCRATCH_PER_THREAD: u64 = 1 << 20;
 
-/// Partition-index options a build may set (`None`: the rule's value).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PartitionOptions {
-    /// Heads over vectors, in (0, 0.5].
-    pub head_ratio: Option<f64>,
-    /// Most postings per vector, 1..=32.
-    pub replicas: Option<usize>,
-    /// Entries before a split.
-    pub posting_limit: Option<usize>,
-    /// Live entries below which a posting merges.
-    pub merge_threshold: Option<usize>,
-    /// RNG factor > 0.
-    pub rng_factor: Option<f32>,
-    /// Postings LIRE checks around a split.
-    pub reassign_k: Option<usize>,
-    /// LIRE on (default) or SPANN+ (appends and garbage collection only).
-    pub lire: Option<bool>,
-}
-
 /// Resident bytes of one head: vector, list, flags, posting map entry.
 pub fn head_bytes(dim: usize, posting_blocks: usize) -> u64 {
     (dim * 4 + (HEAD_R + 1) * 4 + 1 + 8 + 48 + posting_blocks * 4) as u64
@@ -312,6 +293,7 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::options::PartitionOptions;
     use crate::util::Budget;
 
     #[test]
