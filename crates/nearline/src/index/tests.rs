@@ -582,7 +582,7 @@ fn names_of_a_newer_version_are_refused_not_guessed() {
     let cases: [(&str, Edit); 4] = [
         ("preset", |v| v["spec"]["preset"] = "odinann".into()),
         ("layout", |v| v["layout"]["kind"] = "inline_codes".into()),
-        ("index kind", |v| v["kind"] = "partition".into()),
+        ("index kind", |v| v["kind"] = "mutable_graph".into()),
         ("section", |v| {
             let pages = v["sections"]["pages"].clone();
             v["sections"]

@@ -16,8 +16,9 @@
 //!   garbage-collected.
 //!
 //! A moved vector gets the next version: its new entries are written with
-//! it *before* the version map is bumped, so a search always finds either
-//! the old entries or the new ones. The posting being split or merged is
+//! it *before* the version map is bumped, and the bump waits out every
+//! search that copied the posting map before those entries existed, so a
+//! search always finds either the old entries or the new ones. The posting being split or merged is
 //! locked for the rewrite; no job holds two posting locks at once.
 
 use super::posting::{entry_bytes, push_entry, read_entry};
@@ -87,7 +88,7 @@ impl Inner {
             if r.is_ok() && self.store.wants_reclaim() {
                 // Blocks released by rewrites become reusable only at a
                 // checkpoint: take one before the file grows much more.
-                r = self.checkpoint().map(|_| ());
+                r = self.checkpoint_when(true).map(|_| ());
             }
             {
                 let mut j = lock(&self.jobs);
@@ -133,6 +134,17 @@ impl Inner {
             Job::Split(p) => self.split(p),
             Job::Merge(p) => self.merge(p),
         }
+    }
+
+    /// Waits until every search that took its copy of the posting map
+    /// before now has finished. Called between writing a moved vector's new
+    /// entries and bumping its version: a search holding an older copy (with
+    /// none of the new entries) must not see the bump, or it would find
+    /// neither the old entries (stale) nor the new ones (not in its copy).
+    /// Searches hold the gate from their copy of the map to their last
+    /// version check.
+    fn wait_out_searches(&self) {
+        drop(write(&self.gate));
     }
 
     /// Live entries of a posting's stream, one per id.
@@ -323,6 +335,7 @@ impl Inner {
             return Ok(());
         }
         self.place(&moves, &rows, None)?;
+        self.wait_out_searches();
         let versions = read(&self.versions);
         for (m, &old) in moves.iter().zip(&olds) {
             // Only a vector still at the version we moved (not deleted or
@@ -370,6 +383,7 @@ impl Inner {
             }
             if !moves.is_empty() {
                 self.place(&moves, &rows, Some(p))?;
+                self.wait_out_searches();
                 let versions = read(&self.versions);
                 for (m, &old) in moves.iter().zip(&olds) {
                     let _ = versions[m.0 as usize].compare_exchange(

@@ -1200,9 +1200,19 @@ impl Inner {
     }
 
     fn checkpoint(&self) -> Result<u64> {
+        self.checkpoint_when(false).map(|s| s.unwrap_or(0))
+    }
+
+    /// A checkpoint; with `only_if_needed`, only when released blocks still
+    /// wait for one once the locks are held (another checkpoint may have
+    /// reclaimed them meanwhile). Returns the sequence it holds, if taken.
+    pub(crate) fn checkpoint_when(&self, only_if_needed: bool) -> Result<Option<u64>> {
         self.check_failed()?;
         let _u = lock(&self.update);
         let _m = lock(&self.maint);
+        if only_if_needed && !self.store.wants_reclaim() {
+            return Ok(None);
+        }
         // Everything applied is in the log up to `seq` (appends and their
         // application happen under `update`).
         let seq = self.wal.sync()?.saturating_sub(1);
@@ -1246,7 +1256,7 @@ impl Inner {
         }
         self.wal.truncate_before(seq + 1)?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-        Ok(seq)
+        Ok(Some(seq))
     }
 
     fn check(&self) -> Result<CheckReport> {
