@@ -583,8 +583,10 @@ class Index:
     ) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """k-nearest-neighbour search.
 
-        A partition index takes ``k``, ``nprobe``, ``L``, ``probe_cut`` and
-        ``threads`` (the others belong to graph indexes and are refused).
+        A partition index takes ``k``, ``nprobe``, ``L``, ``probe_cut``,
+        ``queries_in_flight`` (default 4: each thread keeps the reads of that
+        many queries in flight together) and ``threads`` (the others belong
+        to graph indexes and are refused).
 
         Options left at ``None`` take the planner's choice (:meth:`plan_search`
         shows it and why).

@@ -252,6 +252,9 @@ class BenchConfig:
     baseline: Optional[str] = None
     target_recalls: list[float] = dataclasses.field(default_factory=lambda: list(TARGET_RECALLS))
     Ls: list[int] = dataclasses.field(default_factory=lambda: list(DEFAULT_LS))
+    #: The sweep of partition-index variants (preset spfresh): postings read
+    #: per query; empty: the L sweep's values.
+    nprobes: list[int] = dataclasses.field(default_factory=list)
     k: int = 10
     R: int = 64
     build_L: int = 100
@@ -1240,9 +1243,12 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
         params = dataclasses.asdict(p)
         if threads is not None:  # a peer at its own thread count: throughput only
             params["threads"] = threads
+        sweep = Ls
+        if v is not None and v.build.get("preset") == "spfresh" and cfg.nprobes:
+            sweep = list(cfg.nprobes)  # a partition index sweeps nprobe (reported in the L column)
         spec = {"action": "search", "system": base, "name": system,
                 "index_dir": str(index_dirs[system]), "queries": str(ds.queries_path), "gt": str(ds.gt_path),
-                "k": cfg.k, "Ls": Ls, "params": params, "queries_repeat": cfg.queries_repeat,
+                "k": cfg.k, "Ls": sweep, "params": params, "queries_repeat": cfg.queries_repeat,
                 "warmup": cfg.warmup, "latency_queries": cfg.latency_queries if threads is None else 0,
                 "perturb": cfg.perturb, "seed": cfg.seed}
         if v is not None and (v.open or v.search):

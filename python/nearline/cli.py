@@ -775,7 +775,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         target_recalls=args.target_recall or list(bench.TARGET_RECALLS), latency_queries=args.latency_queries,
         perturb=args.perturb, ceiling=not args.no_ceiling, ceiling_depth=args.ceiling_depth,
         ceiling_seconds=args.ceiling_seconds,
-        Ls=args.L, k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
+        Ls=args.L, nprobes=args.nprobe or [], k=args.k, R=args.R, build_L=args.build_L, alpha=args.alpha,
         pq_bytes=args.pq_bytes, memory_budget=(args.memory_budget or [None])[0],
         equal_budget=args.memory_budget is not None, build_memory_budget=args.build_memory_budget,
         cache_budget=args.cache_budget, entry_points=args.entry_points, entry=args.entry, nav_L=args.nav_L,
@@ -1198,6 +1198,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ceiling", action="store_true", help="do not measure the disk ceiling")
     p.add_argument("--L", type=_int_list, default=[10, 20, 30, 50, 70, 100, 150, 200],
                    help="search list sizes of the sweep")
+    p.add_argument("--nprobe", type=_int_list, default=None,
+                   help="the sweep of partition-index variants (preset=spfresh): postings read per query, shown in "
+                   "the L column (default: the --L values)")
     p.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
     p.add_argument("--R", type=_positive_int, default=64, help="maximum degree (every disk system)")
     p.add_argument("--build-L", type=_positive_int, default=100, help="build candidate list size (every disk system)")

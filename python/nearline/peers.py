@@ -279,7 +279,7 @@ class _NearlineHandle(Handle):
         if self.partition:
             open_kw = {k: open_kw.get(k) for k in ("threads", "io", "durability")}
             self.cache_nodes = 0
-            self.search_kw = {k: v for k, v in self.search_kw.items() if k in ("probe_cut",)}
+            self.search_kw = {k: v for k, v in self.search_kw.items() if k in ("probe_cut", "queries_in_flight")}
         # Options of Index.range_search only (ratio, max_L).
         self.range_kw: dict[str, Any] = dict(variant.get("range") or {})
         # Options left at None take the engine's defaults (and an earlier
@@ -298,7 +298,7 @@ class _NearlineHandle(Handle):
     def closed_loop_batch(self, queries, k, L):
         """:meth:`batch` as ``threads`` closed-loop clients with one query each: a query
         has its worker to itself (``queries_in_flight=1``) unless the variant sets it."""
-        kw = dict(self.search_kw) if self.partition else {"queries_in_flight": 1, **self.search_kw}
+        kw = {"queries_in_flight": 1, **self.search_kw}
         ids, _d, stats = self.idx.search(queries, k, threads=self.p.threads, return_stats=True,
                                          **self._sweep(L), **kw)
         return np.asarray(ids), {key: np.asarray(v) for key, v in stats.items()}
@@ -306,7 +306,7 @@ class _NearlineHandle(Handle):
     def queries_in_flight(self) -> Any:
         """The ``queries_in_flight`` the recall batch runs with (``"auto"`` unless the variant sets it)."""
         if self.partition:
-            return 1
+            return self.search_kw.get("queries_in_flight", 4)
         return self.search_kw.get("queries_in_flight", "auto")
 
     def single(self, query, k, L):

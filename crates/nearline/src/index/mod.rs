@@ -450,7 +450,6 @@ impl Index {
             ),
             (opts.adaptive_beam, "adaptive_beam"),
             (opts.early_dispatch.is_some(), "early_dispatch"),
-            (opts.queries_in_flight.is_some(), "queries_in_flight"),
             (
                 opts.page_search != crate::planner::PageChoice::Auto,
                 "page_search",
@@ -462,7 +461,7 @@ impl Index {
         if let Some((_, what)) = graph_only.iter().find(|x| x.0) {
             return Err(Error::arg(format!(
                 "{what} applies to graph indexes; a partition index searches with k, nprobe, L, \
-                 probe_cut and threads"
+                 probe_cut, queries_in_flight and threads"
             )));
         }
         let r = p.search(
@@ -474,6 +473,7 @@ impl Index {
                 l: opts.l,
                 probe_cut: opts.probe_cut,
                 threads: opts.threads,
+                queries_in_flight: opts.queries_in_flight,
             },
         )?;
         let metric = p.metric();

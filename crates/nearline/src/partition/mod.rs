@@ -57,6 +57,8 @@ pub const VERSION_MASK: u8 = 0x7f;
 const STRIPES: usize = 1024;
 /// Postings a search reads by default.
 pub const DEFAULT_NPROBE: usize = 32;
+/// Queries a search worker interleaves by default.
+pub const QUERIES_IN_FLIGHT: usize = 4;
 /// Reads one search worker keeps in flight.
 const DEPTH: u32 = 64;
 /// Bytes the id maps hold per vector (version byte, external id, the
@@ -65,6 +67,8 @@ pub const ID_BYTES: u64 = 1 + 8 + 24;
 
 /// A query answered by a search worker: index, results, statistics.
 type Answered = (usize, Vec<(f32, u32)>, QueryStats);
+/// A query's results (internal ids) and statistics.
+type Found = (Vec<(f32, u32)>, QueryStats);
 
 /// Everything a partition build needs besides the data.
 #[derive(Debug, Clone)]
@@ -114,6 +118,9 @@ pub struct PartitionSearch {
     /// within (1 + cut) of the nearest head's distance (l2 and cosine).
     pub probe_cut: Option<f32>,
     pub threads: Option<usize>,
+    /// Queries each worker interleaves (their reads in flight together);
+    /// `None`: 4.
+    pub queries_in_flight: Option<usize>,
 }
 
 /// Search output of a partition index: ids (−1 pads), internal distances
@@ -932,6 +939,13 @@ impl Inner {
             .filter(|&t| t > 0)
             .unwrap_or(self.threads)
             .min(nq.max(1));
+        // Queries a worker interleaves: enough to keep the disk busy, never
+        // fewer queries than workers.
+        let group = opts
+            .queries_in_flight
+            .unwrap_or(QUERIES_IN_FLIGHT)
+            .clamp(1, 64)
+            .min(nq.div_ceil(threads.max(1)).max(1));
         let mut ids = vec![-1i64; nq * k];
         let mut dists = vec![f32::INFINITY; nq * k];
         let mut stats = vec![QueryStats::default(); nq];
@@ -943,19 +957,26 @@ impl Inner {
                         let mut eng = self.engine()?;
                         let mut sc = SearchScratch::new();
                         let mut out = Vec::new();
-                        let mut q = vec![0f32; dim];
                         let res = (|| {
                             loop {
-                                let i = next.fetch_add(1, Ordering::Relaxed);
+                                let i = next.fetch_add(group, Ordering::Relaxed);
                                 if i >= nq {
                                     break;
                                 }
-                                q.copy_from_slice(&queries[i * dim..(i + 1) * dim]);
-                                if self.metric == Metric::Cosine {
-                                    normalize(&mut q);
+                                let end = (i + group).min(nq);
+                                let qs: Vec<Vec<f32>> = (i..end)
+                                    .map(|j| {
+                                        let mut q = queries[j * dim..(j + 1) * dim].to_vec();
+                                        if self.metric == Metric::Cosine {
+                                            normalize(&mut q);
+                                        }
+                                        q
+                                    })
+                                    .collect();
+                                let r = self.search_group(&qs, opts, &mut eng, &mut sc)?;
+                                for (j, (ids, st)) in r.into_iter().enumerate() {
+                                    out.push((i + j, ids, st));
                                 }
-                                let (r, st) = self.search_one(&q, opts, &mut eng, &mut sc)?;
-                                out.push((i, r, st));
                             }
                             Ok(())
                         })();
@@ -988,120 +1009,194 @@ impl Inner {
         })
     }
 
-    /// One query: nearest heads, their postings read at once, live entries
-    /// scored exactly. Returns `(distance, internal id)`, nearest first.
-    fn search_one(
+    /// A group of queries on one worker: each query's nearest heads, then
+    /// every posting read of the group in flight at once; a query is scored
+    /// as soon as its own reads have arrived, while the others' are still
+    /// in flight. Returns per query `(distance, internal id)`, nearest
+    /// first, and its statistics.
+    fn search_group(
         &self,
-        q: &[f32],
+        qs: &[Vec<f32>],
         opts: &PartitionSearch,
         eng: &mut IoEngine,
         sc: &mut SearchScratch,
-    ) -> Result<(Vec<(f32, u32)>, QueryStats)> {
-        let t0 = Instant::now();
-        let mut st = QueryStats::default();
+    ) -> Result<Vec<Found>> {
         let dim = self.dim;
+        let nq = qs.len();
         let l = opts.l.unwrap_or((2 * opts.nprobe).max(64)).max(opts.nprobe);
-        let mut near = read(&self.heads).search(sc, q, opts.nprobe, l);
-        st.pq_distances = near.len() as u32;
-        if let (Some(cut), Some(&(d0, _))) = (opts.probe_cut, near.first()) {
-            let f = match self.metric {
-                Metric::L2 => (1.0 + cut) * (1.0 + cut),
-                _ => 1.0 + cut,
-            };
-            let lim = d0.max(0.0) * f;
-            near.retain(|&(d, _)| d <= lim);
-        }
-        let _gate = read(&self.gate);
-        let refs: Vec<(u32, Arc<PostingRef>)> = {
-            let map = read(&self.postings);
-            near.iter()
-                .filter_map(|&(_, p)| map.get(p as usize).cloned().flatten().map(|r| (p, r)))
-                .collect()
-        };
-        st.hops = refs.len() as u32;
-        // Every read of the query in flight at once (in waves of the
-        // engine's depth).
-        let mut reads: Vec<(usize, u32, u32, u32)> = Vec::new(); // (posting slot, block, index, len)
-        for (pi, (_, r)) in refs.iter().enumerate() {
-            let need = posting::blocks_for(r.count as usize, dim);
-            for (b0, i0, len) in runs(&r.blocks[..need.min(r.blocks.len())]) {
-                reads.push((pi, b0, i0, len));
+        let t0 = Instant::now();
+        let mut stats = vec![QueryStats::default(); nq];
+        let mut nears = Vec::with_capacity(nq);
+        {
+            let heads = read(&self.heads);
+            for (qi, q) in qs.iter().enumerate() {
+                let mut near = heads.search(sc, q, opts.nprobe, l);
+                stats[qi].pq_distances = near.len() as u32;
+                if let (Some(cut), Some(&(d0, _))) = (opts.probe_cut, near.first()) {
+                    let f = match self.metric {
+                        Metric::L2 => (1.0 + cut) * (1.0 + cut),
+                        _ => 1.0 + cut,
+                    };
+                    let lim = d0.max(0.0) * f;
+                    near.retain(|&(d, _)| d <= lim);
+                }
+                nears.push(near);
             }
         }
-        let mut bufs: Vec<Option<Completion>> = (0..reads.len()).map(|_| None).collect();
+        let _gate = read(&self.gate);
+        let refs: Vec<Vec<(u32, Arc<PostingRef>)>> = {
+            let map = read(&self.postings);
+            nears
+                .iter()
+                .map(|near| {
+                    near.iter()
+                        .filter_map(|&(_, p)| {
+                            map.get(p as usize).cloned().flatten().map(|r| (p, r))
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        // (query, posting of the query, first block, its index, blocks)
+        let mut reads: Vec<(usize, usize, u32, u32, u32)> = Vec::new();
+        let mut pending = vec![0usize; nq];
+        for (qi, rs) in refs.iter().enumerate() {
+            stats[qi].hops = rs.len() as u32;
+            for (pi, (_, r)) in rs.iter().enumerate() {
+                let need = posting::blocks_for(r.count as usize, dim);
+                for (b0, i0, len) in runs(&r.blocks[..need.min(r.blocks.len())]) {
+                    reads.push((qi, pi, b0, i0, len));
+                    pending[qi] += 1;
+                }
+            }
+        }
+        let mut streams: Vec<Vec<Vec<u8>>> =
+            refs.iter().map(|rs| vec![Vec::new(); rs.len()]).collect();
+        // A query's completions wait here until all of its reads arrived
+        // (its stream is assembled in block order).
+        let mut arrived: Vec<Option<Completion>> = (0..reads.len()).map(|_| None).collect();
+        let mut out: Vec<Option<Vec<(f32, u32)>>> = vec![None; nq];
+        let versions = read(&self.versions);
+        for qi in 0..nq {
+            if pending[qi] == 0 {
+                out[qi] = Some(self.score(
+                    &qs[qi],
+                    &refs[qi],
+                    &mut streams[qi],
+                    opts.k,
+                    &versions,
+                    &mut stats[qi],
+                ));
+                stats[qi].total_us = t0.elapsed().as_secs_f64() * 1e6;
+            }
+        }
         let mut comp = Vec::new();
         let mut issued = 0;
         let mut done = 0;
-        let tio = Instant::now();
+        let mut wait_ns = 0u128;
         while done < reads.len() {
             while issued < reads.len() && eng.in_flight() < DEPTH as usize {
-                let (_, b0, _, len) = reads[issued];
+                let (qi, _, b0, _, len) = reads[issued];
                 eng.submit(
                     issued as u64,
                     b0 as u64 * BLOCK as u64,
                     AlignedBuf::new(len as usize * BLOCK),
                 )?;
-                st.reads += 1;
-                st.bytes_read += len as u64 * BLOCK as u64;
+                stats[qi].reads += 1;
+                stats[qi].bytes_read += len as u64 * BLOCK as u64;
                 issued += 1;
             }
             eng.flush()?;
             comp.clear();
+            let tw = Instant::now();
             eng.wait(1, &mut comp)?;
+            wait_ns += tw.elapsed().as_nanos();
             for c in comp.drain(..) {
                 let t = c.token as usize;
-                bufs[t] = Some(c);
+                let qi = reads[t].0;
+                arrived[t] = Some(c);
                 done += 1;
-            }
-        }
-        st.io_wait_us = tio.elapsed().as_secs_f64() * 1e6;
-        // Assemble and score.
-        let tc = Instant::now();
-        let versions = read(&self.versions);
-        let mut streams: Vec<Vec<u8>> = vec![Vec::new(); refs.len()];
-        for (t, &(pi, b0, i0, len)) in reads.iter().enumerate() {
-            let c = bufs[t]
-                .take()
-                .ok_or_else(|| Error::Engine("a read never completed".into()))?;
-            let data = match &c.result {
-                Ok(_) => c.filled().unwrap_or(&[]),
-                Err(e) => {
-                    return Err(Error::io(
-                        self.store.path(),
-                        std::io::Error::new(e.kind(), e.to_string()),
-                    ))
+                pending[qi] -= 1;
+                if pending[qi] > 0 {
+                    continue;
                 }
-            };
-            let p = refs[pi].0;
-            for j in 0..len as usize {
-                let end = ((j + 1) * BLOCK).min(data.len());
-                let blk = if j * BLOCK < data.len() {
-                    &data[j * BLOCK..end]
-                } else {
-                    &[][..]
-                };
-                posting::decode_block(
-                    self.store.path(),
-                    b0 + j as u32,
-                    p,
-                    i0 + j as u32,
-                    blk,
-                    &mut streams[pi],
-                )?;
+                // All of query qi's reads are in: check and assemble them in order.
+                stats[qi].io_wait_us = wait_ns as f64 / 1e3;
+                for (t2, &(q2, pi, b0, i0, len)) in reads.iter().enumerate() {
+                    if q2 != qi {
+                        continue;
+                    }
+                    let c = arrived[t2]
+                        .take()
+                        .ok_or_else(|| Error::Engine("a read never completed".into()))?;
+                    let data = match &c.result {
+                        Ok(_) => c.filled().unwrap_or(&[]),
+                        Err(e) => {
+                            return Err(Error::io(
+                                self.store.path(),
+                                std::io::Error::new(e.kind(), e.to_string()),
+                            ))
+                        }
+                    };
+                    let p = refs[qi][pi].0;
+                    for j in 0..len as usize {
+                        let end = ((j + 1) * BLOCK).min(data.len());
+                        let blk = if j * BLOCK < data.len() {
+                            &data[j * BLOCK..end]
+                        } else {
+                            &[][..]
+                        };
+                        posting::decode_block(
+                            self.store.path(),
+                            b0 + j as u32,
+                            p,
+                            i0 + j as u32,
+                            blk,
+                            &mut streams[qi][pi],
+                        )?;
+                    }
+                }
+                out[qi] = Some(self.score(
+                    &qs[qi],
+                    &refs[qi],
+                    &mut streams[qi],
+                    opts.k,
+                    &versions,
+                    &mut stats[qi],
+                ));
+                stats[qi].total_us = t0.elapsed().as_secs_f64() * 1e6;
             }
         }
-        let k = opts.k;
+        Ok(out
+            .into_iter()
+            .map(|o| o.unwrap_or_default())
+            .zip(stats)
+            .collect())
+    }
+
+    /// Scores a query's assembled postings: live entries, once per id,
+    /// exact distances; queues a merge of any posting found under the
+    /// merge threshold.
+    fn score(
+        &self,
+        q: &[f32],
+        refs: &[(u32, Arc<PostingRef>)],
+        streams: &mut [Vec<u8>],
+        k: usize,
+        versions: &[AtomicU8],
+        st: &mut QueryStats,
+    ) -> Vec<(f32, u32)> {
+        let dim = self.dim;
+        let tc = Instant::now();
         let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
         let mut seen: HashSet<u32> = HashSet::with_capacity(refs.len() * 16);
         let mut v = vec![0f32; dim];
-        let td = Instant::now();
         for (pi, (p, r)) in refs.iter().enumerate() {
             let s = &streams[pi];
             let mut live = 0usize;
             for i in 0..r.count as usize {
                 let h = entry_head(s, dim, i);
-                let cur = Self::version_of(&versions, h.id);
-                match cur {
+                match Self::version_of(versions, h.id) {
                     Some(c) if c & DELETED == 0 && c == h.version => {}
                     _ => {
                         st.stale += 1;
@@ -1125,11 +1220,11 @@ impl Inner {
             if self.params.lire && live < self.params.merge_threshold {
                 self.enqueue(lire::Job::Merge(*p));
             }
+            streams[pi] = Vec::new();
         }
-        st.dist_ns = td.elapsed().as_nanos() as u64;
+        st.dist_ns = tc.elapsed().as_nanos() as u64;
         st.cpu_us = tc.elapsed().as_secs_f64() * 1e6;
-        st.total_us = t0.elapsed().as_secs_f64() * 1e6;
-        Ok((best, st))
+        best
     }
 
     fn memory_bytes(&self) -> u64 {

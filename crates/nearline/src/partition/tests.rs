@@ -54,6 +54,7 @@ fn search(idx: &PartitionIndex, q: &[f32], k: usize, nprobe: usize) -> Vec<i64> 
             l: None,
             probe_cut: None,
             threads: Some(2),
+            queries_in_flight: None,
         },
     )
     .unwrap()
@@ -253,6 +254,7 @@ fn search_all(idx: &PartitionIndex, data: &[f32], dim: usize) -> Result<()> {
             l: None,
             probe_cut: None,
             threads: Some(1),
+            queries_in_flight: None,
         },
     )
     .map(|_| ())
@@ -280,6 +282,7 @@ fn bad_input_is_refused() {
                 l: None,
                 probe_cut: cut,
                 threads: None,
+                queries_in_flight: None,
             },
         )
     };
