@@ -75,6 +75,56 @@ pub fn cluster(
     Ok((centroids, leaves))
 }
 
+/// Folds the smallest clusters into the cluster with the nearest centroid
+/// until `max` remain; centroids are recomputed.
+fn fold_smallest(
+    data: &[f32],
+    dim: usize,
+    centroids: Vec<f32>,
+    mut leaves: Vec<Vec<u32>>,
+    max: usize,
+) -> (Vec<f32>, Vec<Vec<u32>>) {
+    let k = leaves.len();
+    let mut order: Vec<usize> = (0..k).collect();
+    order.sort_by_key(|&i| (leaves[i].len(), i));
+    let excess = k - max;
+    let gone: Vec<bool> = {
+        let mut g = vec![false; k];
+        for &i in &order[..excess] {
+            g[i] = true;
+        }
+        g
+    };
+    for &i in &order[..excess] {
+        let c = &centroids[i * dim..(i + 1) * dim];
+        let into = (0..k)
+            .filter(|&j| !gone[j])
+            .map(|j| (l2_f32(c, &centroids[j * dim..(j + 1) * dim]), j))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map(|x| x.1)
+            .unwrap_or(0);
+        let moved = std::mem::take(&mut leaves[i]);
+        leaves[into].extend(moved);
+    }
+    let leaves: Vec<Vec<u32>> = leaves.into_iter().filter(|l| !l.is_empty()).collect();
+    let mut out = vec![0f32; leaves.len() * dim];
+    for (c, l) in out.chunks_exact_mut(dim).zip(&leaves) {
+        let mut acc = vec![0f64; dim];
+        for &i in l {
+            for (a, &x) in acc
+                .iter_mut()
+                .zip(&data[i as usize * dim..(i as usize + 1) * dim])
+            {
+                *a += x as f64;
+            }
+        }
+        for (o, a) in c.iter_mut().zip(acc) {
+            *o = (a / l.len() as f64) as f32;
+        }
+    }
+    (out, leaves)
+}
+
 /// Splits `set` into `b` non-empty parts by k-means (halves of the set when
 /// k-means cannot separate it, e.g. duplicates).
 fn split(data: &[f32], dim: usize, set: &[u32], b: usize, seed: u64) -> Result<Vec<Vec<u32>>> {
@@ -168,9 +218,25 @@ pub fn build(
 ) -> Result<Built> {
     let t0 = Instant::now();
     let n = data.len() / dim;
-    let target = ((1.0 / params.head_ratio).round() as usize).max(1);
+    // The planner sized memory for at most n · head_ratio heads: the
+    // clusters come out smaller than the target on average, so the target
+    // grows until their count fits, and the smallest are folded into their
+    // nearest neighbours if a few still remain over.
+    let max_heads = ((n as f64 * params.head_ratio).floor() as usize).max(1);
+    let mut target = ((1.0 / params.head_ratio).round() as usize).max(1);
     progress("clustering", 0, n as u64);
-    let (centroids, leaves) = cluster(data, dim, target, params.seed, cancel)?;
+    let (mut centroids, mut leaves) = cluster(data, dim, target, params.seed, cancel)?;
+    for _ in 0..3 {
+        if leaves.len() <= max_heads {
+            break;
+        }
+        let grow = leaves.len() as f64 / max_heads as f64 * 1.02;
+        target = ((target as f64 * grow).ceil() as usize).max(target + 1);
+        (centroids, leaves) = cluster(data, dim, target, params.seed, cancel)?;
+    }
+    if leaves.len() > max_heads {
+        (centroids, leaves) = fold_smallest(data, dim, centroids, leaves, max_heads);
+    }
     let k = leaves.len();
     let cluster_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();

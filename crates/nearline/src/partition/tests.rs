@@ -95,6 +95,31 @@ fn static_search_reaches_recall_on_shuffled_ids() {
     assert!(rep.problems.is_empty(), "{:?}", rep.problems);
     assert_eq!(rep.live_ids, n as u64);
     assert!(idx.info()["memory"]["within_budget"].as_bool().unwrap());
+    // No more heads than the planner sized memory for.
+    let ratio = idx.params().head_ratio;
+    assert!(idx.info()["postings"].as_u64().unwrap() as f64 <= (n as f64 * ratio).floor());
+}
+
+#[test]
+fn a_budget_is_kept_by_the_heads_it_sizes() {
+    let (n, dim) = (60_000, 32);
+    let data = clustered(n, dim, 11);
+    let mut o = BuildOptions::default();
+    let full = plan(&o, n, dim, DType::F32).unwrap().expected_bytes;
+    o.memory_budget = Some(crate::util::Budget::Bytes(full * 9 / 10));
+    let p = plan(&o, n, dim, DType::F32).unwrap().params;
+    assert!(p.head_ratio < crate::planner::partition::HEAD_RATIO);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, p.clone());
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    let info = idx.info();
+    assert!(
+        info["memory"]["within_budget"].as_bool().unwrap(),
+        "{}",
+        info["memory"]
+    );
+    assert!(idx.memory_bytes() <= p.memory_budget);
 }
 
 #[test]
