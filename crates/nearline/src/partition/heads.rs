@@ -152,17 +152,27 @@ impl Heads {
         if self.live == 0 {
             return Vec::new();
         }
-        // Tombstones take room in the list: widen it by their share.
+        // Tombstones take room in the list: widen it by their share, and
+        // again (doubling) while the list holds fewer than k alive heads, so
+        // a region crowded with tombstones never leaves a query or a vector
+        // without postings.
+        let want = k.min(self.live);
         let dead = self.len - self.live;
-        let l = l.max(k) + (l.max(k) * dead).div_ceil(self.live.max(1)).min(l.max(k));
-        let found = search_graph_with(scratch, &self.graph, self.start, l, l, |v| {
-            self.distance(q, v)
-        });
-        found
-            .into_iter()
-            .filter(|&(_, v)| self.alive[v as usize])
-            .take(k)
-            .collect()
+        let mut l = l.max(k) + (l.max(k) * dead).div_ceil(self.live.max(1)).min(l.max(k));
+        loop {
+            let found = search_graph_with(scratch, &self.graph, self.start, l, l, |v| {
+                self.distance(q, v)
+            });
+            let alive: Vec<(f32, u32)> = found
+                .into_iter()
+                .filter(|&(_, v)| self.alive[v as usize])
+                .take(k)
+                .collect();
+            if alive.len() >= want || l >= self.len {
+                return alive;
+            }
+            l = (l * 2).min(self.len);
+        }
     }
 
     fn grow(&mut self) {
@@ -179,6 +189,15 @@ impl Heads {
 
     /// Adds a head; returns its slot (its posting's id).
     pub fn insert(&mut self, v: &[f32], scratch: &mut SearchScratch) -> u32 {
+        let slot = self.reserve();
+        self.link(slot, v, scratch);
+        slot
+    }
+
+    /// A slot for a head that is not searchable yet (no vector, no edges):
+    /// its posting can be written under its id before [`Heads::link`] makes
+    /// it reachable.
+    pub fn reserve(&mut self) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -189,14 +208,21 @@ impl Heads {
                 (self.len - 1) as u32
             }
         };
+        self.graph.set_neighbors(slot, &[]);
+        self.alive[slot as usize] = false;
+        slot
+    }
+
+    /// Gives a reserved slot its vector and its edges: searches reach it
+    /// from now on.
+    pub fn link(&mut self, slot: u32, v: &[f32], scratch: &mut SearchScratch) {
         let d = self.dim;
         self.vecs[slot as usize * d..(slot as usize + 1) * d].copy_from_slice(v);
-        self.graph.set_neighbors(slot, &[]);
         if self.live == 0 {
             self.alive[slot as usize] = true;
             self.live = 1;
             self.start = slot;
-            return slot;
+            return;
         }
         // Candidates by the build distance (L2), tombstones included: they
         // still carry edges.
@@ -225,7 +251,6 @@ impl Heads {
                 self.reprune(u, Some(slot));
             }
         }
-        slot
     }
 
     /// Prunes `u`'s list (plus `extra`) back to the degree bound.

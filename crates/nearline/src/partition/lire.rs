@@ -236,12 +236,11 @@ impl Inner {
         }
         let cents = [mean(&g[0], dim, c0), mean(&g[1], dim, c1)];
         let old_head = read(&self.heads).vector(p).to_vec();
+        // The new heads' postings exist before the heads are reachable: a
+        // route to a head always finds its posting (or a retired one).
         let (a, b) = {
             let mut heads = write(&self.heads);
-            let mut sc = SearchScratch::new();
-            let a = heads.insert(&cents[0], &mut sc);
-            let b = heads.insert(&cents[1], &mut sc);
-            (a, b)
+            (heads.reserve(), heads.reserve())
         };
         let ra = self.write_posting(a, &g[0])?;
         let rb = self.write_posting(b, &g[1])?;
@@ -253,9 +252,15 @@ impl Inner {
             }
             map[a as usize] = Some(Arc::new(ra));
             map[b as usize] = Some(Arc::new(rb));
-            map[p as usize] = None;
         }
-        write(&self.heads).remove(p);
+        {
+            let mut heads = write(&self.heads);
+            let mut sc = SearchScratch::new();
+            heads.link(a, &cents[0], &mut sc);
+            heads.link(b, &cents[1], &mut sc);
+            heads.remove(p);
+        }
+        write(&self.postings)[p as usize] = None;
         self.store.release(&cur.blocks);
         drop(stripe);
         self.counters.splits.fetch_add(1, Ordering::Relaxed);
@@ -399,8 +404,10 @@ impl Inner {
             let now = read(&self.postings).get(p as usize).cloned().flatten();
             match now {
                 Some(r) if r.count == cur.count => {
-                    write(&self.postings)[p as usize] = None;
+                    // Unreachable first, then gone: a route to a live head
+                    // always finds its posting.
                     write(&self.heads).remove(p);
+                    write(&self.postings)[p as usize] = None;
                     self.store.release(&r.blocks);
                     drop(stripe);
                     self.counters.merges.fetch_add(1, Ordering::Relaxed);

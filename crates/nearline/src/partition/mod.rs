@@ -795,10 +795,25 @@ impl Inner {
         let mut rounds = 0;
         while !todo.is_empty() {
             rounds += 1;
+            if rounds > 2 {
+                // A posting is being retired under us: let the job finish.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             if rounds > 100 {
-                return Err(Error::arg(
-                    "postings kept disappearing while inserting; retry",
-                ));
+                let dead: Vec<u32> = {
+                    let map = read(&self.postings);
+                    let heads = read(&self.heads);
+                    (0..heads.slots() as u32)
+                        .filter(|&h| {
+                            heads.is_alive(h) && map.get(h as usize).cloned().flatten().is_none()
+                        })
+                        .take(5)
+                        .collect()
+                };
+                return Err(Error::arg(format!(
+                    "postings kept disappearing while inserting; retry (live heads without a posting: {dead:?}; worker: {:?})",
+                    lock(&self.failed).clone()
+                )));
             }
             let routes: Vec<Vec<u32>> = {
                 let heads = read(&self.heads);
@@ -808,6 +823,13 @@ impl Inner {
                     })
                     .collect()
             };
+            if let Some(t) = routes.iter().position(|r| r.is_empty()) {
+                // Never acknowledge a vector stored nowhere.
+                return Err(Error::arg(format!(
+                    "no posting found for internal id {} (the head graph returned no live head)",
+                    todo[t].0
+                )));
+            }
             let mut groups: HashMap<u32, Vec<usize>> = HashMap::new();
             for (t, r) in routes.iter().enumerate() {
                 for &p in r {
