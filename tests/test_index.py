@@ -477,7 +477,7 @@ def test_every_executor_is_exact_with_a_full_list(random_index, opts):
             assert set(stats) == {"hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances",
                                   "io_wait_us", "cpu_us", "total_us", "dist_us", "used_bytes", "io_utilisation",
                                   "page_records", "used_records", "colocated", "path_length",
-                                  "vertex_utilisation", "doublings", "adjacency_hits", "replica_hits",
+                                  "vertex_utilisation", "doublings", "adjacency_hits", "replica_hits", "stale",
                                       "refine_reads"}
             assert (stats["hops"] >= 1400).all() and (stats["reads"] > 0).all()
             assert (stats["bytes_read"] == stats["reads"] * 4096).all()

@@ -566,6 +566,15 @@ def test_torn_last_log_record_is_dropped(index_path):
         _consistent(idx)
         size2 = wal.stat().st_size
         assert size2 < size - 5
+        # The searches above queue merges; the worker checkpoints once released
+        # blocks reach a quarter of the file, and then the inserts are no longer
+        # only in the log.
+        checkpointed = idx.info()["wal_sequence"] > 0
+    if checkpointed:
+        with nearline.open(index_path) as idx:
+            assert np.isin(ids_b, idx.ids()).all()
+            _consistent(idx)
+        return
     # Cut into the insert of b too (the file now ends with it).
     os.truncate(wal, size2 - 100)
     with nearline.open(index_path) as idx:

@@ -447,7 +447,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
     with nl.open(args.index, **_open_options(args)) as idx:
         opts = _search_options(args)
-        if idx.kind == "partition":
+        if getattr(idx, "kind", "graph") == "partition":
             planned = {"nprobe": opts.get("nprobe", 32), "L": opts.get("L"), "probe_cut": opts.get("probe_cut"),
                        "threads": opts.get("threads")}
         else:
@@ -455,7 +455,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         ids, dists, stats = idx.search(queries, args.k, return_stats=True, **opts)
         wall = time.perf_counter() - t0
-        entry_kind = idx.entry if idx.kind == "partition" else str((idx.info().get("entry") or {}).get(
+        entry_kind = idx.entry if getattr(idx, "kind", "graph") == "partition" else str((idx.info().get("entry") or {}).get(
             "kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
@@ -1109,7 +1109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("delete", help="delete ids from a partition index (preset spfresh)")
     p.add_argument("index", help="index directory")
     p.add_argument("ids", nargs="*", type=_nonneg_int, help="ids to delete (default: none; see --ids-file)")
-    p.add_argument("--ids-file", default=None, help="ids to delete from a file (.npy, .txt, .csv, uint64 .bin)")
+    p.add_argument("--ids-file", default=None,
+                   help="ids to delete from a file (.npy, .txt, .csv, uint64 .bin; default: none)")
     p.add_argument("--durability", choices=("sync", "buffered"), default=None,
                    help="when the delete returns: sync (fsynced log; default) or buffered")
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")

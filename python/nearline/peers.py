@@ -275,7 +275,8 @@ class _NearlineHandle(Handle):
         self.search_kw: dict[str, Any] = {"W": p.W, **(variant.get("search") or {})}
         # A partition index (preset spfresh) is sized at build and searched
         # by nprobe: the sweep's values are its nprobe, graph options drop.
-        self.partition = nearline.kind_of(str(index_dir)) == "partition"
+        self.partition = (Path(index_dir) / "manifest.json").exists() and \
+            nearline.kind_of(str(index_dir)) == "partition"
         if self.partition:
             open_kw = {k: open_kw.get(k) for k in ("threads", "io", "durability")}
             self.cache_nodes = 0

@@ -234,10 +234,11 @@ impl Store {
     }
 
     /// Whether enough released blocks wait for a checkpoint that one should
-    /// run: a quarter of the file, and at least 1,024 blocks.
+    /// run: a quarter of the file, and at least 8,192 blocks (32 MiB; a
+    /// small index is left to explicit checkpoints).
     pub fn wants_reclaim(&self) -> bool {
         let a = self.lock();
-        a.pending.len() >= 1024 && a.pending.len() * 4 >= a.end as usize
+        a.pending.len() >= 8192 && a.pending.len() * 4 >= a.end as usize
     }
 
     /// `(blocks in the file, free, pending)`.
