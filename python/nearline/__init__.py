@@ -342,9 +342,9 @@ def build(
             (default 0.1, lowered to what ``memory_budget`` holds).
         replicas: partition index: most postings a vector is stored in (RNG
             rule; default 8). posting_limit: entries a posting may hold before
-            it is split (default 8 × the build's cluster size).
+            it is split (default 4 × the build's cluster size, at least 32).
             merge_threshold: live entries below which a posting is merged
-            away (default 10). rng_factor: the RNG rule's factor (default 1.0).
+            away (default 1/8 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
             reassign_k: postings around a split whose vectors LIRE checks for
             reassignment (default 64). lire: ``True`` (default) splits, merges
             and reassigns; ``False`` is SPANN+ (appends and garbage collection

@@ -183,7 +183,10 @@ impl Heads {
             g.set_neighbors(v, self.graph.neighbors(v));
         }
         self.graph = g;
+        // `resize` alone would double the allocation (amortised growth).
+        self.vecs.reserve_exact(cap * self.dim - self.vecs.len());
         self.vecs.resize(cap * self.dim, 0.0);
+        self.alive.reserve_exact(cap - self.alive.len());
         self.alive.resize(cap, false);
     }
 
@@ -305,15 +308,17 @@ impl Heads {
     }
 
     /// Rewires every list that points at a tombstone (its alive neighbours
-    /// and the tombstones' alive neighbours, pruned) and frees the
-    /// tombstones' slots. Returns the slots freed.
-    pub fn consolidate(&mut self) -> usize {
-        let freed: Vec<bool> = (0..self.len)
-            .map(|v| !self.alive[v] && !self.free.contains(&(v as u32)))
-            .collect();
-        let count = freed.iter().filter(|&&f| f).count();
-        if count == 0 {
-            return 0;
+    /// and the tombstones' alive neighbours, pruned) and empties the
+    /// tombstones' lists. Returns their slots, which become reusable only
+    /// through [`Heads::reuse`]: the caller first waits out whoever may still
+    /// hold a route to them.
+    pub fn consolidate(&mut self) -> Vec<u32> {
+        let mut freed: Vec<bool> = self.alive[..self.len].iter().map(|&a| !a).collect();
+        for &f in &self.free {
+            freed[f as usize] = false;
+        }
+        if !freed.iter().any(|&f| f) {
+            return Vec::new();
         }
         let d = self.dim;
         for v in 0..self.len as u32 {
@@ -364,10 +369,11 @@ impl Heads {
             );
             self.graph.set_neighbors(v, &out);
         }
+        let mut slots = Vec::new();
         for (v, &f) in freed.iter().enumerate() {
             if f {
                 self.graph.set_neighbors(v as u32, &[]);
-                self.free.push(v as u32);
+                slots.push(v as u32);
             }
         }
         if !self.alive[self.start as usize] {
@@ -381,7 +387,18 @@ impl Heads {
                 self.start = v;
             }
         }
-        count
+        slots
+    }
+
+    /// Makes slots returned by [`Heads::consolidate`] reusable.
+    pub fn reuse(&mut self, slots: &[u32]) {
+        self.free.reserve_exact(slots.len());
+        self.free.extend(
+            slots
+                .iter()
+                .copied()
+                .filter(|&s| (s as usize) < self.len && !self.alive[s as usize]),
+        );
     }
 }
 
@@ -438,7 +455,8 @@ mod tests {
         }
         assert!(recall(&h, &qs, dim) > 0.9);
         let freed = h.consolidate();
-        assert_eq!(freed, n.div_ceil(3));
+        assert_eq!(freed.len(), n.div_ceil(3));
+        h.reuse(&freed);
         assert!(recall(&h, &qs, dim) > 0.9);
         // Freed slots are reused.
         let s = h.insert(&qs[..dim], &mut sc);

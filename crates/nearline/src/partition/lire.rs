@@ -8,7 +8,7 @@
 //!   than their new one, and vectors of the `reassign_k` postings nearest the
 //!   old head that are nearer a new centroid than the old head (the paper's
 //!   two necessary conditions), are re-placed by the RNG rule when their
-//!   posting is no longer among their choices.
+//!   posting is no longer among their `replicas` nearest heads.
 //! * **Merge** a posting whose live entries fell below the merge threshold:
 //!   its live vectors move to their nearest other postings, then it and its
 //!   head go away.
@@ -131,9 +131,27 @@ impl Inner {
         }
         let _m = lock(&self.maint);
         match job {
-            Job::Split(p) => self.split(p),
-            Job::Merge(p) => self.merge(p),
+            Job::Split(p) => self.split(p)?,
+            Job::Merge(p) => self.merge(p)?,
         }
+        // Splits and merges leave the old heads as tombstones: once they
+        // are a thirty-second of the live heads, rewire around them and
+        // free their slots for the next splits (memory stays with the live
+        // heads). Only jobs retire heads, and jobs run one at a time under
+        // `maint`, so no retirement is half done here.
+        let due = {
+            let h = read(&self.heads);
+            h.tombstones() > (h.live() / 32).max(64)
+        };
+        if due {
+            let freed = write(&self.heads).consolidate();
+            // An insert may have routed to a retired head just before: its
+            // slot is reused only once every placement under way finished,
+            // so no vector lands in a posting that a reuse put elsewhere.
+            drop(write(&self.placing));
+            write(&self.heads).reuse(&freed);
+        }
+        Ok(())
     }
 
     /// Waits until every search that took its copy of the posting map
@@ -324,6 +342,16 @@ impl Inner {
             let mut sc = SearchScratch::new();
             for (from, e) in &cand {
                 if !seen.insert(e.id) {
+                    continue;
+                }
+                // A vector whose posting is still among its `replicas`
+                // nearest heads stays: queries near it probe that posting
+                // anyway. (Re-running the RNG choice instead moves most
+                // candidates, as its picks shift with every new head, and
+                // each move leaves up to `replicas` stale entries.)
+                let near =
+                    heads.search(&mut sc, &e.v, self.params.replicas, super::build::REPLICA_L);
+                if near.iter().any(|c| c.1 == *from) {
                     continue;
                 }
                 let t = self.targets(&heads, &mut sc, &e.v, None);

@@ -66,9 +66,9 @@ const DEPTH: u32 = 64;
 pub const ID_BYTES: u64 = 1 + 8 + 24;
 
 /// A query answered by a search worker: index, results, statistics.
-type Answered = (usize, Vec<(f32, u32)>, QueryStats);
+type Answered = (usize, Vec<(f32, i64)>, QueryStats);
 /// A query's results (internal ids) and statistics.
-type Found = (Vec<(f32, u32)>, QueryStats);
+type Found = (Vec<(f32, i64)>, QueryStats);
 
 /// Everything a partition build needs besides the data.
 #[derive(Debug, Clone)]
@@ -156,10 +156,14 @@ pub(crate) struct Counters {
     pub checkpoints: AtomicU64,
 }
 
-/// External ids and the next automatic one.
+/// External ids, the next automatic one, and the internal ids of deleted
+/// vectors: `retired` since their delete, `free` (reusable) once every
+/// search that began before the delete has finished.
 struct Ids {
     by_ext: HashMap<u64, u32>,
     next_auto: u64,
+    retired: Vec<u32>,
+    free: Vec<u32>,
 }
 
 pub(crate) struct Inner {
@@ -186,6 +190,9 @@ pub(crate) struct Inner {
     maint: Mutex<()>,
     /// Searches hold it shared; reclaiming blocks takes it exclusively.
     gate: RwLock<()>,
+    /// Held (read) by a placement from its routes to its last append; the
+    /// worker takes it (write) before reusing retired head slots.
+    placing: RwLock<()>,
     jobs: Mutex<Jobs>,
     jobs_cv: Condvar,
     counters: Counters,
@@ -485,6 +492,14 @@ impl PartitionIndex {
             ids: Mutex::new(Ids {
                 by_ext,
                 next_auto: st.next_auto_id,
+                retired: Vec::new(),
+                free: st
+                    .versions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &v)| v & DELETED != 0)
+                    .map(|(i, _)| i as u32)
+                    .collect(),
             }),
             store,
             read_file: Arc::new(rf),
@@ -495,6 +510,7 @@ impl PartitionIndex {
             update: Mutex::new(()),
             maint: Mutex::new(()),
             gate: RwLock::new(()),
+            placing: RwLock::new(()),
             jobs: Mutex::new(Jobs::default()),
             jobs_cv: Condvar::new(),
             counters: Counters::default(),
@@ -760,23 +776,62 @@ impl Inner {
     fn apply_insert(&self, ext: &[u64], v: &[f32]) -> Result<()> {
         let dim = self.dim;
         let n = ext.len();
-        let first = {
+        // Deleted ids become reusable once the searches that began before
+        // their delete are over (those may still map them to the old
+        // external id).
+        let retired = {
+            let ids = lock(&self.ids);
+            if ids.free.len() < n {
+                ids.retired.len()
+            } else {
+                0
+            }
+        };
+        if retired > 0 {
+            drop(write(&self.gate));
+            let mut ids = lock(&self.ids);
+            let r: Vec<u32> = ids.retired.drain(..retired).collect();
+            ids.free.extend(r);
+        }
+        let items: Vec<(u32, u8, usize)> = {
             let mut ids = lock(&self.ids);
             let mut versions = write(&self.versions);
             let mut external = write(&self.external);
-            let first = versions.len() as u32;
+            let fresh = n.saturating_sub(ids.free.len());
             // Exact growth: the maps' capacity is resident memory.
-            versions.reserve_exact(ext.len());
-            external.reserve_exact(ext.len());
+            versions.reserve_exact(fresh);
+            external.reserve_exact(fresh);
+            let mut items = Vec::with_capacity(n);
             for (j, &e) in ext.iter().enumerate() {
-                versions.push(AtomicU8::new(0));
-                external.push(e);
-                ids.by_ext.insert(e, first + j as u32);
+                let (i, ver) = match ids.free.pop() {
+                    Some(i) => {
+                        // Two versions on: entries of the deleted vector
+                        // (its own, or a move of it cut short by the
+                        // delete, one version on) never match the new one.
+                        let old = versions[i as usize].load(Ordering::Acquire);
+                        let ver = ((old & VERSION_MASK) + 2) & VERSION_MASK;
+                        versions[i as usize].store(ver, Ordering::Release);
+                        external[i as usize] = e;
+                        (i, ver)
+                    }
+                    None => {
+                        versions.push(AtomicU8::new(0));
+                        external.push(e);
+                        ((versions.len() - 1) as u32, 0u8)
+                    }
+                };
+                ids.by_ext.insert(e, i);
                 ids.next_auto = ids.next_auto.max(e + 1);
+                items.push((i, ver, j));
             }
-            first
+            // Churn leaves deletion marks in the hash map that make it
+            // double although it holds no more ids: rebuild it at its size.
+            let live = ids.by_ext.len();
+            if ids.by_ext.capacity() > 2 * live + 1024 {
+                ids.by_ext.shrink_to(live + live / 8);
+            }
+            items
         };
-        let items: Vec<(u32, u8, usize)> = (0..n).map(|j| (first + j as u32, 0u8, j)).collect();
         self.place(&items, v, None)?;
         self.counters
             .inserted
@@ -815,6 +870,7 @@ impl Inner {
                     lock(&self.failed).clone()
                 )));
             }
+            let placing = read(&self.placing);
             let routes: Vec<Vec<u32>> = {
                 let heads = read(&self.heads);
                 todo.par_iter()
@@ -850,6 +906,7 @@ impl Inner {
                     retry.extend(ts.iter().map(|&t| todo[t]));
                 }
             }
+            drop(placing);
             retry.sort_unstable();
             retry.dedup();
             todo = retry;
@@ -903,6 +960,7 @@ impl Inner {
         for e in ext {
             if let Some(i) = ids.by_ext.remove(e) {
                 versions[i as usize].fetch_or(DELETED, Ordering::AcqRel);
+                ids.retired.push(i);
                 n += 1;
             }
         }
@@ -1014,11 +1072,10 @@ impl Inner {
                 })
                 .collect()
         });
-        let external = read(&self.external);
         for c in chunks {
             for (i, r, st) in c? {
                 for (j, (d, id)) in r.into_iter().enumerate() {
-                    ids[i * k + j] = external.get(id as usize).map_or(-1, |&e| e as i64);
+                    ids[i * k + j] = id;
                     dists[i * k + j] = d;
                 }
                 stats[i] = st;
@@ -1034,7 +1091,7 @@ impl Inner {
     /// A group of queries on one worker: each query's nearest heads, then
     /// every posting read of the group in flight at once; a query is scored
     /// as soon as its own reads have arrived, while the others' are still
-    /// in flight. Returns per query `(distance, internal id)`, nearest
+    /// in flight. Returns per query `(distance, external id)`, nearest
     /// first, and its statistics.
     fn search_group(
         &self,
@@ -1097,8 +1154,9 @@ impl Inner {
         // A query's completions wait here until all of its reads arrived
         // (its stream is assembled in block order).
         let mut arrived: Vec<Option<Completion>> = (0..reads.len()).map(|_| None).collect();
-        let mut out: Vec<Option<Vec<(f32, u32)>>> = vec![None; nq];
+        let mut out: Vec<Option<Vec<(f32, i64)>>> = vec![None; nq];
         let versions = read(&self.versions);
+        let external = read(&self.external);
         for qi in 0..nq {
             if pending[qi] == 0 {
                 out[qi] = Some(self.score(
@@ -1106,7 +1164,7 @@ impl Inner {
                     &refs[qi],
                     &mut streams[qi],
                     opts.k,
-                    &versions,
+                    (&versions, &external),
                     &mut stats[qi],
                 ));
                 stats[qi].total_us = t0.elapsed().as_secs_f64() * 1e6;
@@ -1183,7 +1241,7 @@ impl Inner {
                     &refs[qi],
                     &mut streams[qi],
                     opts.k,
-                    &versions,
+                    (&versions, &external),
                     &mut stats[qi],
                 ));
                 stats[qi].total_us = t0.elapsed().as_secs_f64() * 1e6;
@@ -1205,9 +1263,9 @@ impl Inner {
         refs: &[(u32, Arc<PostingRef>)],
         streams: &mut [Vec<u8>],
         k: usize,
-        versions: &[AtomicU8],
+        (versions, external): (&[AtomicU8], &[u64]),
         st: &mut QueryStats,
-    ) -> Vec<(f32, u32)> {
+    ) -> Vec<(f32, i64)> {
         let dim = self.dim;
         let tc = Instant::now();
         let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
@@ -1246,7 +1304,11 @@ impl Inner {
         }
         st.dist_ns = tc.elapsed().as_nanos() as u64;
         st.cpu_us = tc.elapsed().as_secs_f64() * 1e6;
-        best
+        // Mapped while the search still holds the gate: an id deleted
+        // meanwhile is not reused before this search ends.
+        best.into_iter()
+            .map(|(d, id)| (d, external.get(id as usize).map_or(-1, |&e| e as i64)))
+            .collect()
     }
 
     fn memory_bytes(&self) -> u64 {
@@ -1259,8 +1321,17 @@ impl Inner {
                     .map(|r| 48 + r.blocks.capacity() as u64 * 4)
                     .sum::<u64>()
         };
-        let n = read(&self.versions).capacity() as u64;
-        let ids = n * ID_BYTES;
+        // Version bytes and external ids per internal slot; the hash map's
+        // slots (a control byte and a 16-byte pair per bucket, buckets at
+        // 8/7 of its capacity); the lists of reusable ids.
+        let slots =
+            read(&self.versions).capacity() as u64 + read(&self.external).capacity() as u64 * 8;
+        let ids = {
+            let g = lock(&self.ids);
+            g.by_ext.capacity() as u64 * 17 * 8 / 7
+                + (g.free.capacity() + g.retired.capacity()) as u64 * 4
+        };
+        let ids = slots + ids;
         let io = self.threads as u64 * IoEngine::bytes_for_depth(DEPTH as usize);
         heads + map + ids + io
     }
