@@ -36,6 +36,11 @@ impl AlignedBuf {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// Raw pointer for the kernel to read from (a write's source).
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
     /// Raw pointer for the kernel to write into.
     #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
@@ -53,6 +58,32 @@ impl AlignedBuf {
         // SAFETY: ptr is valid for len bytes and uniquely borrowed through &mut self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
+}
+
+/// Checks a write's arguments against the contract every engine keeps for
+/// writes (O_DIRECT's): the file offset, the length and the buffer's address
+/// are all multiples of [`ALIGN`], and the length is not zero. An
+/// [`AlignedBuf`] always has an aligned address and length; the checks are
+/// kept anyway so that no engine hands the kernel a misaligned write.
+pub(crate) fn check_write(offset: u64, addr: usize, len: usize) -> crate::Result<()> {
+    if !offset.is_multiple_of(ALIGN as u64) {
+        return Err(crate::Error::arg(format!(
+            "write at byte offset {offset}: expected a multiple of {ALIGN}"
+        )));
+    }
+    if len == 0 || !len.is_multiple_of(ALIGN) {
+        return Err(crate::Error::arg(format!(
+            "write of {len} bytes at byte offset {offset}: expected a non-zero multiple of \
+             {ALIGN} bytes"
+        )));
+    }
+    if !addr.is_multiple_of(ALIGN) {
+        return Err(crate::Error::arg(format!(
+            "write at byte offset {offset}: the buffer at address {addr:#x} is not aligned \
+             to {ALIGN} bytes"
+        )));
+    }
+    Ok(())
 }
 
 impl Drop for AlignedBuf {
@@ -112,5 +143,36 @@ impl BufferPool {
     /// every buffer handed out has been returned.
     pub fn available(&self) -> usize {
         self.free.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_checks_offset_length_and_address() {
+        assert!(check_write(0, ALIGN, ALIGN).is_ok());
+        assert!(check_write(3 * ALIGN as u64, 2 * ALIGN, 8 * ALIGN).is_ok());
+        let cases: [(u64, usize, usize, &str); 5] = [
+            (100, ALIGN, ALIGN, "byte offset 100"),
+            (0, ALIGN, 100, "100 bytes"),
+            (0, ALIGN, 0, "0 bytes"),
+            (0, ALIGN, ALIGN + 512, "4608 bytes"),
+            (0, ALIGN + 8, ALIGN, "not aligned"),
+        ];
+        for (off, addr, len, what) in cases {
+            let err = check_write(off, addr, len).unwrap_err();
+            assert!(matches!(err, crate::Error::InvalidArgument(_)), "{err}");
+            assert!(err.to_string().contains(what), "{err}");
+        }
+    }
+
+    #[test]
+    fn buffers_are_aligned() {
+        for len in [1, ALIGN, 3 * ALIGN + 1] {
+            let b = AlignedBuf::new(len);
+            assert!(check_write(0, b.as_ptr() as usize, b.len()).is_ok());
+        }
     }
 }

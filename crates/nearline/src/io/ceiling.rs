@@ -199,7 +199,10 @@ pub fn measure_read_ceiling(
         stalls.reaped(now);
         cancelled = cancelled || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
         let refill = now < deadline && !cancelled && failure.is_none();
-        for Completion { token, buf, result } in done.drain(..) {
+        for Completion {
+            token, buf, result, ..
+        } in done.drain(..)
+        {
             // Tokens are the slot numbers given above.
             let slot = token as usize;
             let at = submitted_at.get(slot).copied().unwrap_or(now);

@@ -1,7 +1,17 @@
 //! A fake engine for tests: serves reads from memory, completes them out of
 //! order after random delays, and can fail chosen or random reads.
+//!
+//! Writes are supported: `submit_write` checks alignment like the real
+//! engines (refused with an error, nothing queued), and the write lands in
+//! the engine's copy of the data when its completion is handed back (the
+//! bytes are copied on the first write if the caller still shares them, so
+//! the caller's `Arc` never changes; [`FakeEngine::data`] shows the result).
+//! A write past the end grows the data, zero-filling any gap. Injected
+//! failures apply to writes as to reads, and a failed write changes nothing.
+//! Reads and writes in flight together complete in random order, as on a
+//! real disk.
 
-use super::buffer::{AlignedBuf, ALIGN};
+use super::buffer::{check_write, AlignedBuf, ALIGN};
 use super::completion::{Completion, IoCounters};
 use crate::Result;
 use rand::{Rng, SeedableRng};
@@ -20,9 +30,9 @@ pub struct FakeOptions {
     pub seed: u64,
     /// A read completes only after 0..=max_delay_polls poll/wait calls.
     pub max_delay_polls: u32,
-    /// Probability that a read fails with an I/O error.
+    /// Probability that a read (or write) fails with an I/O error.
     pub fail_probability: f64,
-    /// Reads at exactly these byte offsets always fail.
+    /// Reads (and writes) at exactly these byte offsets always fail.
     pub fail_offsets: Vec<u64>,
     /// Fail reads whose offset is not a multiple of [`ALIGN`] with `EINVAL`,
     /// as O_DIRECT does.
@@ -36,6 +46,7 @@ struct Pending {
     /// poll/wait calls still to pass before the read is ready.
     delay: u32,
     fail: bool,
+    write: bool,
 }
 
 /// The fake engine.
@@ -68,6 +79,19 @@ impl FakeEngine {
 
     /// Queues a read; it becomes ready after a random number of poll/wait calls.
     pub fn submit(&mut self, token: u64, offset: u64, buf: AlignedBuf) -> Result<()> {
+        self.push(token, offset, buf, false);
+        Ok(())
+    }
+
+    /// Queues a write of the whole of `buf` at `offset`; it is applied when
+    /// its completion is handed back. Refuses misaligned arguments.
+    pub fn submit_write(&mut self, token: u64, offset: u64, buf: AlignedBuf) -> Result<()> {
+        check_write(offset, buf.as_ptr() as usize, buf.len())?;
+        self.push(token, offset, buf, true);
+        Ok(())
+    }
+
+    fn push(&mut self, token: u64, offset: u64, buf: AlignedBuf, write: bool) {
         let delay = if self.opts.max_delay_polls == 0 {
             0
         } else {
@@ -82,11 +106,21 @@ impl FakeEngine {
             buf,
             delay,
             fail,
+            write,
         });
         *self.tokens.entry(token).or_insert(0) += 1;
-        self.counters.reads += 1;
+        if write {
+            self.counters.writes += 1;
+        } else {
+            self.counters.reads += 1;
+        }
         self.max_in_flight = self.max_in_flight.max(self.pending.len());
-        Ok(())
+    }
+
+    /// The engine's bytes: the data it was given with every completed
+    /// write applied.
+    pub fn data(&self) -> &[u8] {
+        &self.data
     }
 
     /// Hands back up to `max` ready reads in random order, then lets one tick
@@ -114,12 +148,12 @@ impl FakeEngine {
         self.pending.len()
     }
 
-    /// Reads ever submitted.
+    /// Reads and writes ever submitted.
     pub fn submitted(&self) -> u64 {
-        self.counters.reads
+        self.counters.reads + self.counters.writes
     }
 
-    /// Reads ever handed back.
+    /// Reads and writes ever handed back.
     pub fn completed(&self) -> u64 {
         self.counters.completed
     }
@@ -185,10 +219,13 @@ impl FakeEngine {
             offset,
             mut buf,
             fail,
+            write,
             ..
         } = p;
         let result = if fail {
             Err(std::io::Error::other("injected failure"))
+        } else if write {
+            self.apply_write(offset, buf.as_slice())
         } else if self.opts.strict_alignment && !offset.is_multiple_of(ALIGN as u64) {
             Err(std::io::Error::from_raw_os_error(libc::EINVAL))
         } else {
@@ -201,8 +238,36 @@ impl FakeEngine {
             dst[n..].fill(POISON);
             Ok(n)
         };
-        self.counters.record(&result);
-        Completion { token, buf, result }
+        let c = Completion {
+            token,
+            buf,
+            result,
+            write,
+        };
+        self.counters.record(&c);
+        c
+    }
+
+    /// Copies `bytes` into the data at `offset` (growing it as needed).
+    fn apply_write(&mut self, offset: u64, bytes: &[u8]) -> std::io::Result<usize> {
+        let start = usize::try_from(offset).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("fake write at byte {offset}: past the addressable range"),
+            )
+        })?;
+        let end = start.checked_add(bytes.len()).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("fake write at byte {offset}: past the addressable range"),
+            )
+        })?;
+        let data = Arc::make_mut(&mut self.data);
+        if data.len() < end {
+            data.resize(end, 0);
+        }
+        data[start..end].copy_from_slice(bytes);
+        Ok(bytes.len())
     }
 }
 
@@ -328,6 +393,62 @@ mod tests {
             (50..150).contains(&failed),
             "{failed} of 200 failed at p=0.5"
         );
+    }
+
+    #[test]
+    fn writes_land_out_of_order_and_failures_change_nothing() {
+        let original = data(4 * ALIGN);
+        let mut e = FakeEngine::new(
+            Arc::clone(&original),
+            FakeOptions {
+                seed: 7,
+                max_delay_polls: 3,
+                fail_offsets: vec![ALIGN as u64],
+                ..Default::default()
+            },
+        );
+        let filled = |v: u8, pages: usize| {
+            let mut b = AlignedBuf::new(pages * ALIGN);
+            b.as_mut_slice().fill(v);
+            b
+        };
+        // Page 1 fails; pages 2-3 and 6 (past the end: the data grows,
+        // pages 4-5 zero-filled) land.
+        e.submit_write(1, ALIGN as u64, filled(1, 1)).unwrap();
+        e.submit_write(2, 2 * ALIGN as u64, filled(2, 2)).unwrap();
+        e.submit_write(6, 6 * ALIGN as u64, filled(6, 1)).unwrap();
+        assert_eq!(e.in_flight(), 3);
+        let mut out = Vec::new();
+        e.wait(3, &mut out);
+        assert_eq!(out.len(), 3);
+        for c in &out {
+            assert!(c.write);
+            match c.token {
+                1 => assert!(c.result.is_err()),
+                2 => assert_eq!(*c.result.as_ref().unwrap(), 2 * ALIGN),
+                _ => assert_eq!(*c.result.as_ref().unwrap(), ALIGN),
+            }
+        }
+        let d = e.data();
+        assert_eq!(d.len(), 7 * ALIGN);
+        assert_eq!(&d[..2 * ALIGN], &original[..2 * ALIGN]);
+        assert!(d[2 * ALIGN..4 * ALIGN].iter().all(|&b| b == 2));
+        assert!(d[4 * ALIGN..6 * ALIGN].iter().all(|&b| b == 0));
+        assert!(d[6 * ALIGN..].iter().all(|&b| b == 6));
+        // The caller's copy is untouched.
+        assert_eq!(original.len(), 4 * ALIGN);
+        // Reads see the writes.
+        e.submit(9, 2 * ALIGN as u64, AlignedBuf::new(ALIGN))
+            .unwrap();
+        out.clear();
+        e.wait(1, &mut out);
+        assert!(out[0].buf.as_slice().iter().all(|&b| b == 2));
+        let k = e.counters();
+        assert_eq!((k.reads, k.writes, k.completed, k.errors), (1, 3, 4, 1));
+        assert_eq!(k.bytes_written, 3 * ALIGN as u64);
+        // Misaligned writes are refused at submission.
+        assert!(e.submit_write(0, 100, filled(0, 1)).is_err());
+        assert_eq!(e.in_flight(), 0);
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Synchronous pread fallback: `submit` performs the read, `poll` hands it back.
+//! Synchronous pread fallback: `submit` performs the read (`submit_write`
+//! the pwrite), `poll` hands it back.
 
-use super::buffer::AlignedBuf;
+use super::buffer::{check_write, AlignedBuf};
 use super::completion::{Completion, IoCounters};
 use crate::Result;
 use std::collections::VecDeque;
@@ -29,7 +30,32 @@ impl PreadEngine {
     pub fn submit(&mut self, token: u64, offset: u64, mut buf: AlignedBuf) -> Result<()> {
         let result = read_full_at(&self.file, buf.as_mut_slice(), offset);
         self.counters.reads += 1;
-        self.ready.push_back(Completion { token, buf, result });
+        self.ready.push_back(Completion {
+            token,
+            buf,
+            result,
+            write: false,
+        });
+        Ok(())
+    }
+
+    /// Performs the write now (pwrite, looping on short writes) and queues
+    /// its completion. Refuses an offset or buffer that is not aligned to
+    /// [`ALIGN`](super::buffer::ALIGN) without writing anything.
+    pub fn submit_write(&mut self, token: u64, offset: u64, buf: AlignedBuf) -> Result<()> {
+        check_write(offset, buf.as_ptr() as usize, buf.len())?;
+        let result = Completion::write_result(
+            write_full_at(&self.file, buf.as_slice(), offset),
+            buf.len(),
+            offset,
+        );
+        self.counters.writes += 1;
+        self.ready.push_back(Completion {
+            token,
+            buf,
+            result,
+            write: true,
+        });
         Ok(())
     }
 
@@ -37,7 +63,7 @@ impl PreadEngine {
     pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
         let n = max.min(self.ready.len());
         for c in self.ready.drain(..n) {
-            self.counters.record(&c.result);
+            self.counters.record(&c);
             out.push(c);
         }
         n
@@ -71,6 +97,24 @@ pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io:
             // With O_DIRECT the follow-up of a short read is misaligned and
             // refused; a short read on a regular file only happens at EOF.
             Err(e) if done > 0 && e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes `buf` at `offset`, looping on short writes. Returns the bytes
+/// written: all of `buf`, or fewer when the file system stopped taking bytes
+/// (a write of 0), which the caller reports as a short write. An error after
+/// a partial write (with O_DIRECT the follow-up of a short write is
+/// misaligned and refused) is returned as the error.
+pub(crate) fn write_full_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<usize> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }

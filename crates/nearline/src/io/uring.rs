@@ -1,10 +1,12 @@
-//! io_uring engine: one ring per worker, O_DIRECT reads.
+//! io_uring engine: one ring per worker, O_DIRECT reads and writes.
 //!
-//! Reads pushed by `submit` sit in the submission queue until the next
-//! `flush`, `poll` or `wait` (or until the queue is full), so the reads of
-//! one beam go to the kernel in one system call. Every in-flight buffer is
-//! owned by a slab slot whose index is the SQE's `user_data`; the slot is
-//! emptied only when the kernel's completion for it has been reaped.
+//! Reads pushed by `submit` (and writes pushed by `submit_write`: the Write
+//! opcode on the same descriptor) sit in the submission queue until the
+//! next `flush`, `poll` or `wait` (or until the queue is full), so the reads
+//! of one beam, or the blocks of one posting write, go to the kernel in one
+//! system call. Every in-flight buffer is owned by a slab slot whose index
+//! is the SQE's `user_data`; the slot is emptied only when the kernel's
+//! completion for it has been reaped.
 //!
 //! **Polling mode** (`UringEngine::polling`, `io="uring-poll"`): the ring
 //! is set up with a kernel submission thread (`IORING_SETUP_SQPOLL`), so
@@ -18,7 +20,7 @@
 //! reads flow (it sleeps after [`SQPOLL_IDLE_MS`] without work). It is for
 //! low-latency serving with spare cores, never chosen automatically.
 
-use super::buffer::AlignedBuf;
+use super::buffer::{check_write, AlignedBuf};
 use super::completion::{Completion, IoCounters};
 use crate::{Error, Result};
 use io_uring::{opcode, types, IoUring};
@@ -31,6 +33,9 @@ use std::sync::Arc;
 struct Slot {
     token: u64,
     buf: AlignedBuf,
+    /// File offset (a short write's error names it).
+    offset: u64,
+    write: bool,
 }
 
 /// Whether the file is registered with the ring by default (`types::Fixed`),
@@ -125,10 +130,25 @@ impl UringEngine {
     }
 
     /// Queues a read; it reaches the kernel at the next flush/poll/wait.
-    pub fn submit(&mut self, token: u64, offset: u64, mut buf: AlignedBuf) -> Result<()> {
+    pub fn submit(&mut self, token: u64, offset: u64, buf: AlignedBuf) -> Result<()> {
+        self.push(token, offset, buf, false)
+    }
+
+    /// Queues a write of the whole of `buf` at byte `offset` (the Write
+    /// opcode on the ring's descriptor, which must be open for writing); it
+    /// reaches the kernel at the next flush/poll/wait. Refuses an offset or
+    /// buffer that is not aligned to [`ALIGN`](super::buffer::ALIGN) before
+    /// anything is queued. A short write completes as an error.
+    pub fn submit_write(&mut self, token: u64, offset: u64, buf: AlignedBuf) -> Result<()> {
+        check_write(offset, buf.as_ptr() as usize, buf.len())?;
+        self.push(token, offset, buf, true)
+    }
+
+    fn push(&mut self, token: u64, offset: u64, mut buf: AlignedBuf, write: bool) -> Result<()> {
+        let what = if write { "write" } else { "read" };
         let len = u32::try_from(buf.len()).map_err(|_| {
             Error::arg(format!(
-                "io_uring read of {} bytes: expected at most {} bytes per read",
+                "io_uring {what} of {} bytes: expected at most {} bytes per {what}",
                 buf.len(),
                 u32::MAX
             ))
@@ -145,33 +165,47 @@ impl UringEngine {
             return Err(Error::Engine("io_uring slot accounting broke".into()));
         };
         let ptr = buf.as_mut_ptr();
-        let sqe = if self.fixed {
-            opcode::Read::new(types::Fixed(0), ptr, len)
-        } else {
-            opcode::Read::new(types::Fd(self.file.as_raw_fd()), ptr, len)
+        let fd = self.file.as_raw_fd();
+        let sqe = match (write, self.fixed) {
+            (false, true) => opcode::Read::new(types::Fixed(0), ptr, len)
+                .offset(offset)
+                .build(),
+            (false, false) => opcode::Read::new(types::Fd(fd), ptr, len)
+                .offset(offset)
+                .build(),
+            (true, true) => opcode::Write::new(types::Fixed(0), ptr.cast_const(), len)
+                .offset(offset)
+                .build(),
+            (true, false) => opcode::Write::new(types::Fd(fd), ptr.cast_const(), len)
+                .offset(offset)
+                .build(),
         }
-        .offset(offset)
-        .build()
         .user_data(idx as u64);
-        self.slots[idx as usize] = Some(Slot { token, buf });
+        self.slots[idx as usize] = Some(Slot {
+            token,
+            buf,
+            offset,
+            write,
+        });
         self.busy += 1;
-        self.counters.reads += 1;
+        *self.submitted_mut(write) += 1;
         loop {
             // SAFETY: the SQE points into the heap allocation of the buffer now
-            // owned by slot `idx`; the slot keeps it alive (and unaliased) until
-            // the completion carrying `idx` is reaped, and Drop waits for every
-            // busy slot before freeing anything.
+            // owned by slot `idx` (the kernel writes into it for a read, reads
+            // from it for a write); the slot keeps it alive (and unaliased)
+            // until the completion carrying `idx` is reaped, and Drop waits
+            // for every busy slot before freeing anything.
             let pushed = unsafe { self.ring.submission().push(&sqe) };
             match pushed {
                 Ok(()) => return Ok(()),
                 Err(_) => {
-                    // SQ full: hand the queued reads to the kernel and retry.
+                    // SQ full: hand the queued operations to the kernel and retry.
                     if let Err(e) = self.enter(0) {
-                        // Nothing of this read reached the kernel: give the slot back.
+                        // Nothing of this one reached the kernel: give the slot back.
                         self.slots[idx as usize] = None;
                         self.free.push(idx);
                         self.busy -= 1;
-                        self.counters.reads -= 1;
+                        *self.submitted_mut(write) -= 1;
                         return Err(e);
                     }
                 }
@@ -179,7 +213,16 @@ impl UringEngine {
         }
     }
 
-    /// Hands queued reads to the kernel without waiting.
+    /// The counter of submitted writes or reads.
+    fn submitted_mut(&mut self, write: bool) -> &mut u64 {
+        if write {
+            &mut self.counters.writes
+        } else {
+            &mut self.counters.reads
+        }
+    }
+
+    /// Hands queued reads and writes to the kernel without waiting.
     pub fn flush(&mut self) -> Result<()> {
         if self.ring.submission().is_empty() {
             return Ok(());
@@ -261,7 +304,7 @@ impl UringEngine {
     fn hand_back(&mut self, out: &mut Vec<Completion>, max: usize) -> usize {
         let n = max.min(self.ready.len());
         for c in self.ready.drain(..n) {
-            self.counters.record(&c.result);
+            self.counters.record(&c);
             out.push(c);
         }
         n
@@ -280,15 +323,19 @@ impl UringEngine {
             self.free.push(idx as u32);
             self.busy -= 1;
             let res = cqe.result();
-            let result = if res < 0 {
+            let mut result = if res < 0 {
                 Err(io::Error::from_raw_os_error(-res))
             } else {
                 Ok(res as usize)
             };
+            if slot.write {
+                result = Completion::write_result(result, slot.buf.len(), slot.offset);
+            }
             self.ready.push_back(Completion {
                 token: slot.token,
                 buf: slot.buf,
                 result,
+                write: slot.write,
             });
         }
     }

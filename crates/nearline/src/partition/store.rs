@@ -1,5 +1,13 @@
 //! The block controller: the postings file (`postings.dat`), its free-block
-//! pool and positioned O_DIRECT writes of whole 4 KiB blocks.
+//! pool and O_DIRECT writes of whole checksummed 4 KiB blocks through an I/O
+//! engine of the index's engine kind (io_uring or pread, as its searches).
+//!
+//! A posting write encodes its blocks (each with its CRC32C), submits every
+//! run of consecutive blocks at once and waits for all of them, so a
+//! multi-run posting is written in parallel; it returns only when every
+//! write has completed (or failed), so a failed write's blocks can be given
+//! back safely. Each writing thread takes an engine from a small pool (one
+//! per concurrent writer), so writers never serialize on one ring.
 //!
 //! Blocks are never overwritten while a durable checkpoint or the live
 //! posting map may point at them:
@@ -16,12 +24,18 @@
 //! a search never reads a block rewritten under it.
 
 use super::posting::{decode_block, encode_block, BLOCK, PAYLOAD};
-use crate::io::AlignedBuf;
+use crate::io::{open_direct_rw, AlignedBuf, Completion, EngineKind, IoCounters, IoEngine, ALIGN};
 use crate::{Error, Result};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// Writes (runs of blocks) one write engine keeps in flight.
+pub const WRITE_DEPTH: u32 = 32;
+
+// A block is written as is: it must satisfy the engines' write alignment.
+const _: () = assert!(BLOCK.is_multiple_of(ALIGN));
 
 /// Name of the postings file inside an index directory.
 pub const POSTINGS_FILE: &str = "postings.dat";
@@ -71,6 +85,111 @@ mod tests {
             vec![(4, 0, 3), (9, 3, 1), (1, 4, 2)]
         );
     }
+
+    /// A posting of several runs (scattered blocks, one run longer than
+    /// [`MAX_RUN`]) written through an engine of `kind` reads back whole.
+    fn multi_run_write(kind: EngineKind) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.dat");
+        let s = match Store::create_with_io(&path, kind) {
+            Ok(s) => s,
+            Err(e) if kind == EngineKind::Uring => {
+                eprintln!("io_uring unavailable, skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let name = s.write_engine_name().unwrap();
+        if kind == EngineKind::Pread {
+            assert_eq!(name, "pread");
+        } else {
+            assert_eq!(name, "io_uring");
+        }
+        let head = s.allocate(40).unwrap();
+        let tail = s.allocate(60).unwrap();
+        // Blocks 45.., then 0..40 (two runs: 32 + 8), then 41..45.
+        let mut blocks: Vec<u32> = tail[5..10].to_vec();
+        blocks.extend_from_slice(&head);
+        blocks.extend_from_slice(&tail[1..5]);
+        assert_eq!(runs(&blocks).len(), 4);
+        let stream: Vec<u8> = (0..blocks.len() * PAYLOAD - 100)
+            .map(|i| (i * 31 % 253) as u8)
+            .collect();
+        s.write(9, 0, &blocks, &stream).unwrap();
+        let r = PostingRef {
+            blocks: blocks.clone(),
+            count: 0,
+        };
+        let back = s.read(9, &r).unwrap();
+        assert_eq!(&back[..stream.len()], &stream[..]);
+        assert!(back[stream.len()..].iter().all(|&b| b == 0));
+        assert_eq!(
+            s.read_block(9, 6, blocks[6]).unwrap(),
+            &stream[6 * PAYLOAD..7 * PAYLOAD]
+        );
+        // A partial rewrite from index 3 on (an append's shape).
+        let fresh = s.allocate(2).unwrap();
+        let tail_stream = vec![0xEEu8; PAYLOAD + 10];
+        s.write(9, 3, &fresh, &tail_stream).unwrap();
+        assert_eq!(&s.read_block(9, 4, fresh[1]).unwrap()[..10], &[0xEE; 10]);
+        // The wrong posting or index is caught by the block header.
+        assert!(s.read_block(8, 6, blocks[6]).is_err());
+        s.sync().unwrap();
+        let k = s.write_counters();
+        assert_eq!((k.writes, k.completed, k.errors), (5, 5, 0), "{name}");
+        assert_eq!(k.bytes_written, (blocks.len() + 2) as u64 * BLOCK as u64);
+        assert_eq!(k.reads, 0);
+        // Reopened (as after a checkpoint), the blocks are still there.
+        drop(s);
+        let s = Store::open_with_io(&path, 100, vec![], kind).unwrap();
+        assert_eq!(&s.read(9, &r).unwrap()[..stream.len()], &stream[..]);
+    }
+
+    #[test]
+    fn multi_run_write_through_pread() {
+        multi_run_write(EngineKind::Pread);
+    }
+
+    #[test]
+    fn multi_run_write_through_uring() {
+        multi_run_write(EngineKind::Uring);
+    }
+
+    #[test]
+    fn concurrent_writers_take_their_own_engines() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::create_with_io(&dir.path().join("p.dat"), EngineKind::Pread).unwrap();
+        let postings: Vec<(u32, Vec<u32>, Vec<u8>)> = (0..8u32)
+            .map(|p| {
+                let blocks = s.allocate(3).unwrap();
+                (p, blocks, vec![p as u8 + 1; 2 * PAYLOAD + 7])
+            })
+            .collect();
+        std::thread::scope(|sc| {
+            for (p, blocks, stream) in &postings {
+                let s = &s;
+                sc.spawn(move || s.write(*p, 0, blocks, stream).unwrap());
+            }
+        });
+        for (p, blocks, stream) in &postings {
+            let r = PostingRef {
+                blocks: blocks.clone(),
+                count: 0,
+            };
+            assert_eq!(&s.read(*p, &r).unwrap()[..stream.len()], &stream[..]);
+        }
+        assert_eq!(s.write_counters().writes, 8);
+    }
+
+    #[test]
+    fn default_kind_is_auto() {
+        let dir = tempfile::tempdir().unwrap();
+        // `Auto` resolves like the index's reads: `NEARLINE_IO`, else
+        // io_uring, else pread.
+        let s = Store::create(&dir.path().join("p.dat")).unwrap();
+        assert_eq!(s.io(), EngineKind::Auto);
+        assert!(["io_uring", "pread"].contains(&s.write_engine_name().unwrap()));
+    }
 }
 
 #[derive(Debug, Default)]
@@ -83,54 +202,55 @@ struct Alloc {
     end: u32,
 }
 
+/// Write engines not in use, and the totals of those dropped.
+struct Engines {
+    idle: Vec<IoEngine>,
+    /// Counters of engines dropped after a failed write.
+    retired: IoCounters,
+}
+
 /// The postings file.
 pub struct Store {
     path: PathBuf,
-    file: File,
+    /// Open read-write (O_DIRECT where the file system allows it); shared
+    /// with the write engines.
+    file: Arc<File>,
     direct: bool,
+    /// Engine kind of the writes (`Auto` consults `NEARLINE_IO`).
+    io: EngineKind,
+    engines: Mutex<Engines>,
     alloc: Mutex<Alloc>,
 }
 
-fn open_rw(path: &Path, create: bool) -> Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut o = OpenOptions::new();
-    o.read(true).write(true).create(create);
-    #[cfg(target_os = "linux")]
-    {
-        let mut od = o.clone();
-        od.custom_flags(libc::O_DIRECT);
-        match od.open(path) {
-            Ok(f) => return Ok((f, true)),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => return Err(Error::io(path, e)),
-        }
-    }
-    o.open(path)
-        .map(|f| (f, false))
-        .map_err(|e| Error::io(path, e))
-}
-
 impl Store {
-    /// Creates an empty postings file at `path`.
+    /// Creates an empty postings file at `path`, written through an engine
+    /// of kind `Auto` (`NEARLINE_IO`, else io_uring, else pread).
     pub fn create(path: &Path) -> Result<Store> {
+        Self::create_with_io(path, EngineKind::Auto)
+    }
+
+    /// [`Store::create`] writing through an engine of kind `io` (pass the
+    /// kind the index reads with).
+    pub fn create_with_io(path: &Path, io: EngineKind) -> Result<Store> {
         if path.exists() {
             std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
         }
-        let (file, direct) = open_rw(path, true)?;
-        Ok(Store {
-            path: path.to_path_buf(),
-            file,
-            direct,
-            alloc: Mutex::new(Alloc::default()),
-        })
+        let (file, direct) = open_direct_rw(path, true)?;
+        Self::with_file(path, file, direct, io, Alloc::default())
     }
 
     /// Opens the postings file of a checkpoint that used `end` blocks and
-    /// left `free` unused. A file shorter than `end` blocks is corrupt; a
-    /// longer one holds blocks written after the checkpoint (a crash), which
-    /// are reused.
+    /// left `free` unused, written through an engine of kind `Auto`. A file
+    /// shorter than `end` blocks is corrupt; a longer one holds blocks
+    /// written after the checkpoint (a crash), which are reused.
     pub fn open(path: &Path, end: u32, free: Vec<u32>) -> Result<Store> {
-        let (file, direct) = open_rw(path, false)?;
+        Self::open_with_io(path, end, free, EngineKind::Auto)
+    }
+
+    /// [`Store::open`] writing through an engine of kind `io` (pass the kind
+    /// the index reads with).
+    pub fn open_with_io(path: &Path, end: u32, free: Vec<u32>, io: EngineKind) -> Result<Store> {
+        let (file, direct) = open_direct_rw(path, false)?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         if len < end as u64 * BLOCK as u64 {
             return Err(Error::corrupt(
@@ -147,16 +267,59 @@ impl Store {
                 format!("free block {b} lies past the checkpoint's {end} blocks"),
             ));
         }
+        Self::with_file(
+            path,
+            file,
+            direct,
+            io,
+            Alloc {
+                free,
+                pending: Vec::new(),
+                end,
+            },
+        )
+    }
+
+    /// A store over `file`; opens its first write engine now, so an engine
+    /// kind that cannot be set up is reported when the index opens.
+    fn with_file(path: &Path, file: File, direct: bool, io: EngineKind, a: Alloc) -> Result<Store> {
+        let file = Arc::new(file);
+        let first = IoEngine::open(io, Arc::clone(&file), WRITE_DEPTH)?;
         Ok(Store {
             path: path.to_path_buf(),
             file,
             direct,
-            alloc: Mutex::new(Alloc {
-                free,
-                pending: Vec::new(),
-                end,
+            io,
+            engines: Mutex::new(Engines {
+                idle: vec![first],
+                retired: IoCounters::default(),
             }),
+            alloc: Mutex::new(a),
         })
+    }
+
+    /// The engine kind writes were asked for (`Auto` resolves per engine).
+    pub fn io(&self) -> EngineKind {
+        self.io
+    }
+
+    /// Which engine writes (`"io_uring"`, `"pread"`, ...).
+    pub fn write_engine_name(&self) -> Result<&'static str> {
+        let e = self.take_engine()?;
+        let name = e.name();
+        self.put_engine(e);
+        Ok(name)
+    }
+
+    /// Totals of every write engine's writes (reads go elsewhere); complete
+    /// when no write is running.
+    pub fn write_counters(&self) -> IoCounters {
+        let g = self.engines();
+        let mut k = g.retired;
+        for e in &g.idle {
+            k += e.counters();
+        }
+        k
     }
 
     pub fn path(&self) -> &Path {
@@ -169,6 +332,23 @@ impl Store {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Alloc> {
         self.alloc.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn engines(&self) -> std::sync::MutexGuard<'_, Engines> {
+        self.engines.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle write engine, or a new one.
+    fn take_engine(&self) -> Result<IoEngine> {
+        if let Some(e) = self.engines().idle.pop() {
+            return Ok(e);
+        }
+        IoEngine::open(self.io, Arc::clone(&self.file), WRITE_DEPTH)
+    }
+
+    /// Returns an engine with nothing in flight to the pool.
+    fn put_engine(&self, e: IoEngine) {
+        self.engines().idle.push(e);
     }
 
     /// `n` blocks for new data, consecutive (one read covers them): the
@@ -248,8 +428,10 @@ impl Store {
     }
 
     /// Writes the entry stream of posting `posting` into `blocks` (its
-    /// blocks `first_index..` in order), a run of consecutive blocks per
-    /// write.
+    /// blocks `first_index..` in order): one write per run of consecutive
+    /// blocks, all submitted to a write engine at once, then every
+    /// completion awaited. Returns once nothing of this call is in flight,
+    /// with the first failure if any run failed (a short write is one).
     pub fn write(
         &self,
         posting: u32,
@@ -257,7 +439,42 @@ impl Store {
         blocks: &[u32],
         stream: &[u8],
     ) -> Result<()> {
-        for (b0, i0, len) in runs(blocks) {
+        let runs = runs(blocks);
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let mut engine = self.take_engine()?;
+        let mut out = Vec::with_capacity(runs.len());
+        match self.write_runs(&mut engine, posting, first_index, &runs, stream, &mut out) {
+            Ok(()) => {
+                self.put_engine(engine);
+                Ok(())
+            }
+            Err(err) => {
+                // Nothing of this write may still be in flight when the
+                // caller gives its blocks back: drain, and retire the
+                // engine (dropping one waits for whatever it still has).
+                out.clear();
+                let _ = engine.drain(&mut out);
+                drop(out);
+                self.engines().retired += engine.counters();
+                drop(engine);
+                Err(err)
+            }
+        }
+    }
+
+    /// Submits every run, waits for all, checks each completion.
+    fn write_runs(
+        &self,
+        engine: &mut IoEngine,
+        posting: u32,
+        first_index: u32,
+        runs: &[(u32, u32, u32)],
+        stream: &[u8],
+        out: &mut Vec<Completion>,
+    ) -> Result<()> {
+        for (token, &(b0, i0, len)) in runs.iter().enumerate() {
             let mut buf = AlignedBuf::new(len as usize * BLOCK);
             for j in 0..len as usize {
                 let off = ((i0 as usize + j) * PAYLOAD).min(stream.len());
@@ -268,9 +485,37 @@ impl Store {
                     &mut buf.as_mut_slice()[j * BLOCK..(j + 1) * BLOCK],
                 );
             }
-            self.file
-                .write_all_at(buf.as_slice(), b0 as u64 * BLOCK as u64)
-                .map_err(|e| Error::io(&self.path, e))?;
+            engine.submit_write(token as u64, b0 as u64 * BLOCK as u64, buf)?;
+        }
+        engine.drain(out)?;
+        let mut done = 0usize;
+        for c in out.iter() {
+            let Some(&(b0, _, len)) = usize::try_from(c.token).ok().and_then(|t| runs.get(t))
+            else {
+                return Err(Error::Engine(format!(
+                    "write engine returned unknown token {} for posting {posting}",
+                    c.token
+                )));
+            };
+            if let Err(e) = &c.result {
+                return Err(Error::io(
+                    &self.path,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!(
+                            "writing blocks {b0}..{} of posting {posting}: {e}",
+                            b0 as u64 + len as u64
+                        ),
+                    ),
+                ));
+            }
+            done += 1;
+        }
+        if done != runs.len() {
+            return Err(Error::Engine(format!(
+                "write engine completed {done} of {} writes of posting {posting}",
+                runs.len()
+            )));
         }
         Ok(())
     }
