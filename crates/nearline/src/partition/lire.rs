@@ -314,20 +314,81 @@ impl Inner {
                 .take(self.params.reassign_k)
                 .collect()
         };
-        for q in near {
-            let r = match read(&self.postings).get(q as usize).cloned().flatten() {
-                Some(r) => r,
-                None => continue,
-            };
-            let s = self.store.read(q, &r)?;
-            for e in self.live_entries(&s, r.count as usize) {
-                let d_old = l2_f32(&e.v, &old_head);
-                if l2_f32(&e.v, &cents[0]) <= d_old || l2_f32(&e.v, &cents[1]) <= d_old {
-                    cand.push((q, e));
+        let mut nbr: Vec<Live> = Vec::new();
+        let around: Vec<(u32, Arc<PostingRef>, Vec<f32>)> = {
+            let map = read(&self.postings);
+            let heads = read(&self.heads);
+            near.iter()
+                .filter_map(|&q| {
+                    map.get(q as usize)
+                        .cloned()
+                        .flatten()
+                        .map(|r| (q, r, heads.vector(q).to_vec()))
+                })
+                .collect()
+        };
+        let items: Vec<(u32, &PostingRef)> = around.iter().map(|(q, r, _)| (*q, &**r)).collect();
+        let streams = self.store.read_many(&items)?;
+        for ((_, r, head_q), s) in around.iter().zip(&streams) {
+            for e in self.live_entries(s, r.count as usize) {
+                // The paper's condition (a new centroid nearer than the old
+                // head), and one it implies is worth checking: a new
+                // centroid nearer than the vector's own posting's head.
+                // Otherwise the posting it is in stays at least as good a
+                // choice as before the split, and no head search is spent.
+                let d_new = l2_f32(&e.v, &cents[0]).min(l2_f32(&e.v, &cents[1]));
+                if d_new <= l2_f32(&e.v, &old_head) && d_new < l2_f32(&e.v, head_q) {
+                    nbr.push(e);
                 }
             }
         }
-        self.reassign(cand)
+        self.reassign(cand)?;
+        self.add_to_new(a, b, &g, nbr)
+    }
+
+    /// Neighbour vectors whose nearest head is now one of a split's new
+    /// heads get an entry there, at their current version: their other
+    /// entries stay valid (no version bump, nothing stale), and the nearest
+    /// posting holds them, as LIRE's assignment rule wants. Only the worker
+    /// moves vectors, so no move races this; a delete or a reuse of the id
+    /// hides the entry like any other.
+    fn add_to_new(&self, a: u32, b: u32, g: &[Vec<&Live>; 2], nbr: Vec<Live>) -> Result<()> {
+        let have: HashSet<u32> = g.iter().flatten().map(|e| e.id).collect();
+        let mut to: [Vec<&Live>; 2] = [Vec::new(), Vec::new()];
+        let mut seen = HashSet::new();
+        {
+            let heads = read(&self.heads);
+            let mut sc = SearchScratch::new();
+            for e in &nbr {
+                if have.contains(&e.id) || !seen.insert(e.id) {
+                    continue;
+                }
+                let near = heads.search(&mut sc, &e.v, 1, super::build::REPLICA_L / 2);
+                match near.first() {
+                    Some(&(_, h)) if h == a => to[0].push(e),
+                    Some(&(_, h)) if h == b => to[1].push(e),
+                    _ => {}
+                }
+            }
+        }
+        let dim = self.dim;
+        for (p, es) in [(a, &to[0]), (b, &to[1])] {
+            if es.is_empty() {
+                continue;
+            }
+            let mut stream = Vec::with_capacity(es.len() * entry_bytes(dim));
+            for e in es.iter() {
+                push_entry(&mut stream, e.id, e.version, &e.v);
+            }
+            // `false`: the posting went meanwhile (a merge run by
+            // `maintain`); its vectors were placed elsewhere.
+            if self.append(p, &stream, es.len() as u32)? {
+                self.counters
+                    .reassigned
+                    .fetch_add(es.len() as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
     }
 
     /// Re-places the candidates whose posting is no longer among their

@@ -444,7 +444,7 @@ impl PartitionIndex {
             return Err(Error::corrupt(&spath, "state does not match the manifest"));
         }
         let ppath = dir.join(POSTINGS_FILE);
-        let store = Store::open(&ppath, st.blocks_end, st.free_blocks.clone())?;
+        let store = Store::open_with_io(&ppath, st.blocks_end, st.free_blocks.clone(), opts.io)?;
         for (p, r) in st.postings.iter().enumerate() {
             if let Some(r) = r {
                 let need = posting::blocks_for(r.count as usize, m.dim);

@@ -358,6 +358,12 @@ impl Store {
         if n == 0 {
             return Ok(Vec::new());
         }
+        if n == 1 {
+            // Most appends need one block: any free one, no scan.
+            if let Some(b) = a.free.pop() {
+                return Ok(vec![b]);
+            }
+        }
         if a.free.len() >= n {
             a.free.sort_unstable();
             let f = &a.free;
@@ -541,6 +547,94 @@ impl Store {
             }
         }
         Ok(stream)
+    }
+
+    /// Reads several postings' whole entry streams with every read in
+    /// flight at once (up to the engine's depth) through an I/O engine:
+    /// LIRE scans the postings around a split this way. Streams come back
+    /// in the order of `items`.
+    pub fn read_many(&self, items: &[(u32, &PostingRef)]) -> Result<Vec<Vec<u8>>> {
+        // (item, first block, its index in the posting, blocks)
+        let reqs: Vec<(usize, u32, u32, u32)> = items
+            .iter()
+            .enumerate()
+            .flat_map(|(k, (_, r))| {
+                runs(&r.blocks)
+                    .into_iter()
+                    .map(move |(b0, i0, len)| (k, b0, i0, len))
+            })
+            .collect();
+        let mut got: Vec<Option<Completion>> = (0..reqs.len()).map(|_| None).collect();
+        let mut engine = self.take_engine()?;
+        let mut out = Vec::new();
+        let res = (|| -> Result<()> {
+            let (mut next, mut done) = (0usize, 0usize);
+            while done < reqs.len() {
+                while next < reqs.len() && engine.in_flight() < WRITE_DEPTH as usize {
+                    let (_, b0, _, len) = reqs[next];
+                    let buf = AlignedBuf::new(len as usize * BLOCK);
+                    engine.submit(next as u64, b0 as u64 * BLOCK as u64, buf)?;
+                    next += 1;
+                }
+                engine.flush()?;
+                out.clear();
+                engine.wait(1, &mut out)?;
+                for c in out.drain(..) {
+                    let slot = usize::try_from(c.token)
+                        .ok()
+                        .and_then(|t| got.get_mut(t))
+                        .ok_or_else(|| {
+                            Error::Engine(format!("read engine returned unknown token {}", c.token))
+                        })?;
+                    *slot = Some(c);
+                    done += 1;
+                }
+            }
+            Ok(())
+        })();
+        if res.is_err() {
+            // Nothing may stay in flight into buffers about to be dropped:
+            // drain, and retire the engine.
+            let _ = engine.drain(&mut out);
+        } else {
+            self.put_engine(engine);
+        }
+        res?;
+        let mut streams: Vec<Vec<u8>> = items
+            .iter()
+            .map(|(_, r)| Vec::with_capacity(r.blocks.len() * PAYLOAD))
+            .collect();
+        for (t, &(k, b0, i0, len)) in reqs.iter().enumerate() {
+            let c = got[t]
+                .take()
+                .ok_or_else(|| Error::Engine("a read never completed".into()))?;
+            let data = match &c.result {
+                Ok(_) => c.filled().unwrap_or(&[]),
+                Err(e) => {
+                    return Err(Error::io(
+                        &self.path,
+                        std::io::Error::new(e.kind(), e.to_string()),
+                    ))
+                }
+            };
+            for j in 0..len as usize {
+                let end = ((j + 1) * BLOCK).min(data.len());
+                let blk = if j * BLOCK < data.len() {
+                    &data[j * BLOCK..end]
+                } else {
+                    &[][..]
+                };
+                decode_block(
+                    &self.path,
+                    b0 + j as u32,
+                    items[k].0,
+                    i0 + j as u32,
+                    blk,
+                    &mut streams[k],
+                )?;
+            }
+        }
+        Ok(streams)
     }
 
     /// Reads the single block `block` (block `index` of `posting`): its
