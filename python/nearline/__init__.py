@@ -342,9 +342,9 @@ def build(
             (default 0.1, lowered to what ``memory_budget`` holds).
         replicas: partition index: most postings a vector is stored in (RNG
             rule; default 8). posting_limit: entries a posting may hold before
-            it is split (default 4 × the build's cluster size, at least 32).
+            it is split (default 8 × the build's cluster size, at least 32).
             merge_threshold: live entries below which a posting is merged
-            away (default 1/8 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
+            away (default 1/16 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
             reassign_k: postings around a split whose vectors LIRE checks for
             reassignment (default 64). lire: ``True`` (default) splits, merges
             and reassigns; ``False`` is SPANN+ (appends and garbage collection
@@ -646,7 +646,7 @@ class Index:
                 is within this fraction of the list's worst. In (0, 1]; default 0.9.
             nprobe: partition index: postings read per query (default 32); all
                 its reads are in flight at once. ``L`` is then the list size of
-                the in-memory head search (default max(2·nprobe, 64)); the
+                the in-memory head search (default max(4·nprobe, 128)); the
                 statistics count postings read as ``hops`` and skipped stale or
                 deleted entries as ``stale``.
             probe_cut: partition index: SPANN's latency cut — a posting is read

@@ -936,10 +936,10 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replicas", type=_positive_int, default=None,
                    help="partition index: most postings a vector is stored in, by the RNG rule (default 8)")
     p.add_argument("--posting-limit", type=_positive_int, default=None, metavar="N",
-                   help="partition index: entries a posting holds before it is split (default 4 x the build's "
+                   help="partition index: entries a posting holds before it is split (default 8 x the build's "
                    "cluster size, at least 32)")
     p.add_argument("--merge-threshold", type=_nonneg_int, default=None, metavar="N",
-                   help="partition index: live entries below which a posting is merged away (default 1/8 "
+                   help="partition index: live entries below which a posting is merged away (default 1/16 "
                    "of the limit, at most 10)")
     p.add_argument("--rng-factor", type=_finite_float, default=None,
                    help="partition index: the RNG rule's factor (default 1.0)")

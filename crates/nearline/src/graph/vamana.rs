@@ -152,6 +152,12 @@ impl SearchScratch {
         Self::default()
     }
 
+    /// The nodes the last search expanded, in expansion order, with their
+    /// distances: Vamana's candidate set for an inserted node's edges.
+    pub fn expanded(&self) -> &[(f32, u32)] {
+        &self.expanded
+    }
+
     #[inline]
     fn begin(&mut self, n: usize) {
         if self.visited.len() < n {

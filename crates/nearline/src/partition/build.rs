@@ -278,9 +278,7 @@ pub fn build(
         return Err(Error::Cancelled);
     }
     // Posting members: primaries first, then replicas nearest first, cut
-    // at twice the posting limit (primaries are never cut): the build keeps
-    // the replicas that make a static index accurate; a posting built over
-    // the limit is split when updates first reach it.
+    // at the posting limit (primaries are never cut).
     let mut members: Vec<Vec<(bool, f32, u32)>> = vec![Vec::new(); k];
     for (i, c) in chosen.iter().enumerate() {
         let x = &data[i * dim..(i + 1) * dim];
@@ -297,7 +295,7 @@ pub fn build(
     for m in members.iter_mut() {
         m.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
         let primaries = m.iter().filter(|x| !x.0).count();
-        m.truncate((2 * params.posting_limit).max(primaries));
+        m.truncate(params.posting_limit.max(primaries));
         entries += m.len();
     }
     let assign_seconds = t1.elapsed().as_secs_f64();

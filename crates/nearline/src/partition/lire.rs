@@ -4,11 +4,12 @@
 //! * **Split** a posting over its limit: garbage-collect its stale and
 //!   deleted entries first; if it is still over the limit, cut it in two by
 //!   balanced 2-means, replace its head by the two new centroids, then
-//!   **reassign**: vectors of the new postings that are nearer the old head
-//!   than their new one, and vectors of the `reassign_k` postings nearest the
-//!   old head that are nearer a new centroid than the old head (the paper's
-//!   two necessary conditions), are re-placed by the RNG rule when their
-//!   posting is no longer among their `replicas` nearest heads.
+//!   **reassign** along the paper's two necessary conditions: a vector of
+//!   the new postings nearer the old head than its new centroid moves when
+//!   its posting is no longer among its `replicas` nearest heads; a vector
+//!   of the `reassign_k` postings nearest the old head (read all at once)
+//!   that is nearer a new centroid than both the old head and its own
+//!   posting's head moves when a new head is now its nearest.
 //! * **Merge** a posting whose live entries fell below the merge threshold:
 //!   its live vectors move to their nearest other postings, then it and its
 //!   head go away.
@@ -276,7 +277,7 @@ impl Inner {
             let mut sc = SearchScratch::new();
             heads.link(a, &cents[0], &mut sc);
             heads.link(b, &cents[1], &mut sc);
-            heads.remove(p);
+            heads.retire_into(p, &[a, b]);
         }
         write(&self.postings)[p as usize] = None;
         self.store.release(&cur.blocks);
@@ -342,100 +343,87 @@ impl Inner {
                 }
             }
         }
-        self.reassign(cand)?;
-        self.add_to_new(a, b, &g, nbr)
+        let mut moving = self.reassign(&cand);
+        let have: HashSet<u32> = g.iter().flatten().map(|e| e.id).collect();
+        moving.extend(self.nearest_now_new(a, b, &have, &nbr));
+        self.move_all(&moving)
     }
 
     /// Neighbour vectors whose nearest head is now one of a split's new
-    /// heads get an entry there, at their current version: their other
-    /// entries stay valid (no version bump, nothing stale), and the nearest
-    /// posting holds them, as LIRE's assignment rule wants. Only the worker
-    /// moves vectors, so no move races this; a delete or a reuse of the id
-    /// hides the entry like any other.
-    fn add_to_new(&self, a: u32, b: u32, g: &[Vec<&Live>; 2], nbr: Vec<Live>) -> Result<()> {
-        let have: HashSet<u32> = g.iter().flatten().map(|e| e.id).collect();
-        let mut to: [Vec<&Live>; 2] = [Vec::new(), Vec::new()];
+    /// heads (and that are not in it already): LIRE moves them, so the
+    /// nearest posting holds them.
+    fn nearest_now_new<'a>(
+        &self,
+        a: u32,
+        b: u32,
+        have: &HashSet<u32>,
+        nbr: &'a [Live],
+    ) -> Vec<&'a Live> {
+        let heads = read(&self.heads);
+        let mut sc = SearchScratch::new();
         let mut seen = HashSet::new();
-        {
-            let heads = read(&self.heads);
-            let mut sc = SearchScratch::new();
-            for e in &nbr {
-                if have.contains(&e.id) || !seen.insert(e.id) {
-                    continue;
-                }
-                let near = heads.search(&mut sc, &e.v, 1, super::build::REPLICA_L / 2);
-                match near.first() {
-                    Some(&(_, h)) if h == a => to[0].push(e),
-                    Some(&(_, h)) if h == b => to[1].push(e),
-                    _ => {}
-                }
-            }
-        }
-        let dim = self.dim;
-        for (p, es) in [(a, &to[0]), (b, &to[1])] {
-            if es.is_empty() {
-                continue;
-            }
-            let mut stream = Vec::with_capacity(es.len() * entry_bytes(dim));
-            for e in es.iter() {
-                push_entry(&mut stream, e.id, e.version, &e.v);
-            }
-            // `false`: the posting went meanwhile (a merge run by
-            // `maintain`); its vectors were placed elsewhere.
-            if self.append(p, &stream, es.len() as u32)? {
-                self.counters
-                    .reassigned
-                    .fetch_add(es.len() as u64, Ordering::Relaxed);
-            }
-        }
-        Ok(())
+        nbr.iter()
+            .filter(|e| !have.contains(&e.id) && seen.insert(e.id))
+            .filter(|e| {
+                heads
+                    .search(&mut sc, &e.v, 1, super::build::REPLICA_L / 2)
+                    .first()
+                    .is_some_and(|&(_, h)| h == a || h == b)
+            })
+            .collect()
     }
 
-    /// Re-places the candidates whose posting is no longer among their
-    /// RNG choices: new entries with the next version, then the bump.
-    fn reassign(&self, cand: Vec<(u32, Live)>) -> Result<()> {
+    /// The candidates to re-place: those whose posting is no longer among
+    /// their `replicas` nearest heads nor their RNG choices.
+    fn reassign<'a>(&self, cand: &'a [(u32, Live)]) -> Vec<&'a Live> {
         let mut seen = HashSet::new();
-        let mut moves: Vec<(u32, u8, usize)> = Vec::new();
-        let mut rows: Vec<f32> = Vec::new();
-        let mut olds: Vec<u8> = Vec::new();
-        {
-            let heads = read(&self.heads);
-            let mut sc = SearchScratch::new();
-            for (from, e) in &cand {
-                if !seen.insert(e.id) {
-                    continue;
-                }
-                // A vector whose posting is still among its `replicas`
-                // nearest heads stays: queries near it probe that posting
-                // anyway. (Re-running the RNG choice instead moves most
-                // candidates, as its picks shift with every new head, and
-                // each move leaves up to `replicas` stale entries.)
-                let near =
-                    heads.search(&mut sc, &e.v, self.params.replicas, super::build::REPLICA_L);
-                if near.iter().any(|c| c.1 == *from) {
-                    continue;
-                }
-                let t = self.targets(&heads, &mut sc, &e.v, None);
-                if t.contains(from) {
-                    continue;
-                }
-                let nv = (e.version + 1) & VERSION_MASK;
-                moves.push((e.id, nv, moves.len()));
-                rows.extend_from_slice(&e.v);
-                olds.push(e.version);
+        let mut out = Vec::new();
+        let heads = read(&self.heads);
+        let mut sc = SearchScratch::new();
+        for (from, e) in cand {
+            if !seen.insert(e.id) {
+                continue;
             }
+            // A vector whose posting is still among its `replicas` nearest
+            // heads stays: queries near it probe that posting anyway.
+            // (Re-running the RNG choice alone moves most candidates, as its
+            // picks shift with every new head.)
+            let near = heads.search(&mut sc, &e.v, self.params.replicas, super::build::REPLICA_L);
+            if near.iter().any(|c| c.1 == *from) {
+                continue;
+            }
+            if self.targets(&heads, &mut sc, &e.v, None).contains(from) {
+                continue;
+            }
+            out.push(e);
         }
-        if moves.is_empty() {
+        out
+    }
+
+    /// Moves vectors: new entries at the next version in their RNG
+    /// choices, then (once the searches that copied the map before those
+    /// entries existed are over) the version bump that makes their old
+    /// entries stale.
+    fn move_all(&self, es: &[&Live]) -> Result<()> {
+        let mut seen = HashSet::new();
+        let es: Vec<&Live> = es.iter().copied().filter(|e| seen.insert(e.id)).collect();
+        if es.is_empty() {
             return Ok(());
         }
+        let moves: Vec<(u32, u8, usize)> = es
+            .iter()
+            .enumerate()
+            .map(|(j, e)| (e.id, (e.version + 1) & VERSION_MASK, j))
+            .collect();
+        let rows: Vec<f32> = es.iter().flat_map(|e| e.v.iter().copied()).collect();
         self.place(&moves, &rows, None)?;
         self.wait_out_searches();
         let versions = read(&self.versions);
-        for (m, &old) in moves.iter().zip(&olds) {
+        for (m, e) in moves.iter().zip(&es) {
             // Only a vector still at the version we moved (not deleted or
             // moved since) takes the new one.
             let _ = versions[m.0 as usize].compare_exchange(
-                old,
+                e.version,
                 m.1,
                 Ordering::AcqRel,
                 Ordering::Acquire,

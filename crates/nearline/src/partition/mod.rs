@@ -112,7 +112,7 @@ pub struct PartitionSearch {
     pub k: usize,
     /// Postings read per query (default 32).
     pub nprobe: usize,
-    /// List size of the head-graph search (default max(2·nprobe, 64)).
+    /// List size of the head-graph search (default max(4·nprobe, 128)).
     pub l: Option<usize>,
     /// SPANN's latency cut: a posting is read only when its head lies
     /// within (1 + cut) of the nearest head's distance (l2 and cosine).
@@ -1102,7 +1102,15 @@ impl Inner {
     ) -> Result<Vec<Found>> {
         let dim = self.dim;
         let nq = qs.len();
-        let l = opts.l.unwrap_or((2 * opts.nprobe).max(64)).max(opts.nprobe);
+        // A head graph that splits have grown needs a longer list than the
+        // built one for the same heads: on a shifted 100k workload, by epoch
+        // 50 a list of 64 found the true 32 nearest heads for 0.92 recall,
+        // 128 for 0.98 (the built graph: 0.98 at 64). The list costs memory
+        // reads only (~40 µs more per query at 10k heads).
+        let l = opts
+            .l
+            .unwrap_or((4 * opts.nprobe).max(128))
+            .max(opts.nprobe);
         let t0 = Instant::now();
         let mut stats = vec![QueryStats::default(); nq];
         let mut nears = Vec::with_capacity(nq);

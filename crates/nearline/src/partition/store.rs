@@ -143,6 +143,21 @@ mod tests {
         drop(s);
         let s = Store::open_with_io(&path, 100, vec![], kind).unwrap();
         assert_eq!(&s.read(9, &r).unwrap()[..stream.len()], &stream[..]);
+        // Many postings at once, more runs than the engine's depth (every
+        // other block of 100 new ones: 50 runs): each stream as read alone.
+        let more = s.allocate(100).unwrap();
+        let b7: Vec<u32> = more.iter().copied().step_by(2).collect();
+        let s7: Vec<u8> = (0..b7.len() * PAYLOAD).map(|i| (i % 251) as u8).collect();
+        s.write(7, 0, &b7, &s7).unwrap();
+        let r7 = PostingRef {
+            blocks: b7,
+            count: 0,
+        };
+        let got = s.read_many(&[(9, &r), (7, &r7)]).unwrap();
+        assert_eq!(got[0], s.read(9, &r).unwrap());
+        assert_eq!(got[1], s7);
+        // A block under the wrong posting's name is caught.
+        assert!(s.read_many(&[(9, &r), (8, &r7)]).is_err());
     }
 
     #[test]

@@ -198,21 +198,22 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
     }
     let target = (1.0 / ratio).round().max(1.0) as usize;
     // A built posting holds its cluster and the replicas the RNG rule sends
-    // it (about 2.7 entries per vector, so ~27 at 10 vectors per cluster).
-    // A split leaves halves of the limit, so postings under updates hover
-    // between half the limit and the limit: 4 clusters' worth keeps them
-    // near their built size (SPFresh likewise splits at the size its build
-    // produced), so the bytes a query reads stay flat while updates run.
-    // At least two blocks' worth of entries.
+    // it (about 2.7 entries per vector, ~27 at 10 vectors per cluster, up
+    // to the limit in dense regions). A split leaves halves of the limit,
+    // so postings under updates hover between half the limit and the
+    // limit. At 4 clusters' worth the bytes a query reads stayed flat on a
+    // shifted 100k workload but postings got more numerous and thinner
+    // than a fresh build's, and recall fell 5 points below epoch 0's: 8
+    // clusters' worth. At least two blocks' worth of entries.
     let per_block = (PAYLOAD / entry_bytes(dim)).max(1);
     let limit = po
         .posting_limit
-        .unwrap_or_else(|| (4 * target).max(2 * per_block).max(32));
+        .unwrap_or_else(|| (8 * target).max(2 * per_block).max(32));
     // SPFresh merges postings under 10 entries of limits in the hundreds;
-    // here the threshold scales with the limit (1/8 of it, at most 10).
+    // here the threshold scales with the limit (1/16 of it, at most 10).
     let merge = po
         .merge_threshold
-        .unwrap_or((limit / 8).clamp(1, MERGE_THRESHOLD));
+        .unwrap_or((limit / 16).clamp(1, MERGE_THRESHOLD));
     if limit < 4 {
         return Err(Error::arg(format!(
             "posting_limit={limit} must be at least 4"
