@@ -38,6 +38,9 @@ use std::sync::Arc;
 pub enum Job {
     Split(u32),
     Merge(u32),
+    /// Garbage-collect a posting (drop stale and deleted entries) and
+    /// rewrite it into one run of blocks.
+    Collect(u32),
 }
 
 /// The job queue.
@@ -134,6 +137,7 @@ impl Inner {
         match job {
             Job::Split(p) => self.split(p)?,
             Job::Merge(p) => self.merge(p)?,
+            Job::Collect(p) => self.collect(p)?,
         }
         // Splits and merges leave the old heads as tombstones: once they
         // are a thirty-second of the live heads, rewire around them and
@@ -208,6 +212,27 @@ impl Inner {
             blocks,
             count: entries.len() as u32,
         })
+    }
+
+    fn collect(&self, p: u32) -> Result<()> {
+        let _stripe = lock(&self.stripes[p as usize % STRIPES]);
+        let cur = match read(&self.postings).get(p as usize).cloned().flatten() {
+            Some(c) => c,
+            None => return Ok(()),
+        };
+        let stream = self.store.read(p, &cur)?;
+        let live = self.live_entries(&stream, cur.count as usize);
+        if live.is_empty() && self.params.lire {
+            // Nothing left: a merge retires it.
+            drop(_stripe);
+            return self.merge(p);
+        }
+        let refs: Vec<&Live> = live.iter().collect();
+        let r = self.write_posting(p, &refs)?;
+        write(&self.postings)[p as usize] = Some(Arc::new(r));
+        self.store.release(&cur.blocks);
+        self.counters.collected.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn split(&self, p: u32) -> Result<()> {

@@ -65,6 +65,12 @@ const DEPTH: u32 = 64;
 /// external → internal hash entry).
 pub const ID_BYTES: u64 = 1 + 8 + 24;
 
+/// Runs of blocks past which an appended posting is rewritten contiguously.
+pub const MAX_RUNS: usize = 3;
+/// Stale entries (at least as many as live ones) past which a search has
+/// its posting garbage-collected.
+pub const COLLECT_STALE: usize = 8;
+
 /// A query answered by a search worker: index, results, statistics.
 type Answered = (usize, Vec<(f32, i64)>, QueryStats);
 /// A query's results (internal ids) and statistics.
@@ -944,10 +950,16 @@ impl Inner {
         blocks.extend_from_slice(&fresh);
         let count = cur.count + n;
         let old = cur.blocks[full..].to_vec();
+        let blocks_now = blocks.clone();
         write(&self.postings)[p as usize] = Some(Arc::new(PostingRef { blocks, count }));
         self.store.release(&old);
         if count as usize > self.params.posting_limit {
             self.enqueue(lire::Job::Split(p));
+        } else if runs(&blocks_now).len() > MAX_RUNS {
+            // Each append moves the posting's tail to a free block: past a
+            // few runs a query pays a request per run; the worker rewrites
+            // it into one.
+            self.enqueue(lire::Job::Collect(p));
         }
         Ok(true)
     }
@@ -1305,6 +1317,12 @@ impl Inner {
                 }
             }
             st.page_records += r.count;
+            let stale = r.count as usize - live;
+            if stale >= live.max(COLLECT_STALE) {
+                // More dead entries than live ones: every query through this
+                // posting reads them; the worker rewrites it.
+                self.enqueue(lire::Job::Collect(*p));
+            }
             if self.params.lire && live < self.params.merge_threshold {
                 self.enqueue(lire::Job::Merge(*p));
             }

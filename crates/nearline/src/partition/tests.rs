@@ -255,6 +255,15 @@ fn churn_reuses_ids_and_head_slots() {
         }
         // One internal slot per live vector (deletes and inserts balance).
         assert_eq!(read(&idx.inner.versions).len(), slots_at_start);
+        // Appends scatter a posting's tail; once the worker is done, no
+        // posting is read in more than MAX_RUNS requests.
+        let worst = read(&idx.inner.postings)
+            .iter()
+            .flatten()
+            .map(|r| runs(&r.blocks).len())
+            .max()
+            .unwrap();
+        assert!(worst <= MAX_RUNS, "a posting in {worst} runs");
         let info = idx.info();
         let u = &info["updates"];
         assert!(u["splits"].as_u64().unwrap() > 0, "{u}");
