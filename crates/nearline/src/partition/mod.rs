@@ -66,7 +66,7 @@ const DEPTH: u32 = 64;
 pub const ID_BYTES: u64 = 1 + 8 + 24;
 
 /// Runs of blocks past which an appended posting is rewritten contiguously.
-pub const MAX_RUNS: usize = 3;
+pub const MAX_RUNS: usize = 2;
 /// Stale entries (at least as many as live ones) past which a search has
 /// its posting garbage-collected.
 pub const COLLECT_STALE: usize = 8;
