@@ -285,23 +285,7 @@ impl Heads {
             .chain(scratch.expanded().iter().copied())
             .filter(|&(_, u)| self.alive[u as usize])
             .collect();
-        let mut out = Vec::with_capacity(HEAD_R);
-        let space = Space {
-            vecs: &self.vecs,
-            dim: d,
-            n: self.len,
-        };
-        robust_prune(
-            &space,
-            slot,
-            &mut pool,
-            ALPHA,
-            HEAD_R,
-            usize::MAX,
-            false,
-            &mut out,
-        );
-        self.graph.set_neighbors(slot, &out);
+        let out = self.prune_set(slot, &mut pool);
         self.alive[slot as usize] = true;
         self.live += 1;
         for &u in &out {
@@ -313,37 +297,42 @@ impl Heads {
 
     /// Prunes `u`'s list (plus `extra`) back to the degree bound.
     fn reprune(&mut self, u: u32, extra: Option<u32>) {
-        let d = self.dim;
-        let ui = u as usize * d;
-        let mut pool: Vec<(f32, u32)> = self
+        let cand: Vec<u32> = self
             .graph
             .neighbors(u)
             .iter()
             .copied()
             .chain(extra)
             .filter(|&w| self.alive[w as usize])
+            .collect();
+        let mut pool = self.pool_around(u, cand);
+        self.prune_set(u, &mut pool);
+    }
+
+    /// `cand` with their L2 distances to head `u`.
+    fn pool_around(&self, u: u32, cand: Vec<u32>) -> Vec<(f32, u32)> {
+        let d = self.dim;
+        let ui = u as usize * d;
+        cand.into_iter()
             .map(|w| {
                 let wi = w as usize * d;
                 (l2_f32(&self.vecs[ui..ui + d], &self.vecs[wi..wi + d]), w)
             })
-            .collect();
+            .collect()
+    }
+
+    /// Vamana's robust prune of `pool` (candidates with their distances to
+    /// `u`) sets `u`'s list; returns it.
+    fn prune_set(&mut self, u: u32, pool: &mut Vec<(f32, u32)>) -> Vec<u32> {
         let mut out = Vec::with_capacity(HEAD_R);
         let space = Space {
             vecs: &self.vecs,
-            dim: d,
+            dim: self.dim,
             n: self.len,
         };
-        robust_prune(
-            &space,
-            u,
-            &mut pool,
-            ALPHA,
-            HEAD_R,
-            usize::MAX,
-            false,
-            &mut out,
-        );
+        robust_prune(&space, u, pool, ALPHA, HEAD_R, usize::MAX, false, &mut out);
         self.graph.set_neighbors(u, &out);
+        out
     }
 
     /// Makes head `s` a tombstone (searches route through it, never return
@@ -400,7 +389,6 @@ impl Heads {
         if !freed.iter().any(|&f| f) {
             return Vec::new();
         }
-        let d = self.dim;
         for v in 0..self.len as u32 {
             if !self.alive[v as usize] {
                 continue;
@@ -423,31 +411,8 @@ impl Heads {
                     cand.push(w);
                 }
             }
-            let vi = v as usize * d;
-            let mut pool: Vec<(f32, u32)> = cand
-                .into_iter()
-                .map(|w| {
-                    let wi = w as usize * d;
-                    (l2_f32(&self.vecs[vi..vi + d], &self.vecs[wi..wi + d]), w)
-                })
-                .collect();
-            let mut out = Vec::with_capacity(HEAD_R);
-            let space = Space {
-                vecs: &self.vecs,
-                dim: d,
-                n: self.len,
-            };
-            robust_prune(
-                &space,
-                v,
-                &mut pool,
-                ALPHA,
-                HEAD_R,
-                usize::MAX,
-                false,
-                &mut out,
-            );
-            self.graph.set_neighbors(v, &out);
+            let mut pool = self.pool_around(v, cand);
+            self.prune_set(v, &mut pool);
         }
         let mut slots = Vec::new();
         for (v, &f) in freed.iter().enumerate() {

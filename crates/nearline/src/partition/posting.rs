@@ -102,6 +102,28 @@ pub fn encode_block(posting: u32, index: u32, payload: &[u8], out: &mut [u8]) {
     out[12..16].copy_from_slice(&c.to_le_bytes());
 }
 
+/// Decodes a run read from the file: `data` holds blocks `b0, b0+1, …`
+/// (`len` of them), blocks `i0, i0+1, …` of posting `posting`; a block the
+/// read came back short of is a truncated file.
+pub fn decode_run(
+    path: &Path,
+    posting: u32,
+    (b0, i0, len): (u32, u32, u32),
+    data: &[u8],
+    stream: &mut Vec<u8>,
+) -> Result<()> {
+    for j in 0..len as usize {
+        let end = ((j + 1) * BLOCK).min(data.len());
+        let blk = if j * BLOCK < data.len() {
+            &data[j * BLOCK..end]
+        } else {
+            &[][..]
+        };
+        decode_block(path, b0 + j as u32, posting, i0 + j as u32, blk, stream)?;
+    }
+    Ok(())
+}
+
 /// Checks a block read for block `index` of posting `posting` at file
 /// block `at` and appends its payload to `stream`.
 pub fn decode_block(

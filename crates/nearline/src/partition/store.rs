@@ -23,7 +23,7 @@
 //! So a crash at any point leaves the last checkpoint's blocks intact, and
 //! a search never reads a block rewritten under it.
 
-use super::posting::{decode_block, encode_block, BLOCK, PAYLOAD};
+use super::posting::{decode_block, decode_run, encode_block, BLOCK, PAYLOAD};
 use crate::io::{open_direct_rw, AlignedBuf, Completion, EngineKind, IoCounters, IoEngine, ALIGN};
 use crate::{Error, Result};
 use std::fs::File;
@@ -549,17 +549,13 @@ impl Store {
             let mut buf = AlignedBuf::new(len as usize * BLOCK);
             let got = read_full(&self.file, buf.as_mut_slice(), b0 as u64 * BLOCK as u64)
                 .map_err(|e| Error::io(&self.path, e))?;
-            for j in 0..len as usize {
-                let blk = &buf.as_slice()[j * BLOCK..(j * BLOCK + BLOCK).min(got.max(j * BLOCK))];
-                decode_block(
-                    &self.path,
-                    b0 + j as u32,
-                    posting,
-                    i0 + j as u32,
-                    blk,
-                    &mut stream,
-                )?;
-            }
+            decode_run(
+                &self.path,
+                posting,
+                (b0, i0, len),
+                &buf.as_slice()[..got],
+                &mut stream,
+            )?;
         }
         Ok(stream)
     }
@@ -632,22 +628,7 @@ impl Store {
                     ))
                 }
             };
-            for j in 0..len as usize {
-                let end = ((j + 1) * BLOCK).min(data.len());
-                let blk = if j * BLOCK < data.len() {
-                    &data[j * BLOCK..end]
-                } else {
-                    &[][..]
-                };
-                decode_block(
-                    &self.path,
-                    b0 + j as u32,
-                    items[k].0,
-                    i0 + j as u32,
-                    blk,
-                    &mut streams[k],
-                )?;
-            }
+            decode_run(&self.path, items[k].0, (b0, i0, len), data, &mut streams[k])?;
         }
         Ok(streams)
     }
