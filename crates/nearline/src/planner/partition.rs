@@ -7,9 +7,9 @@ use super::Decision;
 use crate::distance::Metric;
 use crate::elem::DType;
 use crate::partition::heads::HEAD_R;
+use crate::partition::id_map_bytes;
 use crate::partition::posting::{entry_bytes, PAYLOAD};
 use crate::partition::state::PartitionParams;
-use crate::partition::ID_BYTES;
 use crate::{Error, Result};
 
 /// SPANN's share of vectors that become heads (without a budget).
@@ -127,7 +127,7 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
     let lire = po.lire.unwrap_or(true);
     let raw = (n * dim * 4) as u64;
     let threads = opts.threads.unwrap_or(2).max(1) as u64;
-    let ids = n as u64 * ID_BYTES;
+    let ids = id_map_bytes(n);
     let reserve = threads * SCRATCH_PER_THREAD;
     let mut ratio = po.head_ratio.unwrap_or(HEAD_RATIO);
     let (budget, auto) = match opts.memory_budget {
@@ -300,6 +300,23 @@ mod tests {
     use super::*;
     use crate::planner::options::PartitionOptions;
     use crate::util::Budget;
+
+    /// The planner's id-map figure covers what the index's hash map really
+    /// takes (its buckets round up to a power of two).
+    #[test]
+    fn id_map_estimate_covers_the_hash_map() {
+        for n in [0usize, 1, 5, 7, 8, 100, 1000, 114_895, 123_457, 1_000_000] {
+            let m: std::collections::HashMap<u64, u32> =
+                std::collections::HashMap::with_capacity(n);
+            let held = n as u64 * 9 + m.capacity() as u64 * 17 * 8 / 7;
+            let est = id_map_bytes(n);
+            assert!(est >= held, "n={n}: estimate {est} < held {held}");
+            assert!(
+                est <= held + held / 4 + 256,
+                "n={n}: estimate {est} far above {held}"
+            );
+        }
+    }
 
     #[test]
     fn budget_sets_the_heads_and_refuses_too_little() {
