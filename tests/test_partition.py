@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -649,3 +650,35 @@ def test_cli_round_trip(tmp_path):
     # Inserting a live id through the CLI is refused.
     r = _cli("insert", str(out), str(tmp_path / "x.fbin"), "--ids", str(tmp_path / "x_ids.npy"))
     assert r.returncode != 0 and "already in the index" in r.stderr, r.stderr
+
+
+def test_updates_bench_smoke(tmp_path):
+    """benches/updates.py end to end at a tiny size: both systems, a fresh
+    build, the summary's bars and the per-pass P99.9 median."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "u.json"
+    cmd = [sys.executable, str(root / "benches" / "updates.py"), "--n", "3000", "--dim", "8",
+           "--epochs", "2", "--measure-every", "1", "--queries", "60", "--latency-repeats", "3",
+           "--systems", "lire,spann+", "--dists", "shifted", "--drain", "--threads", "1",
+           "--workdir", str(tmp_path / "w"), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(root / "python"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    runs = {f"{x['dist']}/{x['system']}": x for x in res["runs"]}
+    assert set(runs) == {"shifted/lire", "shifted/spann+"}
+    for name, run in runs.items():
+        pts = run["points"]
+        assert [p["epoch"] for p in pts] == [0, 1, 2], name
+        for p in pts:
+            assert p["live_id_mismatch"] == 0
+            assert p["latency_samples"] == 3 * 60
+            assert len(p["latency_p999_passes_us"]) == 3
+            assert min(p["latency_p999_passes_us"]) <= p["latency_p999_median_us"] \
+                <= max(p["latency_p999_passes_us"])
+            assert p["recall"] > 0.5, (name, p["recall"])
+        s = res["summary"]["runs"][name]
+        assert s["p999_median_ratio_end_vs_epoch0"] == pytest.approx(
+            pts[-1]["latency_p999_median_us"] / pts[0]["latency_p999_median_us"])
+        assert "within_1pt_of_fresh" in s
+    assert "shifted" in res["summary"]["lire_vs_spann"]
