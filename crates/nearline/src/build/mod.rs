@@ -70,6 +70,9 @@ pub struct BuildPlan {
     pub code_dims: usize,
     /// Bits per dimension of those codes (1, 2 or 4; 0: no codes).
     pub code_bits: usize,
+    /// The build chooses the code shape on a sample (`code_dims` and
+    /// `code_bits` are then the planner's rule, one of the candidates).
+    pub code_selection: Option<codes::CodeSelection>,
     /// Write the in-degree section (what an in-degree cache loads).
     pub in_degree: bool,
     /// How a shuffled layout is made.
@@ -134,7 +137,22 @@ pub fn run<T: Element>(
             let (coding, transformed) = codes::fit(&data, plan, progress, cancel)?;
             drop(data);
             let pq_seconds = tc.elapsed().as_secs_f64();
-            return phases(transformed, Some(coding), pq_seconds, &tmp, plan, job, t0);
+            // The shape the build kept (the plan's, or the probe's choice).
+            let chosen = BuildPlan {
+                code_dims: coding.pca.principal(),
+                code_bits: coding.bits,
+                code_selection: None,
+                ..plan.clone()
+            };
+            return phases(
+                transformed,
+                Some(coding),
+                pq_seconds,
+                &tmp,
+                &chosen,
+                job,
+                t0,
+            );
         }
         let data = if plan.metric == Metric::Cosine {
             normalized(&data, cancel)?
@@ -321,6 +339,10 @@ fn phases<T: Element>(
                 shards: g.shards,
                 entry_seconds,
                 pq_trials,
+                code_trials: coding
+                    .as_ref()
+                    .map(|c| c.trials.clone())
+                    .unwrap_or_default(),
             },
             checksum: None,
         };

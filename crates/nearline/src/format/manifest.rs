@@ -265,6 +265,21 @@ pub struct BuildStats {
     /// smallest within tolerance was kept), with the recall each reached.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pq_trials: Vec<PqTrial>,
+    /// Code shapes of a coded layout tried on a sample when the build chose
+    /// the principal dimensions and bits (the best was kept).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub code_trials: Vec<CodeTrial>,
+}
+
+/// One code shape tried on a sample: the mean share of the `k` exact
+/// nearest of a record's neighbours (to a sample query) that the record's
+/// estimates rank in their own top `k`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CodeTrial {
+    pub principal_dims: usize,
+    pub bits: usize,
+    pub recall: f64,
+    pub k: usize,
 }
 
 /// One PQ size tried on a sample: the recall@10 of the exact neighbours

@@ -16,8 +16,8 @@ pub mod quant;
 pub mod section;
 
 pub use manifest::{
-    BuildSpec, BuildStats, CodesInfo, IndexKind, LayoutInfo, LayoutKind, Manifest, PqTrial, Preset,
-    ReplicationInfo, Section, SectionInfo, ShuffleInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
-    MANIFEST_FILE,
+    BuildSpec, BuildStats, CodeTrial, CodesInfo, IndexKind, LayoutInfo, LayoutKind, Manifest,
+    PqTrial, Preset, ReplicationInfo, Section, SectionInfo, ShuffleInfo, FORMAT_MAJOR,
+    FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE,
 };
 pub use page::{PageGeometry, RecordView, PAGE_HEADER_BYTES};

@@ -366,3 +366,164 @@ fn code_bits_fill_the_block_one_bit_codes_need() {
     assert_eq!(code_bits(Some(4), 4096, 512, 64, 128, 1000).unwrap().0, 4);
     assert!(code_bits(Some(3), 4096, 512, 64, 128, 1000).is_err());
 }
+
+#[test]
+fn code_shapes_keep_the_rules_blocks() {
+    use crate::format::PageGeometry;
+    use crate::planner::rules::code_shapes;
+    let same_block = |vec_bytes: usize, shapes: &[(usize, usize)]| {
+        let g0 =
+            PageGeometry::with_codes(4096, vec_bytes, 64, shapes[0].0, shapes[0].1, 1000).unwrap();
+        for (i, &(p, b)) in shapes.iter().enumerate() {
+            let g = PageGeometry::with_codes(4096, vec_bytes, 64, p, b, 1000).unwrap();
+            assert_eq!(
+                (g.block_size, g.records_per_block),
+                (g0.block_size, g0.records_per_block),
+                "{p}×{b}"
+            );
+            // Past the rule's shape, each is the widest of its bits: one
+            // more step of dimensions would not fit.
+            if i > 0 && p + 32 <= vec_bytes / 4 {
+                let g = PageGeometry::with_codes(4096, vec_bytes, 64, p + 32, b, 1000).unwrap();
+                assert!(g.block_size > g0.block_size, "{p}×{b} is not the widest");
+            }
+        }
+    };
+    // 768-d: the rule's 256 × 2 bits, 512 × 1 bit and 128 × 4 bits all
+    // make 8 KiB records (the 768-d synthetic set routed better at 512 × 1).
+    let s = code_shapes(4096, 3072, 64, 768, 1000, (256, 2)).unwrap();
+    assert_eq!(s, vec![(256, 2), (512, 1), (128, 4)]);
+    same_block(3072, &s);
+    // 384-d: every dimension at 1 bit.
+    let s = code_shapes(4096, 1536, 64, 384, 1000, (256, 2)).unwrap();
+    assert_eq!(s, vec![(256, 2), (384, 1), (352, 2), (160, 4)]);
+    same_block(1536, &s);
+    // 960-d: 1-bit records of 256 dimensions take 8 KiB; 416 fit it.
+    let s = code_shapes(4096, 3840, 64, 960, 1000, (256, 1)).unwrap();
+    assert_eq!(s[..2], [(256, 1), (416, 1)]);
+    same_block(3840, &s);
+}
+
+#[test]
+fn the_rules_shape_is_kept_unless_another_ranks_clearly_better() {
+    use crate::build::codes::choose_shape;
+    use crate::format::CodeTrial;
+    let t = |p, bits, recall| CodeTrial {
+        principal_dims: p,
+        bits,
+        recall,
+        k: 10,
+    };
+    assert_eq!(choose_shape(&[]), (0, 0));
+    assert_eq!(choose_shape(&[t(256, 2, 0.80)]), (256, 2));
+    // Within the margin: the rule's.
+    assert_eq!(choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.805)]), (256, 2));
+    // Clearly better: the best of those.
+    assert_eq!(
+        choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.86), t(128, 4, 0.83)]),
+        (512, 1)
+    );
+    assert_eq!(
+        choose_shape(&[t(256, 2, 0.90), t(512, 1, 0.70), t(128, 4, 0.60)]),
+        (256, 2)
+    );
+}
+
+/// With neither principal_dims nor code_bits given, the build scores the
+/// shapes that fit the rule's blocks on a sample, records the trials and
+/// keeps the one `choose_shape` picks; the index it writes is that shape's.
+#[test]
+fn the_build_chooses_the_code_shape_on_a_sample() {
+    const D: usize = 256;
+    let n = 3000;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("s");
+    let data = clustered(n, D, 3);
+    let o = BuildOptions {
+        preset: PresetChoice::Named(Preset::Alayalaser),
+        r: Some(32),
+        build_l: Some(64),
+        threads: Some(2),
+        entry_clusters: Some(30),
+        ..Default::default()
+    };
+    let plan = crate::planner::plan_build(
+        &o,
+        &crate::planner::DataFacts {
+            n,
+            dim: D,
+            dtype: crate::elem::DType::F32,
+        },
+    )
+    .unwrap();
+    let sel = plan
+        .plan
+        .code_selection
+        .clone()
+        .expect("a choice of shapes");
+    assert_eq!(
+        sel.candidates[0],
+        (plan.plan.code_dims, plan.plan.code_bits)
+    );
+    assert!(plan.decisions.iter().any(|d| d.what == "code_shape"));
+    let m = build(
+        Matrix::from_vec(data.clone(), n, D).unwrap(),
+        &dir,
+        &o,
+        &|_, _, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let trials = &m.build_stats.code_trials;
+    assert_eq!(
+        trials
+            .iter()
+            .map(|t| (t.principal_dims, t.bits))
+            .collect::<Vec<_>>(),
+        sel.candidates
+    );
+    assert!(trials.iter().all(|t| t.recall > 0.0 && t.recall <= 1.0));
+    let kept = crate::build::codes::choose_shape(trials);
+    let codes = m.layout.codes.unwrap();
+    assert_eq!((codes.principal_dims, codes.bits), kept);
+    // Same dimensions, more bits: a finer ranking.
+    let of = |p: usize, b: usize| {
+        trials
+            .iter()
+            .find(|t| (t.principal_dims, t.bits) == (p, b))
+            .map(|t| t.recall)
+    };
+    if let (Some(one), Some(two)) = (of(D, 1), of(D, 2)) {
+        assert!(one < two, "{trials:?}");
+    }
+    // The index is that shape's and finds the neighbours.
+    let idx = Index::open(&dir, &OpenOptions::default()).unwrap();
+    let queries = clustered(50, D, 9);
+    let nq = 50;
+    let out = idx.search(&queries, nq, &SearchOptions::new(10)).unwrap();
+    let mut hit = 0;
+    for (i, q) in queries.chunks_exact(D).enumerate() {
+        let truth = exact_knn(&data, D, q, 10);
+        hit += out.ids[i * 10..(i + 1) * 10]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    let r = hit as f64 / (nq * 10) as f64;
+    assert!(r >= 0.9, "recall {r}");
+    // Given a shape, the build does not choose.
+    let dir2 = tmp.path().join("g");
+    let m2 = build(
+        Matrix::from_vec(data, n, D).unwrap(),
+        &dir2,
+        &BuildOptions {
+            code_bits: Some(1),
+            ..o
+        },
+        &|_, _, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    assert!(m2.build_stats.code_trials.is_empty());
+    assert_eq!(m2.layout.codes.map(|c| c.bits), Some(1));
+}

@@ -403,6 +403,31 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         0
     };
+    // With neither asked for, the build chooses the shape on a sample
+    // among those whose records fit the same blocks.
+    let code_selection = if coded && opts.principal_dims.is_none() && opts.code_bits.is_none() {
+        let candidates =
+            rules::code_shapes(page_size, vec_bytes, r, f.dim, f.n, (code_dims, code_bits))?;
+        (candidates.len() > 1).then(|| {
+            let list = candidates
+                .iter()
+                .map(|(p, b)| format!("{p}×{b}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            d.push(Decision::new(
+                "code_shape",
+                format!("chosen at build among {list} (principal dims × bits)"),
+                format!(
+                    "the shapes whose records fit the same blocks; the build scores each on a                      sample (the share of a record's {k} neighbours nearest a sample query that                      its codes rank in their top {k}) and keeps {code_dims}×{code_bits} (the                      rules above) unless another ranks {m:.0} point or more better",
+                    k = build::codes::SHAPE_K,
+                    m = build::codes::SHAPE_MARGIN * 100.0
+                ),
+            ));
+            build::codes::CodeSelection { candidates }
+        })
+    } else {
+        None
+    };
     let geo =
         PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, code_bits, f.n)?;
     // The entry structure an open with default options loads.
@@ -626,6 +651,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         disk_budget: opts.disk_budget,
         code_dims,
         code_bits,
+        code_selection,
         in_degree,
         shuffle: ShuffleParams {
             seed: opts.seed,

@@ -179,6 +179,42 @@ pub fn code_bits(
     ))
 }
 
+/// The code shapes a build may choose among (see
+/// `build::codes::CodeSelection`): `rule` (the shape the rules above give)
+/// first, then for each of 1, 2 and 4 bits the most principal dimensions
+/// (`dim`, or a multiple of 32 of at least 64) whose records fit the blocks
+/// `rule`'s records take, so the choice never costs a read.
+pub fn code_shapes(
+    page_size: usize,
+    vec_bytes: usize,
+    r: usize,
+    dim: usize,
+    n: usize,
+    rule: (usize, usize),
+) -> Result<Vec<(usize, usize)>> {
+    let base = PageGeometry::with_codes(page_size, vec_bytes, r, rule.0, rule.1, n)?;
+    let mut grid: Vec<usize> = (2..=dim / 32).map(|k| 32 * k).collect();
+    if !grid.contains(&dim) {
+        grid.push(dim);
+    }
+    let mut out = vec![rule];
+    for bits in [1, 2, 4] {
+        let mut best = None;
+        for &p in &grid {
+            let g = PageGeometry::with_codes(page_size, vec_bytes, r, p, bits, n)?;
+            if g.block_size == base.block_size && g.records_per_block == base.records_per_block {
+                best = Some(p);
+            }
+        }
+        if let Some(p) = best {
+            if !out.contains(&(p, bits)) {
+                out.push((p, bits));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Principal dimensions of a coded layout's codes: AlayaLaser's 256 when
 /// d ≥ 256, else every dimension (the codes then cover the whole vector).
 pub fn principal_dims(asked: Option<usize>, dim: usize) -> Result<(usize, String)> {
