@@ -646,7 +646,7 @@ class Index:
                 is within this fraction of the list's worst. In (0, 1]; default 0.9.
             nprobe: partition index: postings read per query (default 32); all
                 its reads are in flight at once. ``L`` is then the list size of
-                the in-memory head search (default max(4·nprobe, 128)); the
+                the in-memory head search (default max(8·nprobe, 128)); the
                 statistics count postings read as ``hops`` and skipped stale or
                 deleted entries as ``stale``.
             probe_cut: partition index: SPANN's latency cut — a posting is read
