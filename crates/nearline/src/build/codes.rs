@@ -49,8 +49,10 @@ const ROTATION_SALT: u64 = 0x5241_4249_5451;
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CodeSelection {
     /// `(principal dims, bits)`, the planner's rule first: it is kept
-    /// unless another shape ranks at least [`SHAPE_MARGIN`] better.
+    /// unless another shape ranks at least `margin` better.
     pub candidates: Vec<(usize, usize)>,
+    /// How much better (recall) another shape must rank than the rule's.
+    pub margin: f64,
 }
 
 /// Rows of the sample whose neighbour lists the trial records hold.
@@ -62,8 +64,6 @@ const SHAPE_QUERIES: usize = 200;
 const SHAPE_CENTRES: usize = 3;
 /// Neighbours whose ranking a trial measures.
 pub const SHAPE_K: usize = 10;
-/// How much better (recall) another shape must rank than the rule's.
-pub const SHAPE_MARGIN: f64 = 0.01;
 
 /// The transform of a coded layout.
 pub struct Coding {
@@ -84,9 +84,9 @@ pub fn fit<T: Element>(
     cancel: &AtomicBool,
 ) -> Result<(Coding, Matrix<f32>)> {
     let (n, dim) = (data.n(), data.dim());
-    let shapes: Vec<(usize, usize)> = match &plan.code_selection {
-        Some(sel) if !sel.candidates.is_empty() => sel.candidates.clone(),
-        _ => vec![(plan.code_dims, plan.code_bits)],
+    let (shapes, margin): (Vec<(usize, usize)>, f64) = match &plan.code_selection {
+        Some(sel) if !sel.candidates.is_empty() => (sel.candidates.clone(), sel.margin),
+        _ => (vec![(plan.code_dims, plan.code_bits)], 0.0),
     };
     for &(p, _) in &shapes {
         if p < 2 || p > dim {
@@ -113,7 +113,7 @@ pub fn fit<T: Element>(
             if t.is_empty() {
                 shapes[0]
             } else {
-                choose_shape(&t)
+                choose_shape(&t, margin)
             },
             t,
         )
@@ -157,14 +157,14 @@ pub fn fit<T: Element>(
 }
 
 /// The shape kept: the first candidate's (the planner's rule) unless
-/// another ranks at least [`SHAPE_MARGIN`] better; among those, the best.
-pub fn choose_shape(trials: &[CodeTrial]) -> (usize, usize) {
+/// another ranks at least `margin` better; among those, the best.
+pub fn choose_shape(trials: &[CodeTrial], margin: f64) -> (usize, usize) {
     let Some(first) = trials.first() else {
         return (0, 0);
     };
     let mut best = first;
     for t in &trials[1..] {
-        if t.recall >= first.recall + SHAPE_MARGIN && t.recall > best.recall {
+        if t.recall >= first.recall + margin && t.recall > best.recall {
             best = t;
         }
     }

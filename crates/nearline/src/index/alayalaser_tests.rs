@@ -414,17 +414,20 @@ fn the_rules_shape_is_kept_unless_another_ranks_clearly_better() {
         recall,
         k: 10,
     };
-    assert_eq!(choose_shape(&[]), (0, 0));
-    assert_eq!(choose_shape(&[t(256, 2, 0.80)]), (256, 2));
+    assert_eq!(choose_shape(&[], 0.01), (0, 0));
+    assert_eq!(choose_shape(&[t(256, 2, 0.80)], 0.01), (256, 2));
     // Within the margin: the rule's.
-    assert_eq!(choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.805)]), (256, 2));
+    assert_eq!(
+        choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.805)], 0.01),
+        (256, 2)
+    );
     // Clearly better: the best of those.
     assert_eq!(
-        choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.86), t(128, 4, 0.83)]),
+        choose_shape(&[t(256, 2, 0.80), t(512, 1, 0.86), t(128, 4, 0.83)], 0.01),
         (512, 1)
     );
     assert_eq!(
-        choose_shape(&[t(256, 2, 0.90), t(512, 1, 0.70), t(128, 4, 0.60)]),
+        choose_shape(&[t(256, 2, 0.90), t(512, 1, 0.70), t(128, 4, 0.60)], 0.01),
         (256, 2)
     );
 }
@@ -483,7 +486,7 @@ fn the_build_chooses_the_code_shape_on_a_sample() {
         sel.candidates
     );
     assert!(trials.iter().all(|t| t.recall > 0.0 && t.recall <= 1.0));
-    let kept = crate::build::codes::choose_shape(trials);
+    let kept = crate::build::codes::choose_shape(trials, sel.margin);
     let codes = m.layout.codes.unwrap();
     assert_eq!((codes.principal_dims, codes.bits), kept);
     // Same dimensions, more bits: a finer ranking.

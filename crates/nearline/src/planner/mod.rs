@@ -62,6 +62,11 @@ pub const PQ_SELECT_TOLERANCE: f32 = 0.03;
 /// PQ size whose ranking holds them there, because every candidate beyond is
 /// a read (docs/benchmarks.md, "Gorgeous": the PQ size and the refine reads).
 pub const PQ_SELECT_CANDIDATES: usize = 20;
+/// How much better (sample recall) another code shape must rank than the
+/// rules' for a coded build to keep it (see `build::codes::CodeSelection`):
+/// a point, about twice the probe's standard error (600 records × 10
+/// neighbours at recall ~0.85).
+pub const CODE_SHAPE_MARGIN: f64 = 0.01;
 
 /// A list may be packed into at most this many records per packed slot a
 /// record has (twice the mean: the nearest lists of many nodes fit, while
@@ -420,10 +425,13 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                 format!(
                     "the shapes whose records fit the same blocks; the build scores each on a                      sample (the share of a record's {k} neighbours nearest a sample query that                      its codes rank in their top {k}) and keeps {code_dims}×{code_bits} (the                      rules above) unless another ranks {m:.0} point or more better",
                     k = build::codes::SHAPE_K,
-                    m = build::codes::SHAPE_MARGIN * 100.0
+                    m = CODE_SHAPE_MARGIN * 100.0
                 ),
             ));
-            build::codes::CodeSelection { candidates }
+            build::codes::CodeSelection {
+                candidates,
+                margin: CODE_SHAPE_MARGIN,
+            }
         })
     } else {
         None
