@@ -7,15 +7,22 @@
 //! list fits does the rest of the share hold whole vectors, for the nodes
 //! first in that order, which then need no refine read either.
 //!
+//! Lists are held bit-packed (`⌈log2 n⌉` bits an id, see
+//! [`crate::util::bitpack`]): at 100k nodes a list of 64 takes 136 bytes
+//! instead of 256, so the same share holds nearly twice the graph, and a
+//! hop unpacks its list (64 shifts and masks) where it would otherwise
+//! wait for a read.
+//!
 //! Every byte is allocated exactly once at its final size: the section is
 //! streamed twice, once to find how many lists the share holds and once to
 //! load them, so loading never holds more than the share.
 
-use super::{Cache, CachedNode};
+use super::{Cache, CachedNode, Neighbours};
 use crate::format::adjacency::Parser;
 use crate::format::{Manifest, Section};
 use crate::io::files::{read_section_stream, section_path};
 use crate::layout::{AnyLayout, RecordReader};
+use crate::util::bitpack;
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -26,9 +33,15 @@ const ABSENT: u32 = u32::MAX;
 pub struct AdjacencyCache {
     /// Node → slot (`ABSENT` when not held); empty when nothing is held.
     slot: Vec<u32>,
-    /// Slot → start of its list in `lists` (one more entry than slots).
+    /// Slot → byte offset of its list in `packed` (one more entry than
+    /// slots).
     start: Vec<u32>,
-    lists: Vec<u32>,
+    /// The lists, `bits` bits an id, each from a byte boundary, followed
+    /// by `bitpack::PAD` bytes.
+    packed: Vec<u8>,
+    bits: u32,
+    /// Neighbour ids held.
+    edges: usize,
     /// Vectors of slots `0..nv`, each `vec_words` words.
     vectors: Vec<u32>,
     vec_words: usize,
@@ -55,7 +68,9 @@ impl AdjacencyCache {
         AdjacencyCache {
             slot: Vec::new(),
             start: Vec::new(),
-            lists: Vec::new(),
+            packed: Vec::new(),
+            bits: 8,
+            edges: 0,
             vectors: Vec::new(),
             vec_words: 0,
             vec_bytes: 0,
@@ -63,9 +78,16 @@ impl AdjacencyCache {
         }
     }
 
-    /// Bytes of the node → slot index, paid once any list is held.
+    /// Bytes of the node → slot index, paid once any list is held (and
+    /// the packed lists' padding).
     pub fn index_bytes(n: usize) -> u64 {
-        4 * n as u64 + 4
+        4 * n as u64 + 4 + bitpack::PAD as u64
+    }
+
+    /// Bytes one held list of `degree` ids costs in an index of `n` nodes:
+    /// its packed ids and its offset.
+    pub fn list_bytes(n: usize, degree: usize) -> u64 {
+        4 + bitpack::packed_len(degree, bitpack::bits_for(n)) as u64
     }
 
     /// Loads the lists that fit in `share` bytes (at most `max_lists` when
@@ -103,7 +125,7 @@ impl AdjacencyCache {
                 if full {
                     return;
                 }
-                let cost = 4 + 4 * list.len() as u64;
+                let cost = Self::list_bytes(n, list.len());
                 if count < max_lists && used + cost <= avail {
                     used += cost;
                     count += 1;
@@ -118,10 +140,20 @@ impl AdjacencyCache {
             return Ok(cache);
         }
         // Pass 2: load them into arrays of their final sizes.
+        let bits = bitpack::bits_for(n);
+        let list_bytes = (used - 4 * count as u64) as usize;
+        if u32::try_from(list_bytes).is_err() {
+            return Err(Error::arg(format!(
+                "cache=\"adjacency\": {list_bytes} bytes of packed lists exceed what one \
+                 cache indexes (4 GiB); give the cache a smaller share"
+            )));
+        }
+        cache.bits = bits;
+        cache.edges = edges;
         cache.slot = vec![ABSENT; n];
         cache.start = Vec::with_capacity(count + 1);
         cache.start.push(0);
-        cache.lists = Vec::with_capacity(edges);
+        cache.packed = Vec::with_capacity(list_bytes + bitpack::PAD);
         let mut parser = Parser::new(&path, n, r);
         {
             let c = &mut cache;
@@ -130,13 +162,14 @@ impl AdjacencyCache {
                     let i = c.start.len() - 1;
                     if i < count {
                         c.slot[v as usize] = i as u32;
-                        c.lists.extend_from_slice(list);
-                        c.start.push(c.lists.len() as u32);
+                        bitpack::pack(list, bits, &mut c.packed);
+                        c.start.push(c.packed.len() as u32);
                     }
                 })
             })?;
         }
         parser.finish()?;
+        cache.packed.extend_from_slice(&[0u8; bitpack::PAD]);
         // Vectors, only once the whole graph is held.
         let vec_bytes = m.dim * m.dtype.size();
         let vec_words = vec_bytes.div_ceil(4);
@@ -183,7 +216,7 @@ impl AdjacencyCache {
         AdjacencyContents {
             lists: self.start.len().saturating_sub(1),
             vectors: self.nv,
-            edges: self.lists.len(),
+            edges: self.edges,
             bytes: Cache::memory_bytes(self),
         }
     }
@@ -198,13 +231,18 @@ impl Cache for AdjacencyCache {
         }
         let i = i as usize;
         let (a, b) = (self.start[i] as usize, self.start[i + 1] as usize);
+        let neighbours = Neighbours::Packed {
+            bytes: &self.packed[a..b + bitpack::PAD - 1],
+            bits: self.bits,
+            len: bitpack::ids_in(b - a, self.bits),
+        };
         let vector = (i < self.nv).then(|| {
             let w = &self.vectors[i * self.vec_words..(i + 1) * self.vec_words];
             &bytemuck::cast_slice::<u32, u8>(w)[..self.vec_bytes]
         });
         Some(CachedNode {
             vector,
-            neighbours: &self.lists[a..b],
+            neighbours,
             codes: &[],
         })
     }
@@ -219,9 +257,7 @@ impl Cache for AdjacencyCache {
     }
 
     fn memory_bytes(&self) -> usize {
-        4 * (self.slot.capacity()
-            + self.start.capacity()
-            + self.lists.capacity()
-            + self.vectors.capacity())
+        4 * (self.slot.capacity() + self.start.capacity() + self.vectors.capacity())
+            + self.packed.capacity()
     }
 }

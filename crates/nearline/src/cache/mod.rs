@@ -18,6 +18,57 @@ use crate::Result;
 use std::collections::VecDeque;
 use std::path::Path;
 
+/// A cached node's neighbour ids: as a record stores them, or bit-packed
+/// (the adjacency cache, see [`crate::util::bitpack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Neighbours<'a> {
+    /// Plain ids.
+    Ids(&'a [u32]),
+    /// `len` ids of `bits` bits each, packed from the start of `bytes`
+    /// (which extends past the list as `bitpack::get` needs).
+    Packed {
+        bytes: &'a [u8],
+        bits: u32,
+        len: usize,
+    },
+}
+
+impl<'a> Neighbours<'a> {
+    /// How many neighbours.
+    pub fn len(&self) -> usize {
+        match self {
+            Neighbours::Ids(s) => s.len(),
+            Neighbours::Packed { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ids as a slice: the stored one, or `buf` filled with them.
+    #[inline]
+    pub fn as_slice<'b>(&self, buf: &'b mut Vec<u32>) -> &'b [u32]
+    where
+        'a: 'b,
+    {
+        match *self {
+            Neighbours::Ids(s) => s,
+            Neighbours::Packed { bytes, bits, len } => {
+                crate::util::bitpack::unpack_into(bytes, bits, len, buf);
+                buf
+            }
+        }
+    }
+
+    /// The ids, copied.
+    pub fn to_vec(&self) -> Vec<u32> {
+        let mut buf = Vec::new();
+        self.as_slice(&mut buf).to_vec()
+    }
+}
+
 /// What a cache holds of one node: its adjacency list and, when the cache
 /// keeps it, its vector (an adjacency-only cache leaves the exact distance
 /// to a later stage).
@@ -26,7 +77,7 @@ pub struct CachedNode<'a> {
     /// The stored vector's bytes, when cached.
     pub vector: Option<&'a [u8]>,
     /// The node's neighbours.
-    pub neighbours: &'a [u32],
+    pub neighbours: Neighbours<'a>,
     /// Their codes, when the cache keeps a coded record (empty otherwise).
     pub codes: &'a [u8],
 }
@@ -262,7 +313,7 @@ impl Cache for NodeCache {
         let view = self.geo.as_ref()?.decode_record(rec).ok()?;
         Some(CachedNode {
             vector: Some(view.vector),
-            neighbours: view.neighbours,
+            neighbours: Neighbours::Ids(view.neighbours),
             codes: view.codes,
         })
     }

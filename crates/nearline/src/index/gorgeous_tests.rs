@@ -304,6 +304,44 @@ fn searches_of_any_shape_stay_within_the_budget() {
 }
 
 #[test]
+fn the_packed_adjacency_cache_holds_exactly_the_graphs_lists() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
+    let geo = crate::planner::geometry(&man).unwrap();
+    let layout = AnyLayout::Id(crate::layout::IdLayout::new(geo, man.n));
+    let mut reader = RecordReader::open(&dir.join("pages.bin"), &layout).unwrap();
+    // A budget that holds every list (and some vectors).
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(64 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let crate::cache::AnyCache::Adjacency(cache) = idx.graph().unwrap().cache() else {
+        panic!("the gorgeous preset opens an adjacency cache");
+    };
+    let held = cache.contents();
+    assert_eq!(held.lists, man.n);
+    let mut edges = 0;
+    for v in 0..man.n as u32 {
+        let node = crate::cache::Cache::get(cache, v).unwrap();
+        let want = reader.record(v).unwrap().neighbours.to_vec();
+        assert_eq!(node.neighbours.len(), want.len(), "node {v}");
+        assert_eq!(node.neighbours.to_vec(), want, "node {v}");
+        edges += want.len();
+    }
+    assert_eq!(held.edges, edges);
+    // Packed at ⌈log2 n⌉ bits: the lists take what `list_bytes` says.
+    let bits = crate::util::bitpack::bits_for(man.n) as usize;
+    assert_eq!(bits, 13);
+    assert!(held.bytes as u64 >= crate::cache::AdjacencyCache::index_bytes(man.n));
+    assert!(held.bytes >= 4 * man.n + (edges * bits).div_ceil(8));
+}
+
+#[test]
 fn the_adjacency_cache_never_exceeds_its_share() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("g");

@@ -158,9 +158,9 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
     // power of two.)
     let exact = (hops.min(s.n).next_power_of_two() as u64) * 8;
     // Reads, targets, free read ids, the page's targets; the expansion's
-    // scratch.
+    // scratch and a cached list unpacked.
     let in_flight = s.width.max(s.refine) as u64;
-    let reads = in_flight * (16 + 12 + 2 + 4) + 4 * s.r as u64;
+    let reads = in_flight * (16 + 12 + 2 + 4) + 8 * s.r as u64;
     // A query's W reads (the refine stage's, when more), and one more while
     // an arrived page is processed (its buffer goes back after the next
     // read is issued).
@@ -197,13 +197,16 @@ pub fn query_bytes(s: &QueryShape) -> u64 {
 }
 
 /// Adjacency lists of mean degree `degree` an adjacency cache holds in
-/// `share` bytes (its node index costs 4 bytes a node once any list fits).
+/// `share` bytes (its node index costs 4 bytes a node once any list fits;
+/// a list, its bit-packed ids and a 4-byte offset).
 pub fn adjacency_lists_for(share: u64, n: usize, degree: f64) -> u64 {
     let index = crate::cache::AdjacencyCache::index_bytes(n);
     if share <= index {
         return 0;
     }
-    (((share - index) as f64 / (4.0 + 4.0 * degree.max(0.0))) as u64).min(n as u64)
+    let bits = crate::util::bitpack::bits_for(n) as f64;
+    let per_list = 4.0 + (degree.max(0.0) * bits / 8.0).ceil();
+    (((share - index) as f64 / per_list) as u64).min(n as u64)
 }
 
 /// Bytes of an I/O engine for `depth` reads in flight.

@@ -91,6 +91,8 @@ pub struct Query<T: Element> {
     pub frontier: Vec<u32>,
     /// Unvisited neighbours of the node being expanded (scratch).
     fresh: Vec<u32>,
+    /// A cached node's neighbours, unpacked (scratch).
+    list: Vec<u32>,
     pub reads: Vec<Read>,
     free_reads: Vec<u16>,
     /// Reads of this query in flight.
@@ -148,6 +150,7 @@ impl<T: Element> Default for Query<T> {
             exact: Vec::new(),
             frontier: Vec::new(),
             fresh: Vec::new(),
+            list: Vec::new(),
             reads: Vec::new(),
             free_reads: Vec::new(),
             live: 0,
@@ -219,6 +222,7 @@ impl<T: Element> Query<T> {
             + self.exact.capacity() * 8
             + self.frontier.capacity() * 4
             + self.fresh.capacity() * 4
+            + self.list.capacity() * 4
             + self.reads.capacity() * std::mem::size_of::<Read>()
             + self.targets.capacity() * std::mem::size_of::<Target>()
             + self.page_nodes.capacity() * 4
@@ -490,16 +494,19 @@ impl<T: Element> Query<T> {
             return Ok(false);
         };
         self.stats.cache_hits += 1;
+        let mut buf = std::mem::take(&mut self.list);
+        let neighbours = node.neighbours.as_slice(&mut buf);
         match node.vector {
             Some(vector) => {
-                self.expand_whole(env, v, vector, node.neighbours, node.codes)?;
+                self.expand_whole(env, v, vector, neighbours, node.codes)?;
             }
             None => {
                 self.stats.adjacency_hits += 1;
                 self.unrefined.insert(v, ());
-                self.expand(env, v, node.neighbours)?;
+                self.expand(env, v, neighbours)?;
             }
         }
+        self.list = buf;
         Ok(true)
     }
 

@@ -1,6 +1,7 @@
 //! Small utilities shared across components.
 
 pub mod bigbuf;
+pub mod bitpack;
 pub mod budget;
 pub mod huge;
 pub mod idmap;
