@@ -209,6 +209,23 @@ pub fn adjacency_lists_for(share: u64, n: usize, degree: f64) -> u64 {
     (((share - index) as f64 / per_list) as u64).min(n as u64)
 }
 
+/// The largest PQ size, at most `cap`, whose codes leave an adjacency cache
+/// room for every node's list at degree `r`, in the memory `plan` gives the
+/// codes (planned at `cap`) and the cache together; `None` when not even
+/// one-byte codes do.
+pub fn pq_bytes_leaving_every_list(
+    plan: &MemoryPlan,
+    n: usize,
+    r: usize,
+    cap: usize,
+) -> Option<usize> {
+    let together = plan.pq_codes + plan.cache;
+    let lists = crate::cache::AdjacencyCache::index_bytes(n)
+        .saturating_add((n as u64).saturating_mul(crate::cache::AdjacencyCache::list_bytes(n, r)));
+    let room = together.checked_sub(lists)?;
+    (1..=cap).rev().find(|&m| pq_codes_bytes(n, m) <= room)
+}
+
 /// Bytes of an I/O engine for `depth` reads in flight.
 pub fn engine_bytes(depth: usize) -> u64 {
     crate::io::IoEngine::bytes_for_depth(depth)

@@ -590,18 +590,30 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     }
     let pq_selection = select_pq.then(|| {
         let candidates = PQ_SELECT_CANDIDATES;
+        let fill = memory::pq_bytes_leaving_every_list(&mem, f.n, r, pq_bytes);
+        let filled = match fill {
+            Some(m) => format!(
+                "; every adjacency list (at R) fits beside codes of up to {m} bytes, so it \
+                 keeps the larger of that (at most {}× the smallest passing size) and the \
+                 smallest: with every list in memory only the refine stage reads, and a finer \
+                 ranking needs fewer refine reads",
+                build::pq::FILL_MAX_FACTOR
+            ),
+            None => String::new(),
+        };
         if let Some(x) = d.iter_mut().find(|x| x.what == "pq_bytes") {
             x.rule = format!(
                 "at most {pq_bytes} (half of what the fixed structures and workers leave of the \
                  budget; the rest holds adjacency lists); the build keeps the smallest size \
                  whose ranking of the data holds sample queries' exact 10 nearest within its top \
-                 {candidates} at recall ≥ {:.2} (each candidate beyond is a refine read)",
+                 {candidates} at recall ≥ {:.2} (each candidate beyond is a refine read){filled}",
                 1.0 - PQ_SELECT_TOLERANCE
             );
         }
         build::pq::PqSelection {
             tolerance: PQ_SELECT_TOLERANCE,
             candidates,
+            fill,
         }
     });
     if adjacency_first {
