@@ -278,6 +278,10 @@ def test_report_and_plot(tmp_path):
     }
     out = plots.plot_qps_recall(summary, tmp_path / "c.png", k=10, title="t")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # A budget sweep's plot names end in the budget ("-b0.1"): never taken for a format.
+    out = plots.plot_qps_recall(summary, tmp_path / "c-b0.1", k=10)
+    assert out == tmp_path / "c-b0.1.png" and out.read_bytes()[:4] == b"\x89PNG"
+    assert plots.image_path(tmp_path / "d.svg") == tmp_path / "d.svg"
     full = {"nearline": {"points": bench.median_points([summary["nearline"]["points"]])},
             "diskannpy": {"points": bench.median_points([summary["diskannpy"]["points"]])}}
     at = bench.matched_ratios(full["nearline"], full["diskannpy"])

@@ -9,6 +9,19 @@ from typing import Any, Optional, Union
 
 log = logging.getLogger(__name__)
 
+#: File formats the plots are written in, by suffix (matplotlib's raster and vector writers).
+IMAGE_FORMATS = frozenset({"png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp"})
+
+
+def image_path(path: Union[str, os.PathLike]) -> Path:
+    """``path`` as an image file name: a name without an image format of its own (``x``, or
+    ``x-b0.1`` as a budget sweep names its plots) gets ``.png`` appended, so that the part
+    after a dot is never taken for a format."""
+    path = Path(path)
+    if path.suffix.lower().lstrip(".") not in IMAGE_FORMATS:
+        path = path.with_name(path.name + ".png")
+    return path
+
 
 def plot_qps_recall(
     summary: dict[str, dict[str, Any]],
@@ -60,7 +73,7 @@ def plot_qps_recall(
         tail.legend()
     if title:
         fig.suptitle(title)
-    path = Path(path)
+    path = image_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)
@@ -100,7 +113,7 @@ def plot_qps_budget(
     ax.legend()
     if title:
         ax.set_title(title, fontsize=9)
-    path = Path(path)
+    path = image_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)
@@ -170,7 +183,7 @@ def plot_roofline(
               frameon=False)
     if title:
         ax.set_title(title, fontsize=9)
-    path = Path(path)
+    path = image_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path)
