@@ -74,7 +74,8 @@ def _stats_means(stats: dict[str, np.ndarray]) -> dict[str, float]:
                       ("cache_hits", "mean_cache_hits"), ("bytes_read", "mean_bytes_read"),
                       ("pq_distances", "mean_pq_distances"), ("exact_distances", "mean_exact_distances"),
                       ("io_wait_us", "mean_io_wait_us"), ("cpu_us", "mean_cpu_us"), ("dist_us", "mean_dist_us"),
-                      ("total_us", "mean_total_us")):
+                      ("total_us", "mean_total_us"), ("refine_reads", "mean_refine_reads"),
+                      ("adjacency_hits", "mean_adjacency_hits"), ("replica_hits", "mean_replica_hits")):
         if key in stats:
             point[name] = float(np.mean(stats[key]))
     # Starling's Table 2: ξ averaged over every block read (records used /

@@ -907,7 +907,7 @@ def roofline_summary(summary: dict[str, dict[str, Any]], target: float) -> dict[
 #: Per-query statistics that add up over the rounds of the doubling baseline.
 _SUMMED_STATS = ("hops", "reads", "bytes_read", "cache_hits", "pq_distances", "exact_distances", "io_wait_us",
                  "cpu_us", "total_us", "used_bytes", "page_records", "used_records", "colocated", "path_length",
-                 "dist_us")
+                 "dist_us", "refine_reads", "adjacency_hits", "replica_hits")
 
 
 def knn_doubling_range(
