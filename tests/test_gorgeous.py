@@ -27,7 +27,10 @@ def data():
 def gorgeous(tmp_path_factory, data):
     base, _ = data
     path = tmp_path_factory.mktemp("g") / "g.index"
-    nearline.build(base, path, preset="gorgeous", R=24, build_L=48, threads=2, progress=False)
+    # The paper's layout, pinned: with the layout left to the preset, a budget that holds every
+    # list gets a shuffled one (test_every_list_in_memory_gets_a_shuffled_layout).
+    nearline.build(base, path, preset="gorgeous", layout="replicated", R=24, build_L=48, threads=2,
+                   progress=False)
     return path
 
 
@@ -122,6 +125,35 @@ def test_plan_shows_the_gorgeous_split(data):
     assert what["packed_lists"]["value"] == "35"
     assert p["memory"]["cache_policy"] == "adjacency"
     assert p["memory"]["budget"] == base.nbytes
+    # The whole raw size holds every list: the build may write a shuffled layout instead.
+    assert what["layout_if_lists_fit"]["value"] == "shuffled"
+    assert "every adjacency list" in what["layout_if_lists_fit"]["rule"]
+    pinned = nearline.plan(base, preset="gorgeous", memory_budget=1.0, R=24, layout="replicated")
+    assert "layout_if_lists_fit" not in {d["what"] for d in pinned["decisions"]}
+
+
+def test_every_list_in_memory_gets_a_shuffled_layout(tmp_path, data):
+    base, queries = data
+    truth = exact_knn(base, queries, 10)
+    # Three times the raw size (this set is small for its workers): every list fits.
+    idx = nearline.build(base, tmp_path / "s", preset="gorgeous", memory_budget=3 * base.nbytes, R=24, build_L=48,
+                         threads=2, progress=False)
+    idx.close()
+    # Opened with a budget that holds every list but not every vector.
+    with nearline.open(tmp_path / "s", memory_budget="3MiB") as idx:
+        info = idx.info()
+        assert info["layout"]["kind"] == "shuffled" and "replication" not in info["layout"]
+        assert info["cache"]["policy"] == "adjacency" and info["cache"]["lists"] == len(base)
+        ids, _, st = idx.search(queries, 10, return_stats=True)
+        assert _recall(ids, truth, 10) >= 0.9
+        # The whole graph is in memory: only the refine stage reads.
+        assert st["refine_reads"].sum() > 0
+        assert np.array_equal(st["reads"], st["refine_reads"])
+    # The CLI plan names the alternative.
+    nearline.write_vectors(tmp_path / "b.fbin", base)
+    r = _cli("plan", str(tmp_path / "b.fbin"), "--preset", "gorgeous", "--memory-budget", "1.0", "--R", "24")
+    assert r.returncode == 0, r.stderr
+    assert "layout_if_lists_fit" in r.stdout and "shuffled" in r.stdout
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -78,6 +78,9 @@ pub struct BuildPlan {
     /// How a shuffled layout is made.
     #[serde(skip)]
     pub shuffle: ShuffleParams,
+    /// Page size of the PQ selection's alternative layout, if it has one.
+    #[serde(skip)]
+    pub alternative_page_size: usize,
     /// Navigation-graph sample rate (0: none).
     pub nav_sample: f64,
     /// Centroid entries (0: none).
@@ -88,6 +91,22 @@ pub struct BuildPlan {
     pub memory_budget_auto: bool,
     /// Bytes the build may use (`None`: unlimited).
     pub build_memory_budget: Option<u64>,
+}
+
+impl BuildPlan {
+    /// This plan writing a `layout` of plain records instead (the PQ
+    /// selection's alternative, see `pq::PqSelection`): no packed lists,
+    /// the preset's page size for it, no further selection.
+    pub fn with_layout(&self, layout: LayoutKind) -> BuildPlan {
+        BuildPlan {
+            layout,
+            packed: 0,
+            replica_cap: 0,
+            page_size: self.alternative_page_size,
+            pq_selection: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// What a build is given besides the data and the plan.
@@ -191,6 +210,7 @@ fn phases<T: Element>(
         // 1. Product quantization: train on a sample, encode in streaming chunks.
         //    (A coded layout has none: its transform took this time.)
         let tq = Instant::now();
+        let mut switched = None;
         let (pq_bytes, codes, pq_trials) = if let Some(c) = &coding {
             sections.insert(
                 Section::Pca,
@@ -212,8 +232,15 @@ fn phases<T: Element>(
             );
             (0, None, Vec::new())
         } else {
-            let (codebook, codes, pq_trials) =
-                pq::run(&data, plan, build_budget, progress, cancel)?;
+            let pq::PqOutput {
+                codebook,
+                codes,
+                trials: pq_trials,
+                layout,
+            } = pq::run(&data, plan, build_budget, progress, cancel)?;
+            // Every adjacency list fits in memory with the planner's
+            // alternative layout: write that one (see `pq::PqSelection`).
+            switched = layout.map(|kind| plan.with_layout(kind));
             sections.insert(
                 Section::PqCodebook,
                 write_section(
@@ -230,6 +257,7 @@ fn phases<T: Element>(
             (codebook.m(), Some(codes), pq_trials)
         };
         let pq_seconds = tq.elapsed().as_secs_f64() + coding_seconds;
+        let plan = switched.as_ref().unwrap_or(plan);
 
         // 2. The graph (one-shot or sharded within the build budget; the PQ
         //    codes stay resident through it).

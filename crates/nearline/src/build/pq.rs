@@ -5,7 +5,7 @@ use super::{check_cancel, BuildPlan, Progress};
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
 use crate::elem::Element;
-use crate::format::PqTrial;
+use crate::format::{LayoutKind, PqTrial};
 use crate::quant::pq::{adc, PqCodebook, PQ_CENTROIDS};
 use crate::util::BigBuf;
 use crate::Result;
@@ -29,13 +29,18 @@ const CHUNK: usize = 65_536;
 ///
 /// When `fill` is given (the largest size whose codes leave every adjacency
 /// list its room in the budget) and lies above the smallest passing size,
-/// the selection keeps `min(fill, FILL_MAX_FACTOR × smallest)` instead:
+/// the selection keeps `min(fill, fill_max_factor × smallest)` instead:
 /// once every list is in memory the only reads are the refine stage's, and
 /// a finer ranking needs fewer of them for the same recall (wordnet at 20%
 /// of its raw bytes, every list held: 16 reads at 96 bytes, 14 at 125, for
 /// recall 0.95), which the few vectors the same bytes would cache
 /// (1–3% of the nodes) cannot match. The factor bounds the table lookups
 /// every hop pays for it.
+///
+/// With an `alternative` layout (the planner's, for a layout it was not
+/// asked for), the lists are checked against that layout's memory first:
+/// when every list fits beside the smallest passing size there, the build
+/// writes that layout and fills up to its `fill`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct PqSelection {
     pub tolerance: f32,
@@ -43,10 +48,43 @@ pub struct PqSelection {
     pub candidates: usize,
     /// Largest PQ size whose codes leave every adjacency list room.
     pub fill: Option<usize>,
+    /// A filled size is at most this many times the smallest passing one
+    /// (the planner's `PQ_FILL_MAX_FACTOR`).
+    pub fill_max_factor: usize,
+    /// The layout to write instead when every list fits with it.
+    pub alternative: Option<LayoutAlternative>,
 }
 
-/// A filled PQ size is at most this many times the smallest passing one.
-pub const FILL_MAX_FACTOR: usize = 2;
+/// A layout the build writes instead of the plan's when every adjacency
+/// list fits in memory with it (see [`PqSelection`]).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LayoutAlternative {
+    pub layout: LayoutKind,
+    /// Largest PQ size whose codes leave every adjacency list room with
+    /// that layout's memory.
+    pub fill: usize,
+}
+
+impl PqSelection {
+    /// The PQ size kept given the `smallest` passing one (`cap`: the most
+    /// the plan allows), and the layout switched to, if any.
+    pub fn keep(&self, smallest: usize, cap: usize) -> (usize, Option<LayoutKind>) {
+        let filled = |f: usize| {
+            f.min(self.fill_max_factor.max(1) * smallest)
+                .min(cap)
+                .max(smallest)
+        };
+        if let Some(a) = self.alternative {
+            if smallest <= a.fill {
+                return (filled(a.fill), Some(a.layout));
+            }
+        }
+        match self.fill {
+            Some(f) if f > smallest => (filled(f), None),
+            _ => (smallest, None),
+        }
+    }
+}
 
 /// Rows the trial codebooks are trained on.
 const SELECT_TRAIN_ROWS: usize = 20_000;
@@ -59,20 +97,36 @@ const SELECT_K: usize = 10;
 /// Rows converted and encoded per chunk of the ranking pass.
 const SELECT_CHUNK: usize = 8192;
 
-/// Trains the codebook and encodes `data`: the codebook, `n × m` codes
-/// and, when the plan asks the build to choose the PQ bytes, the trials.
+/// What the PQ phase produced.
+pub struct PqOutput {
+    pub codebook: PqCodebook,
+    /// `n × m` codes.
+    pub codes: BigBuf<u8>,
+    /// The sizes tried, when the plan asks the build to choose.
+    pub trials: Vec<PqTrial>,
+    /// The layout the selection switched to (see
+    /// [`PqSelection::alternative`]), if it did.
+    pub layout: Option<LayoutKind>,
+}
+
+/// Trains the codebook and encodes `data` (choosing the PQ bytes first
+/// when the plan asks the build to).
 pub fn run<T: Element>(
     data: &Matrix<T>,
     plan: &BuildPlan,
     build_budget: u64,
     progress: Progress<'_>,
     cancel: &AtomicBool,
-) -> Result<(PqCodebook, BigBuf<u8>, Vec<PqTrial>)> {
+) -> Result<PqOutput> {
     let (n, dim) = (data.n(), data.dim());
     progress("pq", 0, n as u64);
-    let (m, trials) = match plan.pq_selection {
-        Some(sel) => select(data, plan, sel, cancel)?,
-        None => (plan.pq_bytes, Vec::new()),
+    let (m, trials, layout) = match plan.pq_selection {
+        Some(sel) => {
+            let (smallest, trials) = select(data, plan, sel, cancel)?;
+            let (m, layout) = sel.keep(smallest, plan.pq_bytes);
+            (m, trials, layout)
+        }
+        None => (plan.pq_bytes, Vec::new(), None),
     };
     let sample_rows = sample_rows(n, dim, build_budget);
     let codebook = train(data, m, plan.metric, plan.seed, sample_rows, cancel)?;
@@ -88,7 +142,12 @@ pub fn run<T: Element>(
         data.release_rows(start, end);
         progress("pq", end as u64, n as u64);
     }
-    Ok((codebook, codes, trials))
+    Ok(PqOutput {
+        codebook,
+        codes,
+        trials,
+        layout,
+    })
 }
 
 /// The PQ sizes the selection tries, ascending: dim/32, dim/16, … up to
@@ -223,11 +282,7 @@ fn select<T: Element>(
         });
         if recall >= 1.0 - sel.tolerance as f64 {
             data.release_rows(0, n);
-            let keep = match sel.fill {
-                Some(f) if f > m => f.min(FILL_MAX_FACTOR * m).min(plan.pq_bytes),
-                _ => m,
-            };
-            return Ok((keep, trials));
+            return Ok((m, trials));
         }
     }
     data.release_rows(0, n);

@@ -18,12 +18,16 @@ fn never() -> AtomicBool {
 const N: usize = 6000;
 const DIM: usize = 64;
 
+/// The gorgeous preset with its paper's layout pinned (with the layout
+/// left to it, a budget that holds every list gets a shuffled one:
+/// `every_list_in_memory_gets_a_shuffled_layout`).
 fn gorgeous_opts() -> BuildOptions {
     BuildOptions {
         preset: PresetChoice::Named(Preset::Gorgeous),
         r: Some(24),
         build_l: Some(48),
         threads: Some(2),
+        layout: Some(LayoutKind::Replicated),
         ..Default::default()
     }
 }
@@ -67,11 +71,11 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
     assert!(man.has(Section::Adjacency) && man.has(Section::NavGraph));
     assert!(!man.build_stats.pq_trials.is_empty());
     // The smallest passing size, or, when every list fits beside larger
-    // codes, up to FILL_MAX_FACTOR times it.
+    // codes, up to PQ_FILL_MAX_FACTOR times it.
     let passing = man.build_stats.pq_trials.last().unwrap().pq_bytes;
     assert!(
         man.spec.pq_bytes >= passing
-            && man.spec.pq_bytes <= crate::build::pq::FILL_MAX_FACTOR * passing,
+            && man.spec.pq_bytes <= crate::planner::PQ_FILL_MAX_FACTOR * passing,
         "{} after trials {:?}",
         man.spec.pq_bytes,
         man.build_stats.pq_trials
@@ -214,6 +218,7 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
     let m = &p10.memory;
     assert!(m.pq_codes + m.cache < lists, "{m:?}");
     assert_eq!(sel.fill, None, "{sel:?}");
+    assert_eq!(sel.alternative, None, "{sel:?}");
     // 20%: every list fits beside codes of up to `fill` bytes, and not
     // beside one more.
     let p20 = plan(0.20);
@@ -233,6 +238,32 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
         );
     }
     assert!(fill > 96, "{fill}");
+    // With a shuffled layout's maps every list still fits, beside
+    // slightly smaller codes: the build may switch to it.
+    let alt = sel.alternative.expect("a shuffled alternative at 20%");
+    assert_eq!(alt.layout, LayoutKind::Shuffled);
+    assert!(alt.fill < fill && alt.fill > 96, "{alt:?} against {fill}");
+    assert_eq!(
+        sel.keep(alt.fill, p20.plan.pq_bytes).1,
+        Some(LayoutKind::Shuffled)
+    );
+    assert_eq!(sel.keep(alt.fill + 1, p20.plan.pq_bytes).1, None);
+    assert!(p20
+        .decisions
+        .iter()
+        .any(|x| x.what == "layout_if_lists_fit"));
+    // Asked for a layout: no alternative.
+    let asked = plan_build(
+        &BuildOptions {
+            preset: PresetChoice::Named(Preset::Gorgeous),
+            memory_budget: Some(Budget::Bytes((raw * 0.2) as u64)),
+            layout: Some(LayoutKind::Replicated),
+            ..Default::default()
+        },
+        &facts,
+    )
+    .unwrap();
+    assert_eq!(asked.plan.pq_selection.unwrap().alternative, None);
     let why = &p20
         .decisions
         .iter()
@@ -240,6 +271,87 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
         .unwrap()
         .rule;
     assert!(why.contains("every adjacency list"), "{why}");
+}
+
+/// With the layout left to the preset, the build writes a shuffled layout
+/// when the PQ size it keeps leaves every adjacency list room in memory,
+/// and the paper's replicated one when it does not; either way a search
+/// reads only what the refine stage ranks when every list is held.
+#[test]
+fn every_list_in_memory_gets_a_shuffled_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = clustered(N, DIM, 1);
+    let raw = (N * DIM * 4) as u64;
+    let built = |name: &str, budget: u64| {
+        let o = BuildOptions {
+            layout: None,
+            memory_budget: Some(Budget::Bytes(budget)),
+            ..gorgeous_opts()
+        };
+        let planned = plan_build(
+            &o,
+            &DataFacts {
+                n: N,
+                dim: DIM,
+                dtype: DType::F32,
+            },
+        )
+        .unwrap();
+        let dir = tmp.path().join(name);
+        let m = Matrix::from_vec(data.clone(), N, DIM).unwrap();
+        (
+            planned,
+            build(m, &dir, &o, &|_, _, _| {}, &never()).unwrap(),
+            dir,
+        )
+    };
+    // Three times the raw size (this set is small for its workers): every
+    // list fits beside the codes the selection passes.
+    let (planned, man, dir) = built("roomy", 3 * raw);
+    let sel = planned.plan.pq_selection.unwrap();
+    let alt = sel.alternative.expect("an alternative");
+    assert_eq!(
+        man.layout.kind,
+        LayoutKind::Shuffled,
+        "{alt:?} {sel:?} {:?} cap {}",
+        man.build_stats.pq_trials,
+        planned.plan.pq_bytes
+    );
+    assert_eq!(man.layout.packed, 0);
+    assert!(man.layout.replication.is_none());
+    assert!(man.has(Section::Adjacency));
+    let passing = man.build_stats.pq_trials.last().unwrap().pq_bytes;
+    assert_eq!(
+        man.spec.pq_bytes,
+        sel.keep(passing, planned.plan.pq_bytes).0
+    );
+    assert!(man.spec.pq_bytes <= alt.fill.max(passing));
+    // Opened with a budget that holds every list but not every vector.
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(3 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let info = idx.info();
+    assert_eq!(info["cache"]["policy"], "adjacency", "{info}");
+    assert_eq!(info["cache"]["lists"], N, "{info}");
+    let queries = clustered(50, DIM, 7);
+    let (r, out) = recall(&idx, &data, &queries, &SearchOptions::new(10));
+    assert!(r >= 0.9, "recall {r}");
+    let sum = |f: fn(&QueryStats) -> u32| out.stats.iter().map(f).sum::<u32>();
+    assert!(sum(|s| s.refine_reads) > 0);
+    assert_eq!(sum(|s| s.reads), sum(|s| s.refine_reads));
+    // A budget whose codes and cache cannot hold every list: replicated.
+    let lists = crate::cache::AdjacencyCache::index_bytes(N)
+        + N as u64 * crate::cache::AdjacencyCache::list_bytes(N, 24);
+    let tight = planned.memory.budget - planned.memory.cache - planned.memory.pq_codes + lists / 2;
+    let (planned, man, _) = built("tight", tight);
+    assert_eq!(planned.plan.pq_selection.unwrap().alternative, None);
+    assert_eq!(man.layout.kind, LayoutKind::Replicated);
+    assert!(man.layout.packed > 0);
 }
 
 #[test]

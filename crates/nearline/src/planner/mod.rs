@@ -62,6 +62,11 @@ pub const PQ_SELECT_TOLERANCE: f32 = 0.03;
 /// PQ size whose ranking holds them there, because every candidate beyond is
 /// a read (docs/benchmarks.md, "Gorgeous": the PQ size and the refine reads).
 pub const PQ_SELECT_CANDIDATES: usize = 20;
+/// A PQ size the selection fills up to (every adjacency list still in
+/// memory, see `build::pq::PqSelection`) is at most this many times the
+/// smallest passing size: it bounds the table lookups every hop pays for
+/// fewer refine reads.
+pub const PQ_FILL_MAX_FACTOR: usize = 2;
 /// How much better (sample recall) another code shape must rank than the
 /// rules' for a coded build to keep it (see `build::codes::CodeSelection`):
 /// a point, about twice the probe's standard error (600 records × 10
@@ -423,7 +428,10 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                 "code_shape",
                 format!("chosen at build among {list} (principal dims × bits)"),
                 format!(
-                    "the shapes whose records fit the same blocks; the build scores each on a                      sample (the share of a record's {k} neighbours nearest a sample query that                      its codes rank in their top {k}) and keeps {code_dims}×{code_bits} (the                      rules above) unless another ranks {m:.0} point or more better",
+                    "the shapes whose records fit the same blocks; the build scores each on a \
+                     sample (the share of a record's {k} neighbours nearest a sample query that \
+                     its codes rank in their top {k}) and keeps {code_dims}×{code_bits} (the \
+                     rules above) unless another ranks {m:.0} point or more better",
                     k = build::codes::SHAPE_K,
                     m = CODE_SHAPE_MARGIN * 100.0
                 ),
@@ -588,6 +596,62 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             );
         }
     }
+    // Gorgeous replicates lists on the pages for the hops the adjacency
+    // cache misses. When the budget holds every list, no hop misses: the
+    // replicas serve nothing, and a shuffled layout of plain records (half
+    // the file; a refine read brings a graph neighbour's vector with it,
+    // often another candidate's) serves the refine stage better. Whether
+    // every list fits depends on the PQ size the build's selection finds,
+    // so the build decides, against the shuffled layout's own memory (its
+    // maps, its workers).
+    let alt_page_size = opts.page_size.unwrap_or(pd.page_size);
+    let alternative = if select_pq
+        && layout == LayoutKind::Replicated
+        && opts.layout.is_none()
+        && opts.disk_budget.is_none()
+    {
+        let geo_s = PageGeometry::with_regions(alt_page_size, vec_bytes, r, 0, 0, 0, f.n)?;
+        let map = memory::layout_map_bytes(LayoutKind::Shuffled, f.n, &geo_s);
+        let shape_r = shape(pq_bytes);
+        let shape_s = QueryShape {
+            block_size: geo_s.block_size,
+            records_per_block: geo_s.records_per_block,
+            sigma: Some(pd.sigma),
+            packed: 0,
+            ..shape_r
+        };
+        let per = |s: &QueryShape| memory::worker_bytes(s, preset::AUTO_QUERIES_IN_FLIGHT);
+        let more_workers = per(&shape_s).saturating_sub(per(&shape_r)) * open_threads as u64;
+        let together = mem.pq_codes + mem.cache;
+        let fill = together.checked_sub(map + more_workers).and_then(|left| {
+            let m = memory::MemoryPlan {
+                pq_codes: 0,
+                cache: left,
+                ..mem.clone()
+            };
+            memory::pq_bytes_leaving_every_list(&m, f.n, r, pq_bytes)
+        });
+        fill.map(|fill| {
+            d.push(Decision::new(
+                "layout_if_lists_fit",
+                LayoutKind::Shuffled,
+                format!(
+                    "Gorgeous: when every adjacency list (at R) fits in memory beside the PQ \
+                     codes the build keeps (here: codes of up to {fill} bytes beside the \
+                     shuffled layout's {map}-byte maps), no hop reads a page and the replicas \
+                     serve nothing; the build then writes a shuffled layout of plain records \
+                     ({alt_page_size}-byte pages) instead: half the file, and a refine read \
+                     brings a graph neighbour's vector with it"
+                ),
+            ));
+            build::pq::LayoutAlternative {
+                layout: LayoutKind::Shuffled,
+                fill,
+            }
+        })
+    } else {
+        None
+    };
     let pq_selection = select_pq.then(|| {
         let candidates = PQ_SELECT_CANDIDATES;
         let fill = memory::pq_bytes_leaving_every_list(&mem, f.n, r, pq_bytes);
@@ -597,7 +661,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                  keeps the larger of that (at most {}× the smallest passing size) and the \
                  smallest: with every list in memory only the refine stage reads, and a finer \
                  ranking needs fewer refine reads",
-                build::pq::FILL_MAX_FACTOR
+                PQ_FILL_MAX_FACTOR
             ),
             None => String::new(),
         };
@@ -614,6 +678,8 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             tolerance: PQ_SELECT_TOLERANCE,
             candidates,
             fill,
+            fill_max_factor: PQ_FILL_MAX_FACTOR,
+            alternative,
         }
     });
     if adjacency_first {
@@ -677,6 +743,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             seed: opts.seed,
             ..opts.shuffle.clone()
         },
+        alternative_page_size: alt_page_size,
         nav_sample,
         entry_clusters,
         memory_budget: mem.budget,
