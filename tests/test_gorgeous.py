@@ -204,6 +204,9 @@ def test_bench_gives_every_system_the_same_budget(tmp_path):
         assert saved["params"]["memory_budget"] == float(b) and saved["params"]["equal_budget"]
         info = saved["builds"]["gorgeous"]
         assert info.get("pq_bytes")
+        # A two-stage search's reads split into traversal and refine.
+        for p in saved["summary"]["gorgeous"]["points"]:
+            assert 0 <= p["mean_refine_reads"] <= p["mean_reads"]
     curve = res["qps_at_recall"]
     assert curve["gorgeous"]["budget"] == pytest.approx([0.6, 1.0])
     assert (tmp_path / "p-budgets.png").is_file() and (tmp_path / "p-b0.6.png").is_file()
