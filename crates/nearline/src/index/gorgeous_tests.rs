@@ -264,6 +264,29 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
     )
     .unwrap();
     assert_eq!(asked.plan.pq_selection.unwrap().alternative, None);
+    // 768-d: one plain record a 4 KiB page, so shuffling co-locates
+    // nothing: the alternative is the id layout (no maps).
+    let f768 = DataFacts {
+        n: 100_000,
+        dim: 768,
+        dtype: DType::F32,
+    };
+    let p768 = plan_build(
+        &BuildOptions {
+            preset: PresetChoice::Named(Preset::Gorgeous),
+            memory_budget: Some(Budget::Bytes((f768.n * f768.dim * 4) as u64 / 5)),
+            ..Default::default()
+        },
+        &f768,
+    )
+    .unwrap();
+    let alt = p768
+        .plan
+        .pq_selection
+        .unwrap()
+        .alternative
+        .expect("every list fits at 20%");
+    assert_eq!(alt.layout, LayoutKind::Id);
     let why = &p20
         .decisions
         .iter()

@@ -598,12 +598,12 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     }
     // Gorgeous replicates lists on the pages for the hops the adjacency
     // cache misses. When the budget holds every list, no hop misses: the
-    // replicas serve nothing, and a shuffled layout of plain records (half
-    // the file; a refine read brings a graph neighbour's vector with it,
-    // often another candidate's) serves the refine stage better. Whether
-    // every list fits depends on the PQ size the build's selection finds,
-    // so the build decides, against the shuffled layout's own memory (its
-    // maps, its workers).
+    // replicas serve nothing, and plain records serve the refine stage
+    // better: shuffled when a page holds several (half the file; a refine
+    // read brings a graph neighbour's vector with it, often another
+    // candidate's), else in id order (no maps to hold). Whether every list
+    // fits depends on the PQ size the build's selection finds, so the build
+    // decides, against that layout's own memory (its maps, its workers).
     let alt_page_size = opts.page_size.unwrap_or(pd.page_size);
     let alternative = if select_pq
         && layout == LayoutKind::Replicated
@@ -611,12 +611,17 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         && opts.disk_budget.is_none()
     {
         let geo_s = PageGeometry::with_regions(alt_page_size, vec_bytes, r, 0, 0, 0, f.n)?;
-        let map = memory::layout_map_bytes(LayoutKind::Shuffled, f.n, &geo_s);
+        let alt = if geo_s.records_per_block > 1 {
+            LayoutKind::Shuffled
+        } else {
+            LayoutKind::Id
+        };
+        let map = memory::layout_map_bytes(alt, f.n, &geo_s);
         let shape_r = shape(pq_bytes);
         let shape_s = QueryShape {
             block_size: geo_s.block_size,
             records_per_block: geo_s.records_per_block,
-            sigma: Some(pd.sigma),
+            sigma: (alt == LayoutKind::Shuffled).then_some(pd.sigma),
             packed: 0,
             ..shape_r
         };
@@ -632,22 +637,30 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             memory::pq_bytes_leaving_every_list(&m, f.n, r, pq_bytes)
         });
         fill.map(|fill| {
+            let how = if alt == LayoutKind::Shuffled {
+                format!(
+                    "a shuffled layout of plain records ({} a {}-byte page; its maps take \
+                     {map} bytes): a refine read brings a graph neighbour's vector with it",
+                    geo_s.records_per_block, geo_s.block_size
+                )
+            } else {
+                format!(
+                    "plain records in id order (one a {}-byte block, so shuffling would \
+                     co-locate nothing)",
+                    geo_s.block_size
+                )
+            };
             d.push(Decision::new(
                 "layout_if_lists_fit",
-                LayoutKind::Shuffled,
+                alt,
                 format!(
                     "Gorgeous: when every adjacency list (at R) fits in memory beside the PQ \
-                     codes the build keeps (here: codes of up to {fill} bytes beside the \
-                     shuffled layout's {map}-byte maps), no hop reads a page and the replicas \
-                     serve nothing; the build then writes a shuffled layout of plain records \
-                     ({alt_page_size}-byte pages) instead: half the file, and a refine read \
-                     brings a graph neighbour's vector with it"
+                     codes the build keeps (here: codes of up to {fill} bytes), no hop reads a \
+                     page and the replicas serve nothing; the build then writes {how}, a file \
+                     a fraction of the replicated one"
                 ),
             ));
-            build::pq::LayoutAlternative {
-                layout: LayoutKind::Shuffled,
-                fill,
-            }
+            build::pq::LayoutAlternative { layout: alt, fill }
         })
     } else {
         None
