@@ -282,6 +282,13 @@ def test_report_and_plot(tmp_path):
     out = plots.plot_qps_recall(summary, tmp_path / "c-b0.1", k=10)
     assert out == tmp_path / "c-b0.1.png" and out.read_bytes()[:4] == b"\x89PNG"
     assert plots.image_path(tmp_path / "d.svg") == tmp_path / "d.svg"
+    # A budget curve no system reached the recall on still plots, saying so, without a warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = plots.plot_qps_budget({"a": {"budget": [0.1, 0.2], "0.95": [None, None]}}, tmp_path / "e.png")
+    assert out.read_bytes()[:4] == b"\x89PNG"
     full = {"nearline": {"points": bench.median_points([summary["nearline"]["points"]])},
             "diskannpy": {"points": bench.median_points([summary["diskannpy"]["points"]])}}
     at = bench.matched_ratios(full["nearline"], full["diskannpy"])

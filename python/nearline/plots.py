@@ -110,7 +110,11 @@ def plot_qps_budget(
     ax.set_ylabel(f"QPS at recall {target:.2f} (log)")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, f"no system reached recall {target:.2f} at any budget", transform=ax.transAxes,
+                ha="center", va="center")
     if title:
         ax.set_title(title, fontsize=9)
     path = image_path(path)
