@@ -39,6 +39,24 @@ fn build_gorgeous(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
     (man, data)
 }
 
+/// Opens `dir` with a budget of `bytes`.
+fn open_with_budget(dir: &Path, bytes: u64) -> Index {
+    Index::open(
+        dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(bytes)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Bytes an adjacency cache takes to hold every list of `n` nodes at `r`.
+fn every_list_bytes(n: usize, r: usize) -> u64 {
+    crate::cache::AdjacencyCache::index_bytes(n)
+        + n as u64 * crate::cache::AdjacencyCache::list_bytes(n, r)
+}
+
 fn recall(idx: &Index, data: &[f32], queries: &[f32], opts: &SearchOptions) -> (f64, SearchOutput) {
     let nq = queries.len() / DIM;
     let out = idx.search(queries, nq, opts).unwrap();
@@ -83,14 +101,7 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
 
     // A budget that holds every list and some vectors (this set is small
     // for its workers).
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            memory_budget: Some(Budget::Bytes(3 << 20)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_with_budget(&dir, 3 << 20);
     assert_eq!(
         idx.open_plan().unwrap().cache,
         crate::planner::preset::CacheKind::Adjacency
@@ -209,8 +220,7 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
         )
         .unwrap()
     };
-    let lists = crate::cache::AdjacencyCache::index_bytes(facts.n)
-        + facts.n as u64 * crate::cache::AdjacencyCache::list_bytes(facts.n, 64);
+    let lists = every_list_bytes(facts.n, 64);
     // 10%: what the codes and the cache get together does not hold every
     // list; the selection keeps its smallest passing size.
     let p10 = plan(0.10);
@@ -350,14 +360,7 @@ fn every_list_in_memory_gets_a_shuffled_layout() {
     );
     assert!(man.spec.pq_bytes <= alt.fill.max(passing));
     // Opened with a budget that holds every list but not every vector.
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            memory_budget: Some(Budget::Bytes(3 << 20)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_with_budget(&dir, 3 << 20);
     let info = idx.info();
     assert_eq!(info["cache"]["policy"], "adjacency", "{info}");
     assert_eq!(info["cache"]["lists"], N, "{info}");
@@ -368,8 +371,7 @@ fn every_list_in_memory_gets_a_shuffled_layout() {
     assert!(sum(|s| s.refine_reads) > 0);
     assert_eq!(sum(|s| s.reads), sum(|s| s.refine_reads));
     // A budget whose codes and cache cannot hold every list: replicated.
-    let lists = crate::cache::AdjacencyCache::index_bytes(N)
-        + N as u64 * crate::cache::AdjacencyCache::list_bytes(N, 24);
+    let lists = every_list_bytes(N, 24);
     let tight = planned.memory.budget - planned.memory.cache - planned.memory.pq_codes + lists / 2;
     let (planned, man, _) = built("tight", tight);
     assert_eq!(planned.plan.pq_selection.unwrap().alternative, None);
@@ -459,14 +461,7 @@ fn searches_of_any_shape_stay_within_the_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("g");
     build_gorgeous(&dir, &gorgeous_opts());
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            memory_budget: Some(Budget::Bytes(3 << 20)),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_with_budget(&dir, 3 << 20);
     let q = clustered(64, DIM, 11);
     for (l, threads, qif, ratio) in [
         (128, 2, None, None),
