@@ -148,6 +148,219 @@ impl<T: Pod> std::fmt::Debug for BigBuf<T> {
     }
 }
 
+/// A growable buffer of `T` that hands memory back when it shrinks: the
+/// storage of a cache that gives up entries while a search borrows its
+/// memory and takes them back afterwards. Past one page it lives in its own
+/// anonymous mapping of the capacity it was created with (untouched pages
+/// cost nothing), [`BigVec::truncate`] returns the whole pages past the new
+/// end to the kernel at once, and growing back within the capacity touches
+/// them again; growing past it moves the buffer to a larger mapping. Smaller
+/// buffers are heap vectors of exact capacity.
+pub struct BigVec<T: Pod> {
+    store: Store<T>,
+    len: usize,
+    /// Elements the mapping holds (a heap buffer: its vector's capacity).
+    cap: usize,
+}
+
+impl<T: Pod> BigVec<T> {
+    /// An empty buffer.
+    pub fn new() -> Self {
+        BigVec {
+            store: Store::Heap(Vec::new()),
+            len: 0,
+            cap: 0,
+        }
+    }
+
+    /// An empty buffer with room for `cap` elements.
+    pub fn with_capacity(cap: usize) -> Self {
+        let size = std::mem::size_of::<T>();
+        let bytes = cap.saturating_mul(size);
+        if size == 0 || bytes < PAGE || std::mem::align_of::<T>() > PAGE {
+            return BigVec {
+                store: Store::Heap(Vec::with_capacity(cap)),
+                len: 0,
+                cap,
+            };
+        }
+        match MmapMut::map_anon(bytes) {
+            Ok(map) => BigVec {
+                store: Store::Map(map, PhantomData),
+                len: 0,
+                cap,
+            },
+            Err(_) => BigVec {
+                store: Store::Heap(Vec::with_capacity(cap)),
+                len: 0,
+                cap,
+            },
+        }
+    }
+
+    /// Makes room for `extra` more elements (a mapped buffer moves to a
+    /// mapping of the larger size, a heap one grows exactly).
+    fn reserve(&mut self, extra: usize) {
+        let want = self.len.saturating_add(extra);
+        match &mut self.store {
+            Store::Heap(v) => {
+                if want <= v.capacity() {
+                    return;
+                }
+                if want.saturating_mul(std::mem::size_of::<T>()) < PAGE {
+                    v.reserve_exact(want - v.len());
+                    self.cap = v.capacity();
+                    return;
+                }
+                // Past a page: into a mapping, with room to grow.
+                let mut bigger = BigVec::with_capacity(want.max(v.len().saturating_mul(2)));
+                bigger.extend_from_slice(v);
+                *self = bigger;
+            }
+            Store::Map(..) => {
+                if want > self.cap {
+                    let mut bigger = BigVec::with_capacity(want.max(self.cap.saturating_mul(2)));
+                    bigger.extend_from_slice(&self[..]);
+                    *self = bigger;
+                }
+            }
+        }
+    }
+
+    /// Appends `src`.
+    pub fn extend_from_slice(&mut self, src: &[T]) {
+        self.reserve(src.len());
+        let (start, end) = (self.len, self.len + src.len());
+        match &mut self.store {
+            Store::Heap(v) => v.extend_from_slice(src),
+            Store::Map(m, _) => {
+                let size = std::mem::size_of::<T>();
+                let dst: &mut [T] = bytemuck::cast_slice_mut(&mut m[start * size..end * size]);
+                dst.copy_from_slice(src);
+            }
+        }
+        self.len = end;
+    }
+
+    /// Grows to `len` elements, the new ones zero, or shortens as
+    /// [`BigVec::truncate`] does.
+    pub fn resize(&mut self, len: usize) {
+        if len <= self.len {
+            self.truncate(len);
+            return;
+        }
+        self.reserve(len - self.len);
+        match &mut self.store {
+            Store::Heap(v) => v.resize(len, T::zeroed()),
+            Store::Map(m, _) => {
+                let size = std::mem::size_of::<T>();
+                // Pages given back read as zeros; the part of the last kept
+                // page past the old end may hold old elements.
+                m[self.len * size..len * size].fill(0);
+            }
+        }
+        self.len = len;
+    }
+
+    /// Shortens the buffer to `len` elements (no-op when it is not longer)
+    /// and returns the memory past the new end: whole pages of a mapping go
+    /// back to the kernel (the mapping keeps its capacity), a heap buffer
+    /// shrinks to fit.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        match &mut self.store {
+            Store::Heap(v) => {
+                v.truncate(len);
+                v.shrink_to_fit();
+                self.cap = v.capacity();
+            }
+            Store::Map(map, _) => {
+                let keep = (len * std::mem::size_of::<T>()).next_multiple_of(PAGE);
+                let mapped = map.len();
+                if keep < mapped {
+                    // SAFETY: the advised range lies inside the mapping, which
+                    // this buffer owns; no reference into it outlives the
+                    // `&mut self` borrow, and the bytes past the new length
+                    // are never read before they are written again (DONTNEED
+                    // on a private anonymous mapping reads back as zero pages).
+                    let _ = unsafe {
+                        map.unchecked_advise_range(UncheckedAdvice::DontNeed, keep, mapped - keep)
+                    };
+                }
+            }
+        }
+        self.len = len;
+    }
+
+    /// A heap buffer's capacity down to its length (a mapped one holds no
+    /// more than its length already).
+    pub fn shrink_to_fit(&mut self) {
+        if let Store::Heap(v) = &mut self.store {
+            v.shrink_to_fit();
+            self.cap = v.capacity();
+        }
+    }
+
+    /// Resident bytes: the elements of a mapping (its pages past them are
+    /// given back or never touched), a heap buffer's capacity.
+    pub fn memory_bytes(&self) -> usize {
+        let size = std::mem::size_of::<T>();
+        match &self.store {
+            Store::Heap(v) => v.capacity() * size,
+            Store::Map(..) => self.len * size,
+        }
+    }
+
+    /// Elements it holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Whether the buffer lives in its own mapping.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.store, Store::Map(..))
+    }
+}
+
+impl<T: Pod> Default for BigVec<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T: Pod> Deref for BigVec<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match &self.store {
+            Store::Heap(v) => v,
+            Store::Map(m, _) => bytemuck::cast_slice(&m[..self.len * std::mem::size_of::<T>()]),
+        }
+    }
+}
+
+impl<T: Pod> DerefMut for BigVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        let len = self.len;
+        match &mut self.store {
+            Store::Heap(v) => v,
+            Store::Map(m, _) => bytemuck::cast_slice_mut(&mut m[..len * std::mem::size_of::<T>()]),
+        }
+    }
+}
+
+impl<T: Pod> std::fmt::Debug for BigVec<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BigVec")
+            .field("len", &self.len)
+            .field("cap", &self.cap)
+            .field("mapped", &self.is_mapped())
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +397,35 @@ mod tests {
             b.truncate(len); // growing is not truncating
             assert_eq!(b.len(), len / 3 + 1);
         }
+    }
+
+    #[test]
+    fn big_vec_shrinks_and_grows_back_within_its_mapping() {
+        for cap in [100usize, 3 * PAGE] {
+            let mut b: BigVec<u32> = BigVec::with_capacity(cap);
+            assert_eq!(b.is_mapped(), cap * 4 >= PAGE);
+            let src: Vec<u32> = (0..cap as u32).collect();
+            b.extend_from_slice(&src[..cap / 2]);
+            b.extend_from_slice(&src[cap / 2..]);
+            assert_eq!(&b[..], &src[..]);
+            assert_eq!(b.memory_bytes(), cap * 4);
+            b.truncate(cap / 5);
+            assert_eq!(&b[..], &src[..cap / 5]);
+            assert!(b.memory_bytes() <= cap / 5 * 4 + if b.is_mapped() { 0 } else { 64 });
+            // Growing back: zeros, then what is written.
+            b.resize(cap);
+            assert!(b[cap / 5..].iter().all(|&x| x == 0));
+            b[cap / 5..].copy_from_slice(&src[cap / 5..]);
+            assert_eq!(&b[..], &src[..]);
+            // Past the capacity it moves, keeping its elements.
+            b.extend_from_slice(&[7, 8]);
+            assert_eq!(b.len(), cap + 2);
+            assert_eq!(&b[..cap], &src[..]);
+            assert_eq!(&b[cap..], &[7, 8]);
+            b.truncate(0);
+            assert!(b.is_empty() && b.memory_bytes() == 0);
+        }
+        let e: BigVec<u8> = BigVec::default();
+        assert!(e.is_empty() && e.memory_bytes() == 0);
     }
 }

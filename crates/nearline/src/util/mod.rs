@@ -8,7 +8,7 @@ pub mod idmap;
 #[macro_use]
 mod vocab;
 
-pub use bigbuf::BigBuf;
+pub use bigbuf::{BigBuf, BigVec};
 pub use budget::Budget;
 pub use huge::HugeBytes;
 pub use idmap::{IdHasher, IdMap};
