@@ -266,16 +266,7 @@ fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> P
     }
     let m = nearline::io::files::read_manifest(&path).map_err(to_py)?;
     let open = nearline::planner::plan_open(&opts, &m).map_err(to_py)?;
-    // What the workers may hold once it is open: the budget less every
-    // other planned structure.
-    let mem = &open.memory;
-    let allowance = if open.budget_auto {
-        u64::MAX
-    } else {
-        mem.budget - (mem.fixed() - mem.worker_scratch) - mem.cache
-    };
-    let facts = nearline::planner::SearchFacts::of(&m, open.cache, open.threads, allowance)
-        .map_err(to_py)?;
+    let facts = nearline::planner::SearchFacts::planned(&m, &open).map_err(to_py)?;
     let search = nearline::planner::plan_search(
         &nearline::planner::SearchOptions::new(10),
         None,

@@ -6,17 +6,26 @@
 //! adjacency list) of the nodes nearest the entry point in BFS order, loaded
 //! at open time and served without I/O. [`AdjacencyCache`] is Gorgeous'
 //! adjacency-first cache (lists, then vectors if memory remains).
+//!
+//! Each cache ranks what it holds by its own policy (the order it loaded
+//! it in). While a search needs more of the memory budget than the cache
+//! leaves free, the cache gives up its least valuable entries
+//! ([`AnyCache::evict_to`]: their memory goes back to the kernel at once)
+//! and takes them back once the search is done ([`AnyCache::regrow`]). An
+//! index holds its cache in a [`SharedCache`]: searches read it, a resize
+//! waits until no search does.
 
 pub mod adjacency;
+pub mod node;
 
 pub use adjacency::{AdjacencyCache, AdjacencyContents};
+pub use node::NodeCache;
 
-use crate::format::page::{PageGeometry, RecordView};
-use crate::layout::{AnyLayout, RecordReader};
-use crate::util::IdMap;
-use crate::Result;
-use std::collections::VecDeque;
+use crate::format::Manifest;
+use crate::layout::AnyLayout;
+use crate::{Error, Result};
 use std::path::Path;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A cached node's neighbour ids: as a record stores them, or bit-packed
 /// (the adjacency cache, see [`crate::util::bitpack`]).
@@ -141,196 +150,72 @@ impl AnyCache {
             AnyCache::Adjacency(_) => "adjacency",
         }
     }
+
+    /// Entries (records or lists) loaded at open: the most a regrowth
+    /// takes back.
+    pub fn loaded(&self) -> usize {
+        match self {
+            AnyCache::Bfs(c) => c.loaded(),
+            AnyCache::Adjacency(c) => c.loaded(),
+        }
+    }
+
+    /// Gives up entries, the least valuable by the cache's own policy
+    /// first, until it holds at most `max_bytes`; their memory goes back to
+    /// the kernel. Returns the bytes held.
+    pub fn evict_to(&mut self, max_bytes: u64) -> u64 {
+        match self {
+            AnyCache::Bfs(c) => c.evict_to(max_bytes),
+            AnyCache::Adjacency(c) => c.evict_to(max_bytes),
+        }
+    }
+
+    /// Reads back what it gave up, the most valuable first, while it holds
+    /// at most `max_bytes` and no more than `loaded` entries (what it held
+    /// at open). Returns the bytes held; on an error it keeps what it
+    /// held.
+    pub fn regrow(&mut self, max_bytes: u64, loaded: usize, src: &CacheSource<'_>) -> Result<u64> {
+        match self {
+            AnyCache::Bfs(c) => c.regrow(max_bytes, loaded, src),
+            AnyCache::Adjacency(c) => c.regrow(max_bytes, src),
+        }
+    }
+}
+
+/// Where a cache reads back what it gave up: the index's directory and
+/// manifest (its sections), its page file and layout.
+pub struct CacheSource<'a> {
+    pub dir: &'a Path,
+    pub manifest: &'a Manifest,
+    pub pages: &'a Path,
+    pub layout: &'a AnyLayout,
+}
+
+/// An index's cache, shared by its searches: each search reads it through
+/// a read guard held while the search runs; a resize takes it whole,
+/// waiting until no search reads it.
+pub struct SharedCache(RwLock<AnyCache>);
+
+impl SharedCache {
+    /// Shares `cache`.
+    pub fn new(cache: AnyCache) -> Self {
+        SharedCache(RwLock::new(cache))
+    }
+
+    /// The cache, for a search (shared with other searches).
+    pub fn read(&self) -> Result<RwLockReadGuard<'_, AnyCache>> {
+        self.0
+            .read()
+            .map_err(|_| Error::Engine("cache lock poisoned: a resize panicked".into()))
+    }
+
+    /// The cache, for a resize (once no search reads it).
+    pub fn write(&self) -> Result<RwLockWriteGuard<'_, AnyCache>> {
+        self.0
+            .write()
+            .map_err(|_| Error::Engine("cache lock poisoned: a resize panicked".into()))
+    }
 }
 
 /// Estimated bytes of one cached node besides its record (hash slot).
 pub const CACHE_ENTRY_OVERHEAD: usize = 16;
-
-/// Whole records of selected nodes, held in memory.
-pub struct NodeCache {
-    /// Which nodes it took: `"bfs"` or `"in_degree"`.
-    policy: &'static str,
-    geo: Option<PageGeometry>,
-    slots: IdMap<u32>,
-    /// Records stored as u32 words so every record is 4-byte aligned.
-    words: Vec<u32>,
-    record_words: usize,
-}
-
-impl NodeCache {
-    /// An empty cache.
-    pub fn empty() -> Self {
-        NodeCache {
-            policy: "bfs",
-            geo: None,
-            slots: IdMap::default(),
-            words: Vec::new(),
-            record_words: 0,
-        }
-    }
-
-    /// How many nodes of this geometry fit in `bytes`, as
-    /// [`NodeCache::memory_bytes`] counts them (the id map's table grows in
-    /// powers of two, so a flat per-node overhead can overshoot).
-    pub fn capacity_for(geo: &PageGeometry, bytes: u64) -> usize {
-        let mut c = (bytes / (geo.record_size + CACHE_ENTRY_OVERHEAD) as u64) as usize;
-        while c > 0 && Self::bytes_for(geo, c) > bytes {
-            // At most a few steps: the table's share is under 3 × 9 B a node.
-            c -= 1 + c / 64;
-        }
-        c
-    }
-
-    /// Bytes [`NodeCache::memory_bytes`] reports for `nodes` cached nodes
-    /// (saturating: [`NodeCache::capacity_for`] asks about as many nodes
-    /// as a budget of up to `u64::MAX` bytes could name).
-    pub fn bytes_for(geo: &PageGeometry, nodes: usize) -> u64 {
-        if nodes == 0 {
-            return 0;
-        }
-        let nodes = nodes as u64;
-        // hashbrown: buckets = next power of two of 8/7 × capacity (at
-        // least 4); usable capacity = 7/8 of the buckets (buckets − 1 below 8).
-        let buckets = if nodes < 4 {
-            4
-        } else if nodes < 8 {
-            8
-        } else {
-            (nodes.saturating_mul(8) / 7)
-                .checked_next_power_of_two()
-                .unwrap_or(u64::MAX)
-        };
-        let table = if buckets < 8 {
-            buckets - 1
-        } else {
-            buckets / 8 * 7
-        };
-        nodes
-            .saturating_mul((geo.record_size / 4 * 4) as u64)
-            .saturating_add(table.saturating_mul(4 + 4 + 1))
-            .saturating_add(64)
-    }
-
-    /// Loads the records of up to `max_nodes` nodes in BFS order from
-    /// `start`, reading the page file at `path` (blocks are CRC-checked).
-    pub fn load_bfs(
-        path: &Path,
-        layout: &AnyLayout,
-        n: usize,
-        start: u32,
-        max_nodes: usize,
-    ) -> Result<Self> {
-        let max_nodes = max_nodes.min(n);
-        let mut cache = NodeCache::sized(layout.geometry(), max_nodes, "bfs");
-        if max_nodes == 0 {
-            return Ok(cache);
-        }
-        let mut reader = RecordReader::open(path, layout)?;
-        let mut queue = VecDeque::from([start]);
-        let mut seen = IdMap::<()>::default();
-        seen.insert(start, ());
-        while let Some(v) = queue.pop_front() {
-            if cache.slots.len() >= max_nodes {
-                break;
-            }
-            let rec: RecordView<'_> = reader.record(v)?;
-            for &u in rec.neighbours {
-                if (u as usize) < n && seen.insert(u, ()).is_none() {
-                    queue.push_back(u);
-                }
-            }
-            cache.push(v, reader.raw_record(v)?);
-        }
-        Ok(cache)
-    }
-
-    /// Loads the records of the first `max_nodes` nodes of `order` (an
-    /// in-degree cache: the highest in-degree first), reading the page file
-    /// at `path` (blocks are CRC-checked).
-    pub fn load_in_order(
-        path: &Path,
-        layout: &AnyLayout,
-        order: &[u32],
-        max_nodes: usize,
-    ) -> Result<Self> {
-        let take = max_nodes.min(order.len());
-        let mut cache = NodeCache::sized(layout.geometry(), take, "in_degree");
-        if take == 0 {
-            return Ok(cache);
-        }
-        let mut reader = RecordReader::open(path, layout)?;
-        for &v in &order[..take] {
-            cache.push(v, reader.raw_record(v)?);
-        }
-        Ok(cache)
-    }
-
-    /// An empty cache of `policy` with room for `nodes` records of `geo`
-    /// (none reserved for 0).
-    fn sized(geo: &PageGeometry, nodes: usize, policy: &'static str) -> Self {
-        let mut cache = NodeCache {
-            policy,
-            ..NodeCache::empty()
-        };
-        if nodes > 0 {
-            cache.record_words = geo.record_size / 4;
-            cache.geo = Some(*geo);
-            cache.words.reserve_exact(nodes * cache.record_words);
-            cache.slots.reserve(nodes);
-        }
-        cache
-    }
-
-    /// Keeps the record `rec` of node `v` as stored (vector, degree,
-    /// neighbours, any codes), in whole words so it stays 4-byte aligned.
-    fn push(&mut self, v: u32, rec: &[u8]) {
-        let idx = self.slots.len() as u32;
-        self.slots.insert(v, idx);
-        let base = self.words.len();
-        self.words.resize(base + self.record_words, 0);
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.words[base..]);
-        let len = rec.len().min(bytes.len());
-        bytes[..len].copy_from_slice(&rec[..len]);
-    }
-
-    /// The cached record of `v`, if held.
-    #[inline]
-    pub fn record(&self, v: u32) -> Option<&[u8]> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        self.slots.get(&v).map(|&i| {
-            let i = i as usize;
-            bytemuck::cast_slice(&self.words[i * self.record_words..(i + 1) * self.record_words])
-        })
-    }
-}
-
-impl Cache for NodeCache {
-    #[inline]
-    fn get(&self, v: u32) -> Option<CachedNode<'_>> {
-        let rec = self.record(v)?;
-        let view = self.geo.as_ref()?.decode_record(rec).ok()?;
-        Some(CachedNode {
-            vector: Some(view.vector),
-            neighbours: Neighbours::Ids(view.neighbours),
-            codes: view.codes,
-        })
-    }
-
-    #[inline]
-    fn contains(&self, v: u32) -> bool {
-        !self.slots.is_empty() && self.slots.contains_key(&v)
-    }
-
-    fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Resident bytes held (records plus the id map).
-    fn memory_bytes(&self) -> usize {
-        self.words.capacity() * 4
-            + self.slots.capacity() * (4 + 4 + 1)
-            + if self.slots.is_empty() { 0 } else { 64 }
-    }
-}

@@ -2,7 +2,7 @@
 //! adjacency-first cache, the two-stage search, the disk budget and the
 //! build's memory planning.
 
-use super::test_data::{clustered, exact_knn, l2};
+use super::test_data::{clustered, exact_knn, l2, open_with_budget};
 use super::*;
 use crate::elem::DType;
 use crate::format::{LayoutKind, PageGeometry, Preset, Section};
@@ -37,18 +37,6 @@ fn build_gorgeous(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
     let m = Matrix::from_vec(data.clone(), N, DIM).unwrap();
     let man = build(m, dir, opts, &|_, _, _| {}, &never()).unwrap();
     (man, data)
-}
-
-/// Opens `dir` with a budget of `bytes`.
-fn open_with_budget(dir: &Path, bytes: u64) -> Index {
-    Index::open(
-        dir,
-        &OpenOptions {
-            memory_budget: Some(Budget::Bytes(bytes)),
-            ..Default::default()
-        },
-    )
-    .unwrap()
 }
 
 /// Bytes an adjacency cache takes to hold every list of `n` nodes at `r`.
@@ -513,7 +501,8 @@ fn the_packed_adjacency_cache_holds_exactly_the_graphs_lists() {
         },
     )
     .unwrap();
-    let crate::cache::AnyCache::Adjacency(cache) = idx.graph().unwrap().cache() else {
+    let guard = idx.graph().unwrap().cache().unwrap();
+    let crate::cache::AnyCache::Adjacency(cache) = &*guard else {
         panic!("the gorgeous preset opens an adjacency cache");
     };
     let held = cache.contents();

@@ -2,7 +2,8 @@
 //! page file, PQ codes in RAM, a cache and entry structures, searched by
 //! the executor. The element type is dispatched below this level.
 
-use crate::cache::{AdjacencyCache, AnyCache, NodeCache};
+use super::budget::{Holdings, Ledger, LedgerView};
+use crate::cache::{AdjacencyCache, AnyCache, CacheSource, NodeCache, SharedCache};
 use crate::elem::Element;
 use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
 use crate::graph::nav::NavGraph;
@@ -14,12 +15,12 @@ use crate::planner::{MemoryPlan, OpenPlan};
 use crate::search::entry::load_sampled_entries;
 use crate::search::{
     AnyScorer, BatchResult, CodedScorer, EntryPlan, EntryPoints, EntrySet, IndexData, PqScorer,
-    SearchPlan, WorkerPool,
+    Scratch, SearchPlan, WorkerPool,
 };
 use crate::{with_dtype, Error, Result};
 use serde::Serialize;
 use std::marker::PhantomData;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The search side of one element type.
@@ -81,22 +82,24 @@ pub struct MemoryAccount {
     pub entry: u64,
     /// A coded layout's transform.
     pub quantizer: u64,
+    /// What the cache holds now (less than at open while a search
+    /// borrows from it).
     pub cache: u64,
     pub cache_nodes: u64,
-    /// What idle search workers hold now (buffers, query slots, rings).
+    /// What the search workers hold now: idle ones (buffers, query slots,
+    /// rings) and the scratch of the searches running.
     pub worker_scratch: u64,
 }
 
 impl MemoryAccount {
+    /// Everything but the cache and the workers' scratch.
+    pub fn fixed(&self) -> u64 {
+        self.pq_codes + self.pq_codebook + self.ids + self.layout_map + self.entry + self.quantizer
+    }
+
     /// Everything but the workers' scratch.
     pub fn static_total(&self) -> u64 {
-        self.pq_codes
-            + self.pq_codebook
-            + self.ids
-            + self.layout_map
-            + self.entry
-            + self.quantizer
-            + self.cache
+        self.fixed() + self.cache
     }
 }
 
@@ -104,8 +107,44 @@ impl MemoryAccount {
 pub struct GraphIndex {
     ids: Option<Vec<u64>>,
     engine: AnyEngine,
+    /// What it holds besides the workers, measured at open.
     account: MemoryAccount,
     direct_io: bool,
+    /// The budget at run time: fixed structures, cache, workers.
+    ledger: Ledger,
+    /// Where the cache reads back what it lends: the directory, manifest.
+    dir: PathBuf,
+    manifest: Manifest,
+}
+
+/// The workers and cache of one element type, as the ledger moves them.
+struct Held<'a, T: Element> {
+    e: &'a Engine<T>,
+    src: CacheSource<'a>,
+    /// Entries the cache held at open.
+    loaded: usize,
+}
+
+impl<T: Element> Holdings for Held<'_, T> {
+    fn idle_bytes(&self) -> u64 {
+        self.e.workers.memory_bytes() as u64
+    }
+
+    fn trim_idle(&self, bytes: u64) {
+        self.e.workers.trim(bytes);
+    }
+
+    fn evict_cache(&self, max_bytes: u64) -> Result<u64> {
+        Ok(self.e.data.cache.write()?.evict_to(max_bytes))
+    }
+
+    fn regrow_cache(&self, max_bytes: u64) -> Result<u64> {
+        self.e
+            .data
+            .cache
+            .write()?
+            .regrow(max_bytes, self.loaded, &self.src)
+    }
 }
 
 impl GraphIndex {
@@ -182,20 +221,13 @@ impl GraphIndex {
                     m.medoid,
                     plan.memory.cache_nodes as usize,
                 )?),
-                CacheKind::InDegree => {
-                    let path = section_path(dir, m, Section::InDegree);
-                    let order = crate::format::in_degree::decode(
-                        &path,
-                        &read_section(dir, m, Section::InDegree)?,
-                        m.n,
-                    )?;
-                    AnyCache::Bfs(NodeCache::load_in_order(
-                        &pages_path,
-                        &layout,
-                        &order,
-                        plan.memory.cache_nodes as usize,
-                    )?)
-                }
+                CacheKind::InDegree => AnyCache::Bfs(NodeCache::load_in_degree(
+                    dir,
+                    m,
+                    &pages_path,
+                    &layout,
+                    plan.memory.cache_nodes as usize,
+                )?),
                 CacheKind::Adjacency => AnyCache::Adjacency(AdjacencyCache::load(
                     dir,
                     m,
@@ -212,7 +244,7 @@ impl GraphIndex {
                 geo: *layout.geometry(),
                 layout,
                 scorer,
-                cache,
+                cache: SharedCache::new(cache),
                 metric: m.metric,
                 dim: m.dim,
                 n: m.n,
@@ -235,16 +267,26 @@ impl GraphIndex {
         // Scratch of the load (BFS frontier, section buffers) is freed: give
         // it back so the resident set is what the index holds.
         crate::util::return_freed_memory();
+        let ledger = Ledger::new(
+            plan.memory.budget,
+            !plan.budget_auto,
+            account.fixed(),
+            account.cache,
+        );
         Ok(GraphIndex {
             ids,
             engine,
             account,
             direct_io,
+            ledger,
+            dir: dir.to_path_buf(),
+            manifest: m.clone(),
         })
     }
 
     /// Runs a planned batch on `threads` workers whose scratch the plan
-    /// counted as `scratch` bytes; ids are internal.
+    /// counted as `scratch` bytes, within the memory budget (the cache
+    /// lends what is short while it runs); ids are internal.
     pub fn search(
         &self,
         queries: &[f32],
@@ -253,10 +295,51 @@ impl GraphIndex {
         threads: usize,
         scratch: u64,
     ) -> Result<BatchResult> {
-        with_engine!(&self.engine, e, {
-            e.workers.fit(threads.clamp(1, nq.max(1)), scratch);
-            e.workers.search_batch(&e.data, queries, nq, plan, threads)
-        })
+        with_engine!(
+            &self.engine,
+            e,
+            self.search_on(e, queries, nq, plan, threads, scratch)
+        )
+    }
+
+    fn search_on<T: Element>(
+        &self,
+        e: &Engine<T>,
+        queries: &[f32],
+        nq: usize,
+        plan: &SearchPlan,
+        threads: usize,
+        scratch: u64,
+    ) -> Result<BatchResult> {
+        let workers = threads.clamp(1, nq.max(1));
+        let held = self.held(e);
+        let mut claimed: Vec<Scratch<T>> = Vec::new();
+        self.ledger.admit(scratch, &held, &mut || {
+            claimed = e.workers.claim(workers, scratch / workers as u64);
+        })?;
+        let (r, back) = e
+            .workers
+            .run_batch(&e.data, claimed, queries, nq, plan, threads);
+        let mut back = Some(back);
+        self.ledger.release(scratch, &held, &mut || {
+            if let Some(b) = back.take() {
+                e.workers.put_back(b);
+            }
+        });
+        r
+    }
+
+    fn held<'a, T: Element>(&'a self, e: &'a Engine<T>) -> Held<'a, T> {
+        Held {
+            e,
+            src: CacheSource {
+                dir: &self.dir,
+                manifest: &self.manifest,
+                pages: &e.data.pages_path,
+                layout: &e.data.layout,
+            },
+            loaded: self.account.cache_nodes as usize,
+        }
     }
 
     /// The external id of internal id `i`.
@@ -268,16 +351,32 @@ impl GraphIndex {
         }
     }
 
-    /// What the index holds besides its workers' scratch.
-    pub fn static_total(&self) -> u64 {
-        self.account.static_total()
+    /// What the index holds besides the cache and its workers' scratch.
+    pub fn fixed_total(&self) -> u64 {
+        self.account.fixed()
     }
 
-    /// What the index holds now (the workers' scratch measured).
+    /// What the cache held at open (it holds less while a search borrows).
+    pub fn cache_planned(&self) -> u64 {
+        self.account.cache
+    }
+
+    /// The memory ledger now.
+    pub fn ledger(&self) -> LedgerView {
+        self.ledger.view()
+    }
+
+    /// What the index holds now (the cache and the workers' scratch
+    /// measured).
     pub fn account(&self) -> MemoryAccount {
-        let scratch = with_engine!(&self.engine, e, e.workers.memory_bytes()) as u64;
+        let idle = with_engine!(&self.engine, e, e.workers.memory_bytes()) as u64;
+        let nodes =
+            with_engine!(&self.engine, e, e.data.cache.read().map(|c| c.len())).unwrap_or(0) as u64;
+        let l = self.ledger.view();
         MemoryAccount {
-            worker_scratch: scratch,
+            cache: l.cache,
+            cache_nodes: nodes,
+            worker_scratch: idle + l.running,
             ..self.account.clone()
         }
     }
@@ -314,37 +413,40 @@ impl GraphIndex {
         )
     }
 
-    /// The cache in use.
-    pub fn cache(&self) -> &AnyCache {
-        with_engine!(&self.engine, e, &e.data.cache)
+    /// The cache in use (a read guard: hold it only briefly, a resize
+    /// waits for it).
+    pub fn cache(&self) -> Result<std::sync::RwLockReadGuard<'_, AnyCache>> {
+        with_engine!(&self.engine, e, e.data.cache.read())
     }
 
     /// The cache in use, as `info()` shows it.
     pub fn cache_info(&self) -> serde_json::Value {
-        with_engine!(
-            &self.engine,
-            x,
-            match &x.data.cache {
-                AnyCache::Adjacency(c) => {
-                    let held = c.contents();
-                    serde_json::json!({
-                        "policy": x.data.cache.name(),
-                        "nodes": held.lists,
-                        "lists": held.lists,
-                        "vectors": held.vectors,
-                        "edges": held.edges,
-                        "bytes": held.bytes,
-                    })
-                }
-                AnyCache::Bfs(_) => serde_json::json!({
-                    "policy": x.data.cache.name(),
-                    "nodes": x.data.cache.len(),
-                    "lists": x.data.cache.len(),
-                    "vectors": x.data.cache.len(),
-                    "bytes": x.data.cache.memory_bytes(),
-                }),
+        let Ok(c) = self.cache() else {
+            return serde_json::json!({"error": "cache lock poisoned"});
+        };
+        let loaded = self.account.cache_nodes;
+        match &*c {
+            AnyCache::Adjacency(a) => {
+                let held = a.contents();
+                serde_json::json!({
+                    "policy": c.name(),
+                    "nodes": held.lists,
+                    "lists": held.lists,
+                    "vectors": held.vectors,
+                    "edges": held.edges,
+                    "bytes": held.bytes,
+                    "nodes_planned": loaded,
+                })
             }
-        )
+            AnyCache::Bfs(_) => serde_json::json!({
+                "policy": c.name(),
+                "nodes": c.len(),
+                "lists": c.len(),
+                "vectors": c.len(),
+                "bytes": c.memory_bytes(),
+                "nodes_planned": loaded,
+            }),
+        }
     }
 
     /// The search data of a float32 index (tests drive workers directly).
@@ -405,10 +507,19 @@ fn load_entries<T: Element>(
     })
 }
 
-/// The planned split next to what is held, as `info()["memory"]` shows it.
-pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount, auto: bool) -> serde_json::Value {
+/// The planned split next to what is held, as `info()["memory"]` shows it:
+/// the cache now and as planned (a search that needs more scratch than the
+/// budget leaves free borrows from it while it runs), the workers' scratch
+/// now (idle workers and searches running), reserved at open, and the most
+/// a search may take (the cache emptied).
+pub fn memory_json(
+    plan: &MemoryPlan,
+    held: &MemoryAccount,
+    ledger: &LedgerView,
+    auto: bool,
+) -> serde_json::Value {
     let total = held.static_total() + held.worker_scratch;
-    let reserved = held.static_total() + held.worker_scratch.max(plan.worker_scratch);
+    let peak = ledger.peak.max(total);
     serde_json::json!({
         "budget": plan.budget,
         "budget_auto": auto,
@@ -419,11 +530,19 @@ pub fn memory_json(plan: &MemoryPlan, held: &MemoryAccount, auto: bool) -> serde
         "layout_map": held.layout_map,
         "entry": held.entry,
         "cache": held.cache,
+        "cache_planned": ledger.cache_planned,
         "cache_nodes": held.cache_nodes,
+        "cache_borrowed": ledger.cache_planned.saturating_sub(held.cache),
+        "cache_borrows": ledger.borrows,
+        "cache_borrowed_peak": ledger.borrowed_peak,
+        "cache_regrow_error": ledger.regrow_error,
         "worker_scratch": held.worker_scratch,
+        "worker_scratch_running": ledger.running,
         "worker_scratch_reserved": plan.worker_scratch,
+        "worker_scratch_max": plan.budget.saturating_sub(held.fixed()),
         "total": total,
-        "within_budget": reserved <= plan.budget || auto,
+        "peak_total": peak,
+        "within_budget": peak <= plan.budget || auto,
         "plan": plan,
     })
 }

@@ -3,6 +3,7 @@
 //! static graph index, [`graph`]) above the element-type dispatch, so a
 //! partition index or a mutable graph index is another kind beside it.
 
+pub mod budget;
 pub mod graph;
 
 use crate::build::{BuildJob, Progress};
@@ -20,7 +21,7 @@ use crate::partition::{
 use crate::planner::PresetChoice;
 use crate::planner::{
     self, BuildOptions, DataFacts, OpenOptions, OpenPlan, PlannedBuild, PlannedSearch,
-    RangeOptions, SearchFacts, SearchOptions, SearchPlanView,
+    RangeOptions, ScratchRoom, SearchFacts, SearchOptions, SearchPlanView,
 };
 use crate::search::{EntryPlan, QueryStats};
 use crate::{with_dtype, Error, Result};
@@ -377,16 +378,17 @@ impl Index {
         Ok(self.partition_or_err()?.live_ids())
     }
 
-    /// Bytes the search workers may hold: the budget less everything else
-    /// (no limit when nearline sized the budget itself).
-    fn scratch_allowance(&self) -> u64 {
+    /// What the memory budget gives a search's workers: what it reserves
+    /// them with the cache as loaded at open, and the most with the cache
+    /// emptied (no limit when nearline sized the budget itself).
+    fn scratch_room(&self) -> ScratchRoom {
         let Some(g) = self.g() else {
-            return u64::MAX;
+            return ScratchRoom::UNBOUNDED;
         };
         if g.plan.budget_auto {
-            return u64::MAX;
+            return ScratchRoom::UNBOUNDED;
         }
-        g.plan.memory.budget.saturating_sub(g.g.static_total())
+        ScratchRoom::of(g.plan.memory.budget, g.g.fixed_total(), g.g.cache_planned())
     }
 
     /// What the planner knows of this index for a search.
@@ -396,7 +398,7 @@ impl Index {
             &g.manifest,
             g.plan.cache,
             g.plan.threads,
-            self.scratch_allowance(),
+            self.scratch_room(),
         )
     }
 
@@ -632,7 +634,12 @@ impl Index {
             "records_per_page": m.layout.records_per_block,
             "disk_bytes": disk,
             "sections": files,
-            "memory": graph::memory_json(&go.plan.memory, &g.account(), go.plan.budget_auto),
+            "memory": graph::memory_json(
+                &go.plan.memory,
+                &g.account(),
+                &g.ledger(),
+                go.plan.budget_auto,
+            ),
             "plan": {
                 "open": go.plan.decisions,
                 "threads": go.plan.threads,
@@ -691,6 +698,8 @@ fn layout_info(m: &Manifest) -> serde_json::Value {
 
 #[cfg(test)]
 mod alayalaser_tests;
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod gorgeous_tests;
 #[cfg(test)]

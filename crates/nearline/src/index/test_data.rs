@@ -1,6 +1,11 @@
-//! Data the index tests share: clustered vectors and exact neighbours.
+//! Data the index tests share: clustered vectors and exact neighbours, and
+//! the helpers that open an index at a budget and measure its recall.
 
+use super::{Index, SearchOptions};
+use crate::planner::OpenOptions;
+use crate::util::Budget;
 use rand::{Rng, SeedableRng};
+use std::path::Path;
 
 /// `n` row-major vectors of `dim` values around 16 centres in [-8, 8)^dim,
 /// each coordinate within ±1 of its centre's (deterministic for `seed`).
@@ -31,4 +36,39 @@ pub fn exact_knn(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
         .collect();
     d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     d[..k].iter().map(|x| x.1 as i64).collect()
+}
+
+/// Opens `dir` with a budget of `bytes`.
+pub fn open_with_budget(dir: &Path, bytes: u64) -> Index {
+    Index::open(
+        dir,
+        &OpenOptions {
+            memory_budget: Some(Budget::Bytes(bytes)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Recall@k of a search of `queries` (`dim` columns) against the exact
+/// neighbours in `data`.
+pub fn recall_of(
+    idx: &Index,
+    data: &[f32],
+    dim: usize,
+    queries: &[f32],
+    opts: &SearchOptions,
+) -> f64 {
+    let nq = queries.len() / dim;
+    let out = idx.search(queries, nq, opts).unwrap();
+    let k = opts.k;
+    let mut hit = 0;
+    for (i, q) in queries.chunks_exact(dim).enumerate() {
+        let truth = exact_knn(data, dim, q, k);
+        hit += out.ids[i * k..(i + 1) * k]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    hit as f64 / (nq * k) as f64
 }

@@ -21,7 +21,9 @@ pub use options::{
     RangeOptions, SearchOptions, IO_ENGINES,
 };
 pub use preset::PresetDefaults;
-pub use search::{plan_search, plan_search_quietly, PlannedSearch, SearchFacts, SearchPlanView};
+pub use search::{
+    plan_search, plan_search_quietly, PlannedSearch, ScratchRoom, SearchFacts, SearchPlanView,
+};
 
 use crate::build::{self, BuildPlan};
 use crate::distance::Metric;
@@ -725,7 +727,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                 pd.cache
             },
             threads: open_threads,
-            scratch_allowance: mem.worker_scratch,
+            scratch: ScratchRoom::of(mem.budget, mem.fixed() - mem.worker_scratch, mem.cache),
         },
         10_000,
     )?);

@@ -1,6 +1,6 @@
 //! Search planning: a batch's options and the facts of an open index
 //! become a typed [`SearchPlan`] (no `auto` left), with the workers'
-//! scratch checked against what the memory budget leaves them.
+//! scratch checked against what the memory budget can give them.
 
 use super::memory::{self, QueryShape};
 use super::preset::{self, defaults, PIPELINE_START_WIDTH};
@@ -30,19 +30,59 @@ pub struct SearchFacts {
     pub cache: preset::CacheKind,
     /// The index's default search threads.
     pub threads: usize,
-    /// Bytes the search workers may hold: the budget less everything else
-    /// resident.
-    pub scratch_allowance: u64,
+    /// What the memory budget gives the search workers.
+    pub scratch: ScratchRoom,
+}
+
+/// What the memory budget gives a search's workers: `reserve` bytes with
+/// the cache as planned (what is left of the budget), up to `limit` bytes
+/// with the cache emptied (the cache lends the difference while a search
+/// runs); `fixed` bytes are held besides the cache and the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScratchRoom {
+    pub reserve: u64,
+    pub limit: u64,
+    pub fixed: u64,
+}
+
+impl ScratchRoom {
+    /// No limit: nearline sized the budget itself.
+    pub const UNBOUNDED: ScratchRoom = ScratchRoom {
+        reserve: u64::MAX,
+        limit: u64::MAX,
+        fixed: 0,
+    };
+
+    /// The room `budget` leaves beside `fixed` bytes of structures and a
+    /// cache of `cache` bytes.
+    pub fn of(budget: u64, fixed: u64, cache: u64) -> Self {
+        let limit = budget.saturating_sub(fixed);
+        ScratchRoom {
+            reserve: limit.saturating_sub(cache),
+            limit,
+            fixed,
+        }
+    }
+
+    /// The room an open plan leaves (unbounded when nearline sized the
+    /// budget).
+    pub fn planned(open: &super::OpenPlan) -> Self {
+        if open.budget_auto {
+            return Self::UNBOUNDED;
+        }
+        let m = &open.memory;
+        Self::of(m.budget, m.fixed() - m.worker_scratch, m.cache)
+    }
 }
 
 impl SearchFacts {
     /// The facts of the index of manifest `m`, opened with a `cache`,
-    /// `threads` default threads and `allowance` bytes for its workers.
+    /// `threads` default threads and `scratch` room for its workers.
     pub fn of(
         m: &Manifest,
         cache: preset::CacheKind,
         threads: usize,
-        allowance: u64,
+        scratch: ScratchRoom,
     ) -> Result<Self> {
         Ok(SearchFacts {
             cache,
@@ -55,8 +95,13 @@ impl SearchFacts {
             pq_m: m.spec.pq_bytes,
             code_groups: geometry(m)?.code_groups(),
             threads,
-            scratch_allowance: allowance,
+            scratch,
         })
+    }
+
+    /// The facts of the index of manifest `m` once opened as `open` plans.
+    pub fn planned(m: &Manifest, open: &super::OpenPlan) -> Result<Self> {
+        Self::of(m, open.cache, open.threads, ScratchRoom::planned(open))
     }
 }
 
@@ -291,8 +336,18 @@ fn plan_search_with(
         repeatable: opts.repeatable,
     };
     plan.check()?;
-    // The workers' scratch must fit what the budget leaves them.
-    let shape = QueryShape {
+    // The workers' scratch must fit what the budget can give them: what it
+    // reserves them, or, borrowing from the cache while the search runs,
+    // everything but the fixed structures.
+    let refine_at = |l: usize| match (refine, range) {
+        (RefinePlan::None, _) => 0,
+        (RefinePlan::Rerank { .. }, Some(_)) => l,
+        (RefinePlan::Rerank { .. }, None) => match refine_ratio {
+            Some(ratio) => ((ratio * l as f32).ceil() as usize).clamp(k.min(l), l),
+            None => 0,
+        },
+    };
+    let shape_at = |l: usize, w: usize| QueryShape {
         n: f.n,
         dim: f.dim,
         esz: f.esz,
@@ -300,37 +355,52 @@ fn plan_search_with(
         pq_m: f.pq_m,
         block_size: f.geo.block_size,
         records_per_block: f.geo.records_per_block,
-        l: range.map_or(l, |r| r.max_l),
+        l,
         width: w,
         sigma: block.then_some(sigma),
         packed: f.geo.packed,
-        refine: match refine {
-            RefinePlan::Rerank { candidates } => candidates,
-            RefinePlan::None => 0,
-        },
+        refine: refine_at(l),
         code_groups: f.geo.code_groups(),
     };
+    let list = range.map_or(l, |r| r.max_l);
+    let shape = shape_at(list, w);
     let workers = threads.min(nq.max(1)) as u64;
-    let need = |q: usize| workers * memory::worker_bytes(&shape, q);
+    let need = |q: usize| workers.saturating_mul(memory::worker_bytes(&shape, q));
+    let room = f.scratch;
     let mut why = why;
-    if need(qif) > f.scratch_allowance && opts.queries_in_flight.is_none() {
-        while qif > 1 && need(qif) > f.scratch_allowance {
+    if need(qif) > room.reserve && opts.queries_in_flight.is_none() && qif > 1 {
+        while qif > 1 && need(qif) > room.reserve {
             qif -= 1;
         }
         why = format!(
-            "auto, lowered to {qif} per worker: the budget leaves the workers {} bytes",
-            f.scratch_allowance
+            "auto, lowered to {qif} per worker: the budget reserves the workers {} bytes",
+            room.reserve
         );
     }
     let scratch = need(qif);
-    if scratch > f.scratch_allowance {
+    if scratch > room.limit {
+        let fit = Largest::fitting(room.limit, workers, qif, &shape, k, &shape_at);
+        let what = if range.is_some() { "max_L" } else { "L" };
         return Err(Error::arg(format!(
             "this search needs about {scratch} bytes of worker scratch ({workers} workers × \
-             {qif} queries in flight, L={}, W={w}), but the memory budget leaves the workers \
-             {} bytes; open the index with a larger memory_budget or fewer cache_nodes, or \
-             search with fewer threads, a smaller L or fewer queries_in_flight",
-            shape.l, f.scratch_allowance
+             {qif} queries in flight, {what}={list}, W={w}), more than the memory budget can \
+             give the workers even with the cache emptied ({} bytes); with the rest as asked, \
+             {}; or open the index with a memory_budget of at least {}",
+            room.limit,
+            fit.describe(what),
+            room.fixed.saturating_add(scratch),
         )));
+    }
+    if scratch > room.reserve {
+        d.push("worker_scratch", scratch, || {
+            format!(
+                "more than the {} bytes the budget reserves the workers: the cache lends the \
+                 {} bytes short (its least valuable entries) while the search runs, and takes \
+                 them back after",
+                room.reserve,
+                scratch - room.reserve
+            )
+        });
     }
     d.push("queries_in_flight", qif, || why);
     plan.queries_in_flight = qif;
@@ -393,4 +463,92 @@ impl SearchPlanView {
             decisions: p.decisions.clone(),
         }
     }
+}
+
+/// The largest value of each search knob whose scratch fits a limit, the
+/// others as asked (for the message of a search that does not fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Largest {
+    /// L (a range search: max_L); `None`: not even L = k fits.
+    pub l: Option<usize>,
+    /// W; `None`: not even 1 fits.
+    pub w: Option<usize>,
+    /// Threads (0: not even one fits).
+    pub threads: u64,
+    /// Queries in flight per worker (0: not even one fits).
+    pub queries_in_flight: usize,
+}
+
+impl Largest {
+    /// Each knob's largest fitting value for `workers` workers × `qif`
+    /// queries of `shape` within `limit` bytes; `shape_at(l, w)` is the
+    /// shape at another L or W (`l` from `k`).
+    pub fn fitting(
+        limit: u64,
+        workers: u64,
+        qif: usize,
+        shape: &QueryShape,
+        k: usize,
+        shape_at: &dyn Fn(usize, usize) -> QueryShape,
+    ) -> Self {
+        let fits = |s: &QueryShape, q: usize, t: u64| {
+            t.saturating_mul(memory::worker_bytes(s, q)) <= limit
+        };
+        let l = largest(k, MAX_LIST_SIZE, |l| {
+            fits(&shape_at(l, shape.width), qif, workers)
+        });
+        let w = largest(1, crate::search::MAX_BEAM_WIDTH, |w| {
+            fits(&shape_at(shape.l, w), qif, workers)
+        });
+        let threads = limit / memory::worker_bytes(shape, qif).max(1);
+        let queries_in_flight = largest(1, crate::search::MAX_QUERIES_IN_FLIGHT, |q| {
+            fits(shape, q, workers)
+        })
+        .unwrap_or(0);
+        Largest {
+            l,
+            w,
+            threads,
+            queries_in_flight,
+        }
+    }
+
+    /// As a message says it (`what`: "L" or "max_L").
+    pub fn describe(&self, what: &str) -> String {
+        let l = match self.l {
+            Some(l) => format!("{what} ≤ {l}"),
+            None => format!("no {what} fits"),
+        };
+        let w = match self.w {
+            Some(w) => format!("W ≤ {w}"),
+            None => "no W fits".to_string(),
+        };
+        let t = match self.threads {
+            0 => "not even one thread fits".to_string(),
+            t => format!("threads ≤ {t}"),
+        };
+        let q = match self.queries_in_flight {
+            0 => "not even one query in flight fits".to_string(),
+            q => format!("queries_in_flight ≤ {q}"),
+        };
+        format!("what fits is {l}, {w}, {t} or {q}")
+    }
+}
+
+/// The largest `x` in `lo..=hi` with `ok(x)`, for `ok` true up to some
+/// point and false after it; `None` when `ok(lo)` fails.
+pub fn largest(lo: usize, hi: usize, ok: impl Fn(usize) -> bool) -> Option<usize> {
+    if lo > hi || !ok(lo) {
+        return None;
+    }
+    let (mut good, mut bad) = (lo, hi + 1);
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if ok(mid) {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Some(good)
 }

@@ -2,7 +2,7 @@
 
 use super::entry::EntryPoints;
 use super::scorer::AnyScorer;
-use crate::cache::AnyCache;
+use crate::cache::SharedCache;
 use crate::distance::Metric;
 use crate::elem::Element;
 use crate::format::page::PageGeometry;
@@ -22,8 +22,9 @@ pub struct IndexData<T: Element> {
     pub layout: AnyLayout,
     /// How neighbours are scored.
     pub scorer: AnyScorer,
-    /// What memory holds besides the scorer's codes.
-    pub cache: AnyCache,
+    /// What memory holds besides the scorer's codes (a search reads it
+    /// under a read guard; it shrinks while a search borrows its memory).
+    pub cache: SharedCache,
     pub metric: Metric,
     pub dim: usize,
     pub n: usize,

@@ -44,68 +44,123 @@ impl<T: Element> Default for WorkerPool<T> {
 }
 
 impl<T: Element> WorkerPool<T> {
-    fn take(&self, data: &IndexData<T>) -> Result<Scratch<T>> {
-        let popped = self
-            .idle
+    fn idle(&self) -> Result<std::sync::MutexGuard<'_, Vec<Scratch<T>>>> {
+        self.idle
             .lock()
-            .map_err(|_| Error::Engine("worker pool lock poisoned".into()))?
-            .pop();
-        match popped {
-            Some(s) => Ok(s),
-            None => Scratch::new(data),
-        }
+            .map_err(|_| Error::Engine("worker pool lock poisoned".into()))
     }
 
-    fn give_back(&self, s: Scratch<T>) {
-        if let Ok(mut g) = self.idle.lock() {
-            g.push(s);
-        }
+    /// Bytes one worker holds: its scratch and what its thread costs
+    /// ([`WORKER_THREAD_BYTES`]).
+    pub fn held_by(s: &Scratch<T>) -> u64 {
+        (s.memory_bytes() + WORKER_THREAD_BYTES) as u64
     }
 
-    /// Bytes held by idle workers: their scratch and what each worker's
-    /// thread costs ([`WORKER_THREAD_BYTES`]).
+    /// Bytes held by idle workers.
     pub fn memory_bytes(&self) -> usize {
         self.idle
             .lock()
-            .map(|g| {
-                g.iter()
-                    .map(|s| s.memory_bytes() + WORKER_THREAD_BYTES)
-                    .sum()
-            })
+            .map(|g| g.iter().map(|s| Self::held_by(s) as usize).sum())
             .unwrap_or(0)
     }
 
-    /// Fits the idle workers to a batch planned for `workers` workers and
-    /// `bytes` of scratch: workers beyond those go, and when the rest hold
-    /// more than the plan (slots grown by a larger L, or more of them, in an
-    /// earlier batch) their scratch goes too, so that what a batch leaves
-    /// held is what its plan counted.
-    pub fn fit(&self, workers: usize, bytes: u64) {
-        if let Ok(mut g) = self.idle.lock() {
-            g.truncate(workers);
-            let held: usize = g
-                .iter()
-                .map(|s| s.memory_bytes() + WORKER_THREAD_BYTES)
-                .sum();
-            if held as u64 > bytes {
-                g.clear();
+    /// Takes up to `n` idle workers for a batch. A worker holding more than
+    /// `max_each` bytes (grown by an earlier, larger search) is dropped
+    /// instead, so that what the batch holds is what its plan counted.
+    pub fn claim(&self, n: usize, max_each: u64) -> Vec<Scratch<T>> {
+        let Ok(mut g) = self.idle() else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let Some(s) = g.pop() else { break };
+            if Self::held_by(&s) <= max_each {
+                out.push(s);
             }
         }
+        out
+    }
+
+    /// Hands workers back to the idle pool.
+    pub fn put_back(&self, workers: Vec<Scratch<T>>) {
+        if let Ok(mut g) = self.idle() {
+            g.extend(workers);
+        }
+    }
+
+    /// Drops idle workers, the largest first, until they hold at most
+    /// `bytes`; returns what they hold.
+    pub fn trim(&self, bytes: u64) -> u64 {
+        let Ok(mut g) = self.idle() else {
+            return 0;
+        };
+        g.sort_by_key(|s| Self::held_by(s));
+        let mut held: u64 = g.iter().map(Self::held_by).sum();
+        while held > bytes {
+            match g.pop() {
+                Some(s) => held -= Self::held_by(&s),
+                None => break,
+            }
+        }
+        held
     }
 
     /// Name of the I/O engine a worker uses (opening one if none is idle).
     pub fn engine_name(&self, data: &IndexData<T>) -> Result<&'static str> {
-        let s = self.take(data)?;
+        let popped = self.idle()?.pop();
+        let s = match popped {
+            Some(s) => s,
+            None => Scratch::new(data)?,
+        };
         let name = s.engine_name();
-        self.give_back(s);
+        self.put_back(vec![s]);
         Ok(name)
     }
 
-    /// Searches `nq` row-major queries of dimension `data.dim` with
-    /// `threads` workers, each interleaving `p.queries_in_flight` queries.
+    /// [`WorkerPool::run_batch`] on idle workers (any size), handing them
+    /// back afterwards (tests and callers that keep no memory account).
     pub fn search_batch(
         &self,
         data: &IndexData<T>,
+        queries: &[f32],
+        nq: usize,
+        p: &SearchPlan,
+        threads: usize,
+    ) -> Result<BatchResult> {
+        let workers = self.claim(threads.clamp(1, nq.max(1)), u64::MAX);
+        let (r, workers) = self.run_batch(data, workers, queries, nq, p, threads);
+        self.put_back(workers);
+        r
+    }
+
+    /// Searches `nq` row-major queries of dimension `data.dim` with
+    /// `threads` workers, each interleaving `p.queries_in_flight` queries:
+    /// the `workers` given (claimed from the pool), and new ones when they
+    /// are fewer. Returns the workers with the result, for the caller to
+    /// hand back.
+    pub fn run_batch(
+        &self,
+        data: &IndexData<T>,
+        workers: Vec<Scratch<T>>,
+        queries: &[f32],
+        nq: usize,
+        p: &SearchPlan,
+        threads: usize,
+    ) -> (Result<BatchResult>, Vec<Scratch<T>>) {
+        let given = Mutex::new(workers);
+        let done = Mutex::new(Vec::new());
+        let r = self.run_on(data, &given, &done, queries, nq, p, threads);
+        let mut back = given.into_inner().unwrap_or_default();
+        back.extend(done.into_inner().unwrap_or_default());
+        (r, back)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_on(
+        &self,
+        data: &IndexData<T>,
+        given: &Mutex<Vec<Scratch<T>>>,
+        done: &Mutex<Vec<Scratch<T>>>,
         queries: &[f32],
         nq: usize,
         p: &SearchPlan,
@@ -149,7 +204,14 @@ impl<T: Element> WorkerPool<T> {
             let handles: Vec<_> = (0..threads)
                 .map(|_| {
                     sc.spawn(|| -> Result<Rows> {
-                        let mut s = self.take(data)?;
+                        let popped = given
+                            .lock()
+                            .map_err(|_| Error::Engine("worker pool lock poisoned".into()))?
+                            .pop();
+                        let mut s = match popped {
+                            Some(s) => s,
+                            None => Scratch::new(data)?,
+                        };
                         let mut rows = Vec::new();
                         let mut res = Vec::new();
                         let mut next_query = || {
@@ -173,7 +235,9 @@ impl<T: Element> WorkerPool<T> {
                         if r.is_err() {
                             failed.store(true, Ordering::Relaxed);
                         }
-                        self.give_back(s);
+                        if let Ok(mut d) = done.lock() {
+                            d.push(s);
+                        }
                         r.map(|_| (rows, res))
                     })
                 })

@@ -295,7 +295,10 @@ fn every_executor_is_exact_with_a_full_list() {
                     assert_eq!(got, want, "{name}, {threads} threads, query {qi}");
                     let st = &out.stats[qi];
                     assert!(st.hops as usize >= N - 5, "{name}: {st:?}");
-                    assert!(st.reads > 0 || !data(idx).cache.is_empty(), "{name}");
+                    assert!(
+                        st.reads > 0 || !data(idx).cache.read().unwrap().is_empty(),
+                        "{name}"
+                    );
                     assert_eq!(
                         st.bytes_read,
                         st.reads as u64 * data(idx).geo.block_size as u64
@@ -344,13 +347,13 @@ fn reference_beam(d: &IndexData<f32>, q: &[f32], p: &P) -> (Vec<(f32, u32)>, Que
         }
         let blocks: HashSet<u64> = frontier
             .iter()
-            .filter(|&&v| d.cache.get(v).is_none())
+            .filter(|&&v| d.cache.read().unwrap().get(v).is_none())
             .map(|&v| d.layout.locate(v).0)
             .collect();
         st.reads += blocks.len() as u32;
         st.bytes_read += (blocks.len() * d.geo.block_size) as u64;
         for v in frontier {
-            let (vb, nbrs): (Vec<u8>, Vec<u32>) = match d.cache.get(v) {
+            let (vb, nbrs): (Vec<u8>, Vec<u32>) = match d.cache.read().unwrap().get(v) {
                 Some(c) => {
                     st.cache_hits += 1;
                     (c.vector.unwrap().to_vec(), c.neighbours.to_vec())

@@ -320,6 +320,9 @@ pub fn run<T: Element>(
     emit: &mut Emit<'_>,
 ) -> Result<()> {
     p.check()?;
+    // One read guard for the worker's whole run: the cache does not change
+    // under a search (a resize waits until no search reads it).
+    let cache = data.cache.read()?;
     s.prepare(p)?;
     let mut job = Job {
         s,
@@ -327,7 +330,7 @@ pub fn run<T: Element>(
         next,
         emit,
     };
-    let r = match (&data.layout, &data.scorer, &data.cache) {
+    let r = match (&data.layout, &data.scorer, &*cache) {
         (AnyLayout::Id(layout), AnyScorer::Pq(scorer), AnyCache::Bfs(cache)) => {
             with_executor(&mut job, &env(data, layout, scorer, cache, p))
         }

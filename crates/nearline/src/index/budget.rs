@@ -1,0 +1,363 @@
+//! The memory budget while an index is open: one ledger of what it holds
+//! (its fixed structures, its cache, its idle search workers, the scratch
+//! of the searches running) against the budget.
+//!
+//! A search batch is admitted with the scratch its plan counted. It takes
+//! what the budget has free; when that is short, idle workers give way
+//! first, then the cache gives up entries (the least valuable first, by its
+//! own policy) for as long as the search runs, and takes them back when it
+//! ends. A search whose scratch an empty cache could hold is never refused:
+//! when the scratch of other searches running is what stands in the way,
+//! it waits for them. (The planner refuses, before any of this, a search
+//! that even an empty cache could not hold.) Resizes run one at a time,
+//! and the room a search is promised is counted before the cache gives it
+//! up, so the ledger's total — and what the index holds — never exceeds
+//! the budget, however many searches run at once.
+
+use crate::{Error, Result};
+use serde::Serialize;
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// What the ledger moves: the index's idle workers and its cache.
+pub trait Holdings {
+    /// Bytes idle workers hold.
+    fn idle_bytes(&self) -> u64;
+    /// Drops idle workers until they hold at most `bytes`.
+    fn trim_idle(&self, bytes: u64);
+    /// The cache gives up entries until it holds at most `max_bytes`
+    /// (once no search reads it); returns the bytes it holds.
+    fn evict_cache(&self, max_bytes: u64) -> Result<u64>;
+    /// The cache takes back entries while it holds at most `max_bytes`;
+    /// returns the bytes it holds.
+    fn regrow_cache(&self, max_bytes: u64) -> Result<u64>;
+}
+
+/// The ledger's state, as `info()["memory"]` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LedgerView {
+    pub budget: u64,
+    /// Whether the budget binds (false: nearline sized it, and searches
+    /// may take more scratch than it reserves).
+    pub binding: bool,
+    /// Everything but the cache and the workers.
+    pub fixed: u64,
+    /// What the cache holds now, and held at open.
+    pub cache: u64,
+    pub cache_planned: u64,
+    /// Scratch of the searches running.
+    pub running: u64,
+    /// Searches that took memory from the cache, and the most it lent.
+    pub borrows: u64,
+    pub borrowed_peak: u64,
+    /// The highest total the ledger has counted (fixed + cache + workers).
+    pub peak: u64,
+    /// Why the cache last failed to take entries back (`None`: never).
+    pub regrow_error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    view: LedgerView,
+    /// Scratch promised to a search waiting for the cache to yield it.
+    pending: u64,
+    /// Bytes a regrowth under way may add to the cache.
+    growing: u64,
+    /// A resize of the cache is under way (one at a time).
+    busy: bool,
+}
+
+impl State {
+    /// Everything counted, with `idle` bytes of idle workers.
+    fn used(&self, idle: u64) -> u64 {
+        let v = &self.view;
+        v.fixed
+            .saturating_add(v.cache)
+            .saturating_add(self.growing)
+            .saturating_add(idle)
+            .saturating_add(v.running)
+            .saturating_add(self.pending)
+    }
+
+    fn note_peak(&mut self, idle: u64) {
+        let held = self
+            .view
+            .fixed
+            .saturating_add(self.view.cache)
+            .saturating_add(self.growing)
+            .saturating_add(idle)
+            .saturating_add(self.view.running);
+        self.view.peak = self.view.peak.max(held);
+    }
+}
+
+/// The ledger of one open index.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Ledger {
+    /// A ledger for `budget` bytes (binding unless nearline sized it) over
+    /// `fixed` bytes of structures and a cache of `cache` bytes.
+    pub fn new(budget: u64, binding: bool, fixed: u64, cache: u64) -> Self {
+        let mut st = State {
+            view: LedgerView {
+                budget,
+                binding,
+                fixed,
+                cache,
+                cache_planned: cache,
+                ..LedgerView::default()
+            },
+            ..State::default()
+        };
+        st.note_peak(0);
+        Ledger {
+            state: Mutex::new(st),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, State>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::Engine("memory ledger lock poisoned".into()))
+    }
+
+    /// The ledger now.
+    pub fn view(&self) -> LedgerView {
+        self.lock().map(|s| s.view.clone()).unwrap_or_default()
+    }
+
+    /// Admits a search batch whose workers need `need` bytes: `claim`
+    /// (called under the ledger's lock, first) takes the idle workers the
+    /// batch will use, so they count once. Returns the bytes the cache gave
+    /// up for it. Waits while the scratch of other searches (or a resize
+    /// under way) stands in the way; refuses only what an empty cache could
+    /// not hold.
+    pub fn admit(&self, need: u64, h: &dyn Holdings, claim: &mut dyn FnMut()) -> Result<u64> {
+        let mut st = self.lock()?;
+        claim();
+        let mut borrowed = 0u64;
+        loop {
+            let idle = h.idle_bytes();
+            let free = st.view.budget.saturating_sub(st.used(idle));
+            if !st.view.binding || need <= free {
+                st.view.running = st.view.running.saturating_add(need);
+                st.note_peak(idle);
+                if borrowed > 0 {
+                    st.view.borrows += 1;
+                }
+                return Ok(borrowed);
+            }
+            let short = need - free;
+            if idle > 0 {
+                // Idle workers give way first: they only save the next
+                // search opening its own.
+                h.trim_idle(idle.saturating_sub(short));
+                if h.idle_bytes() < idle {
+                    continue;
+                }
+            }
+            let alone = st.view.budget.saturating_sub(st.view.fixed);
+            if need > alone {
+                return Err(Error::arg(format!(
+                    "this search needs about {need} bytes of worker scratch, but memory_budget={} \
+                     leaves the workers at most {alone} bytes even with the cache empty; open \
+                     the index with a memory_budget of at least {}",
+                    st.view.budget,
+                    st.view.fixed.saturating_add(need)
+                )));
+            }
+            let others = st.used(h.idle_bytes()) - st.view.cache;
+            if !st.busy && need <= st.view.budget.saturating_sub(others) {
+                // The cache yields what is short while the search runs.
+                let target = st.view.cache.saturating_sub(short);
+                st.busy = true;
+                st.pending += need;
+                drop(st);
+                let r = h.evict_cache(target);
+                st = self.lock()?;
+                st.busy = false;
+                st.pending -= need;
+                self.changed.notify_all();
+                let held = r?;
+                borrowed += st.view.cache.saturating_sub(held);
+                st.view.cache = held;
+                let lent = st.view.cache_planned.saturating_sub(held);
+                st.view.borrowed_peak = st.view.borrowed_peak.max(lent);
+                continue;
+            }
+            // The scratch of searches running, or a resize under way,
+            // stands in the way: wait for them.
+            st = self
+                .changed
+                .wait(st)
+                .map_err(|_| Error::Engine("memory ledger lock poisoned".into()))?;
+        }
+    }
+
+    /// Ends a batch admitted with `need` bytes: `put_back` (called under
+    /// the ledger's lock) hands its workers back to the idle pool; idle
+    /// workers keep only what the budget leaves them beside a full cache,
+    /// and a cache that lent memory takes it back while the budget has room.
+    pub fn release(&self, need: u64, h: &dyn Holdings, put_back: &mut dyn FnMut()) {
+        let Ok(mut st) = self.lock() else {
+            put_back();
+            return;
+        };
+        put_back();
+        st.view.running = st.view.running.saturating_sub(need);
+        if st.view.binding {
+            let v = &st.view;
+            let beside_full = v
+                .fixed
+                .saturating_add(v.cache_planned.max(v.cache))
+                .saturating_add(st.growing)
+                .saturating_add(v.running)
+                .saturating_add(st.pending);
+            h.trim_idle(v.budget.saturating_sub(beside_full));
+        }
+        st.note_peak(h.idle_bytes());
+        self.changed.notify_all();
+        if !st.view.binding || st.busy || st.view.cache >= st.view.cache_planned {
+            return;
+        }
+        let room = st.view.budget.saturating_sub(st.used(h.idle_bytes()));
+        if room == 0 {
+            return;
+        }
+        let target = st.view.cache_planned.min(st.view.cache + room);
+        st.busy = true;
+        st.growing = target - st.view.cache;
+        drop(st);
+        // What the workers freed goes back to the kernel before the cache
+        // takes the room again.
+        crate::util::return_freed_memory();
+        let r = h.regrow_cache(target);
+        let Ok(mut st) = self.lock() else {
+            return;
+        };
+        st.busy = false;
+        st.growing = 0;
+        match r {
+            Ok(held) => st.view.cache = held,
+            Err(e) => st.view.regrow_error = Some(e.to_string()),
+        }
+        st.note_peak(h.idle_bytes());
+        self.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A cache of `cache` bytes in 100-byte entries and no idle workers;
+    /// `held` counts what the batches' workers hold, `over` records any
+    /// moment at which cache + workers exceeded `room`.
+    struct Fake {
+        cache: AtomicU64,
+        full: u64,
+        workers: AtomicU64,
+        room: u64,
+        over: AtomicU64,
+    }
+
+    impl Fake {
+        fn check(&self) {
+            let total = self.cache.load(Ordering::SeqCst) + self.workers.load(Ordering::SeqCst);
+            if total > self.room {
+                self.over.fetch_max(total, Ordering::SeqCst);
+            }
+        }
+    }
+
+    impl Holdings for Fake {
+        fn idle_bytes(&self) -> u64 {
+            0
+        }
+        fn trim_idle(&self, _: u64) {}
+        fn evict_cache(&self, max: u64) -> Result<u64> {
+            let held = self.cache.load(Ordering::SeqCst).min(max / 100 * 100);
+            self.cache.store(held, Ordering::SeqCst);
+            Ok(held)
+        }
+        fn regrow_cache(&self, max: u64) -> Result<u64> {
+            let held = self.full.min(max / 100 * 100);
+            self.cache.store(held, Ordering::SeqCst);
+            self.check();
+            Ok(held)
+        }
+    }
+
+    #[test]
+    fn concurrent_searches_borrow_from_the_cache_and_never_exceed_the_budget() {
+        // Budget 10,000: fixed 2,000, cache 6,000, 2,000 free for workers.
+        let fake = Arc::new(Fake {
+            cache: AtomicU64::new(6_000),
+            full: 6_000,
+            workers: AtomicU64::new(0),
+            room: 8_000,
+            over: AtomicU64::new(0),
+        });
+        let ledger = Arc::new(Ledger::new(10_000, true, 2_000, 6_000));
+        // Fits the free room: no borrowing.
+        assert_eq!(ledger.admit(1_500, &*fake, &mut || ()).unwrap(), 0);
+        ledger.release(1_500, &*fake, &mut || ());
+        // 3,000: the cache lends 1,000, and takes it back afterwards.
+        assert_eq!(ledger.admit(3_000, &*fake, &mut || ()).unwrap(), 1_000);
+        assert_eq!(ledger.view().cache, 5_000);
+        ledger.release(3_000, &*fake, &mut || ());
+        let v = ledger.view();
+        assert_eq!((v.cache, v.borrows, v.borrowed_peak), (6_000, 1, 1_000));
+        // More than an empty cache could make room for: refused.
+        let e = ledger.admit(8_001, &*fake, &mut || ()).unwrap_err();
+        assert!(e.to_string().contains("at least 10001"), "{e}");
+        // Eight threads at once, each needing 5,000 (only one fits at a
+        // time with an empty cache): every one runs, none is refused, and
+        // cache + workers never exceed the 8,000 the budget leaves.
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let (ledger, fake) = (ledger.clone(), fake.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..20 {
+                        let need = 3_000 + 500 * (i % 5);
+                        ledger.admit(need, &*fake, &mut || ()).unwrap();
+                        fake.workers.fetch_add(need, Ordering::SeqCst);
+                        fake.check();
+                        std::thread::yield_now();
+                        fake.workers.fetch_sub(need, Ordering::SeqCst);
+                        ledger.release(need, &*fake, &mut || ());
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(fake.over.load(Ordering::SeqCst), 0);
+        let v = ledger.view();
+        assert!(v.peak <= 10_000, "{v:?}");
+        assert_eq!((v.running, v.cache), (0, 6_000), "{v:?}");
+    }
+
+    #[test]
+    fn an_unbound_budget_admits_without_borrowing() {
+        let fake = Fake {
+            cache: AtomicU64::new(6_000),
+            full: 6_000,
+            workers: AtomicU64::new(0),
+            room: u64::MAX,
+            over: AtomicU64::new(0),
+        };
+        let ledger = Ledger::new(10_000, false, 2_000, 6_000);
+        assert_eq!(ledger.admit(50_000, &fake, &mut || ()).unwrap(), 0);
+        assert_eq!(ledger.view().cache, 6_000);
+        ledger.release(50_000, &fake, &mut || ());
+        assert_eq!(ledger.view().running, 0);
+    }
+}
