@@ -335,7 +335,9 @@ def format_info(info: dict[str, Any]) -> str:
     for key, val in flat:
         if isinstance(val, (list, tuple)):
             val = ", ".join(_short(v) for v in val)
-        elif key.startswith("memory.") and not key.endswith(("nodes", "within_budget", "budget_auto")) or (
+        elif key.startswith("memory.") and not key.endswith(
+            ("nodes", "within_budget", "budget_auto", "borrows", "_covered", "_error")
+        ) or (
             key.endswith(("bytes", "budget")) and not key.endswith("pq_bytes")
         ):
             if isinstance(val, (int, float)) and not isinstance(val, bool):
@@ -874,6 +876,10 @@ def format_plan(plan: dict[str, Any]) -> str:
     for k in ("budget", "minimum", "pq_codes", "pq_codebook", "ids", "layout_map", "entry", "worker_scratch",
               "cache", "cache_nodes"):
         lines.append(f"  {k:<15} {_human_bytes(mem[k]) if k != 'cache_nodes' else mem[k]}")
+    if "search_L_covered" in mem:
+        lines.append(f"  the workers' share holds a search of one query per worker up to L {mem['search_L_covered']}"
+                     f" ({plan['search']['threads']} threads); a larger"
+                     " search borrows from the cache while it runs")
     s = plan["search"]
     lines.append(f"default search: {s['executor']}, L {s['L']}, W {s['W']}, page {s['page_search']}, "
                  f"{s['queries_in_flight']} queries in flight × {s['threads']} threads")

@@ -333,3 +333,30 @@ fn a_search_no_empty_cache_can_hold_is_refused_with_what_fits() {
     let m = &idx.info()["memory"];
     assert_eq!(m["within_budget"], true, "{m}");
 }
+
+#[test]
+fn the_open_plan_says_which_l_the_workers_share_covers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    let data = build_preset(&dir, Preset::Starling);
+    let idx = open_with_budget(&dir, BUDGET);
+    let plan = idx.open_plan().unwrap();
+    let covered = plan.memory.search_l_covered;
+    let d = plan
+        .decisions
+        .iter()
+        .find(|d| d.what == "search_L_covered")
+        .expect("the open plan says which L it covers");
+    assert_eq!(d.value, covered.to_string());
+    // One query per worker on the default threads: up to that L the
+    // workers' share holds the search, one more and it would borrow.
+    let threads = plan.threads;
+    let opts = |l: usize| search_opts(l, threads);
+    let scratch = |l: usize| idx.plan_search(&opts(l), None, 64).unwrap().scratch;
+    assert!(covered >= 100, "{covered}");
+    assert!(scratch(covered) <= plan.memory.worker_scratch);
+    assert!(scratch(covered + 1) > plan.memory.worker_scratch);
+    let queries = clustered(64, DIM, 13);
+    assert!(recall_of(&idx, &data, DIM, &queries, &opts(covered)) >= 0.95);
+    assert_eq!(idx.info()["memory"]["cache_borrows"], 0);
+}

@@ -271,6 +271,11 @@ pub struct MemoryPlan {
     pub cache_policy: &'static str,
     /// The smallest budget these structures fit in (no cache).
     pub minimum: u64,
+    /// The largest L a search of one query per worker (the default W and
+    /// threads) runs with in the workers' share, without borrowing from
+    /// the cache (0: not even L = 10).
+    #[serde(rename = "search_L_covered")]
+    pub search_l_covered: usize,
 }
 
 impl MemoryPlan {
@@ -506,6 +511,7 @@ pub fn split_at_build(
         cache_nodes: 0,
         cache_policy: "bfs",
         minimum: min.total,
+        search_l_covered: 0,
     };
     plan.cache = budget.saturating_sub(plan.fixed());
     plan.cache_nodes = NodeCache::capacity_for(geo, plan.cache).min(n) as u64;
@@ -626,6 +632,7 @@ pub fn split_at_open(
                 cache_nodes: lists,
                 cache_policy: "adjacency",
                 minimum: min.total,
+                search_l_covered: 0,
             },
         ));
     }
@@ -698,6 +705,7 @@ pub fn split_at_open(
             cache_nodes: nodes as u64,
             cache_policy: if in_degree { "in_degree" } else { "bfs" },
             minimum: min.total,
+            search_l_covered: 0,
         },
     ))
 }

@@ -709,6 +709,7 @@ pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     // stage, when no plan fits).
     let gb = rules::graph_build(f.n, f.dim, esz, r, pq_bytes, threads, build_memory_budget)?;
     d.push(Decision::new("graph_shards", gb.shards, gb.why));
+    note_covered_l(&mut mem, open_threads, &shape(pq_bytes), &pd, &mut d);
     let search = SearchPlanView::of(&plan_search(
         &SearchOptions::new(10),
         None,
@@ -962,7 +963,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         ));
     }
     let adjacency = (cache == preset::CacheKind::Adjacency).then_some(m.build_stats.mean_degree);
-    let (threads, mem) = memory::split_at_open(
+    let (threads, mut mem) = memory::split_at_open(
         &format!("this {} index", m.spec.preset),
         budget,
         raw,
@@ -980,6 +981,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         &geo,
         &mut d,
     )?;
+    note_covered_l(&mut mem, threads, &shape(pq_m), &pd, &mut d);
     Ok(OpenPlan {
         entry,
         cache,
@@ -989,6 +991,38 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         threads,
         decisions: d,
     })
+}
+
+/// Records in `mem` (and as a decision) the largest L the workers' share
+/// of the budget holds for a search of one query per worker on `threads`
+/// workers, shaped as `base` (the preset's default search) but for L. A
+/// larger search borrows from the cache while it runs.
+fn note_covered_l(
+    mem: &mut MemoryPlan,
+    threads: usize,
+    base: &QueryShape,
+    pd: &preset::PresetDefaults,
+    d: &mut Vec<Decision>,
+) {
+    let at = |l: usize| QueryShape {
+        l,
+        refine: default_refine(base.refine > 0, pd.refine_ratio, l),
+        ..*base
+    };
+    let t = threads as u64;
+    let fits = |l: usize| t.saturating_mul(memory::worker_bytes(&at(l), 1)) <= mem.worker_scratch;
+    let covered = search::largest(10, crate::search::MAX_LIST_SIZE, fits).unwrap_or(0);
+    mem.search_l_covered = covered;
+    d.push(Decision::new(
+        "search_L_covered",
+        covered,
+        format!(
+            "the workers' share ({} bytes) holds a search of one query per worker on {threads} \
+             threads up to L={covered} at W={} (the preset's default search: L={}, several \
+             queries per worker); a larger search borrows from the cache while it runs",
+            mem.worker_scratch, base.width, pd.l
+        ),
+    ));
 }
 
 /// The refine stage's candidates in a default search (k = 10) of a preset
