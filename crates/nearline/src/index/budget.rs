@@ -130,6 +130,16 @@ impl Ledger {
         self.lock().map(|s| s.view.clone()).unwrap_or_default()
     }
 
+    /// The ledger now with what `idle` reads of the idle workers at the
+    /// same moment (workers move between the idle pool and a batch only
+    /// under the ledger's lock, so neither is counted twice).
+    pub fn snapshot(&self, idle: &dyn Fn() -> u64) -> (LedgerView, u64) {
+        match self.lock() {
+            Ok(s) => (s.view.clone(), idle()),
+            Err(_) => (LedgerView::default(), idle()),
+        }
+    }
+
     /// Admits a search batch whose workers need `need` bytes: `claim`
     /// (called under the ledger's lock, first) takes the idle workers the
     /// batch will use, so they count once. Returns the bytes the cache gave

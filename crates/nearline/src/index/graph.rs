@@ -115,6 +115,9 @@ pub struct GraphIndex {
     /// Where the cache reads back what it lends: the directory, manifest.
     dir: PathBuf,
     manifest: Manifest,
+    /// The I/O engine a worker opens (found at open with a worker that is
+    /// not kept: idle workers are the ledger's to count).
+    engine_name: &'static str,
 }
 
 /// The workers and cache of one element type, as the ledger moves them.
@@ -266,6 +269,9 @@ impl GraphIndex {
         });
         // Scratch of the load (BFS frontier, section buffers) is freed: give
         // it back so the resident set is what the index holds.
+        let engine_name = with_engine!(&engine, e, {
+            Scratch::new(&e.data).map_or("unavailable", |s| s.engine_name())
+        });
         crate::util::return_freed_memory();
         let ledger = Ledger::new(
             plan.memory.budget,
@@ -281,6 +287,7 @@ impl GraphIndex {
             ledger,
             dir: dir.to_path_buf(),
             manifest: m.clone(),
+            engine_name,
         })
     }
 
@@ -367,18 +374,26 @@ impl GraphIndex {
     }
 
     /// What the index holds now (the cache and the workers' scratch
-    /// measured).
-    pub fn account(&self) -> MemoryAccount {
-        let idle = with_engine!(&self.engine, e, e.workers.memory_bytes()) as u64;
+    /// measured), with the ledger at the same moment.
+    pub fn account_and_ledger(&self) -> (MemoryAccount, LedgerView) {
         let nodes =
             with_engine!(&self.engine, e, e.data.cache.read().map(|c| c.len())).unwrap_or(0) as u64;
-        let l = self.ledger.view();
-        MemoryAccount {
+        let (l, idle) = with_engine!(&self.engine, e, {
+            self.ledger.snapshot(&|| e.workers.memory_bytes() as u64)
+        });
+        let held = MemoryAccount {
             cache: l.cache,
             cache_nodes: nodes,
             worker_scratch: idle + l.running,
             ..self.account.clone()
-        }
+        };
+        (held, l)
+    }
+
+    /// What the index holds now (the cache and the workers' scratch
+    /// measured).
+    pub fn account(&self) -> MemoryAccount {
+        self.account_and_ledger().0
     }
 
     /// Whether the page file is read with O_DIRECT.
@@ -388,11 +403,7 @@ impl GraphIndex {
 
     /// Name of the I/O engine a worker uses.
     pub fn engine_name(&self) -> &'static str {
-        with_engine!(
-            &self.engine,
-            e,
-            e.workers.engine_name(&e.data).unwrap_or("unavailable")
-        )
+        self.engine_name
     }
 
     /// The entry points in use, as `info()` shows them.

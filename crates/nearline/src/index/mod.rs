@@ -614,6 +614,8 @@ impl Index {
             o.insert("nav_sample".into(), m.spec.nav_sample.into());
             o.insert("entry_clusters".into(), m.spec.entry_clusters.into());
         }
+        let (held, ledger) = g.account_and_ledger();
+        let memory = graph::memory_json(&go.plan.memory, &held, &ledger, go.plan.budget_auto);
         serde_json::json!({
             "path": self.dir.display().to_string(),
             "format_version": format!("{}.{}", m.format_major, m.format_minor),
@@ -634,12 +636,7 @@ impl Index {
             "records_per_page": m.layout.records_per_block,
             "disk_bytes": disk,
             "sections": files,
-            "memory": graph::memory_json(
-                &go.plan.memory,
-                &g.account(),
-                &g.ledger(),
-                go.plan.budget_auto,
-            ),
+            "memory": memory,
             "plan": {
                 "open": go.plan.decisions,
                 "threads": go.plan.threads,

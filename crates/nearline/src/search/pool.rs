@@ -105,18 +105,6 @@ impl<T: Element> WorkerPool<T> {
         held
     }
 
-    /// Name of the I/O engine a worker uses (opening one if none is idle).
-    pub fn engine_name(&self, data: &IndexData<T>) -> Result<&'static str> {
-        let popped = self.idle()?.pop();
-        let s = match popped {
-            Some(s) => s,
-            None => Scratch::new(data)?,
-        };
-        let name = s.engine_name();
-        self.put_back(vec![s]);
-        Ok(name)
-    }
-
     /// [`WorkerPool::run_batch`] on idle workers (any size), handing them
     /// back afterwards (tests and callers that keep no memory account).
     pub fn search_batch(
