@@ -1,0 +1,100 @@
+"""Issue 34: a search that the memory budget can hold is never refused.
+
+A property test over every graph preset × budgets of 5, 10, 20 and 40% of the raw vectors × L × W × threads ×
+queries_in_flight on a small set (one index per preset, built once at 5% so its PQ codes fit every budget): a
+search is refused only when even an empty cache could not hold its workers' scratch (and then the message says
+what fits); every other search runs (borrowing from the cache when the budget's free room is short) and answers
+every query; ``within_budget`` stays true during and after it, the ledger's peak never passes the budget, the
+cache is back to its planned size afterwards, and the resident memory the index adds stays within
+1.05 × budget + 4 MiB, measured as ``test_index.py::test_rss_delta_within_budget`` measures it.
+
+CI runs a sample of the grid; ``NEARLINE_BUDGET_GRID=full`` runs all of it (7 × 4 × 3 × 3 = 252 searches per
+preset and budget, 5,040 in all).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nearline
+from conftest import clustered
+
+PRESETS = ("diskann", "pipeann", "starling", "gorgeous", "alayalaser")
+BUDGETS = (0.05, 0.10, 0.20, 0.40)
+LS = (10, 32, 100, 128, 256, 512, 1024)
+WS = (1, 4, 8, 32)
+THREADS = (1, 2, 8)
+QIFS = (1, 4, 8)
+FULL = os.environ.get("NEARLINE_BUDGET_GRID") == "full"
+N, DIM = 30_000, 256
+MIB = 1 << 20
+CHILD = Path(__file__).with_name("budget_grid_child.py")
+
+
+def grid_points(preset: str) -> list[list[int]]:
+    """Every point of the grid, or (CI) its corners and a sample of 8 more, fixed per preset."""
+    every = [list(p) for p in itertools.product(LS, WS, THREADS, QIFS)]
+    if FULL:
+        return every
+    corners = [[1024, 32, 8, 8], [1024, 1, 1, 1], [10, 1, 1, 1], [10, 32, 8, 8], [512, 8, 2, 4], [128, 8, 2, 1]]
+    rng = random.Random(preset)
+    return corners + rng.sample([p for p in every if p not in corners], 8)
+
+
+@pytest.fixture(scope="module")
+def grid_indexes(tmp_path_factory):
+    """One small index per graph preset, built at 5% of the raw vectors, and the queries."""
+    root = tmp_path_factory.mktemp("grid")
+    base, queries = clustered(N, DIM, seed=21, queries=64)
+    np.save(root / "q.npy", queries)
+    for preset in PRESETS:
+        nearline.build(base, root / f"{preset}.index", preset=preset, R=24, build_L=32, memory_budget=0.05,
+                       threads=2).close()
+    return root
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_no_search_an_empty_cache_could_hold_is_refused(grid_indexes, preset):
+    points = grid_points(preset)
+    args = {"index": str(grid_indexes / f"{preset}.index"), "queries": str(grid_indexes / "q.npy"),
+            "budgets": list(BUDGETS), "points": points}
+    out = subprocess.run([sys.executable, str(CHILD), json.dumps(args)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert len(rows) == len(points) * len(BUDGETS)
+    borrowed = refused = 0
+    prev_borrows = {}
+    for r in rows:
+        where = f"{preset} {r['budget_fraction']}: L {r['L']} W {r['W']} threads {r['threads']} " \
+                f"qif {r['queries_in_flight']}: {r}"
+        # The run refuses exactly what the planner refuses, and only what even an empty cache cannot hold.
+        assert r["refused"] == (r["planned_scratch"] is None), where
+        if r["refused"]:
+            refused += 1
+            assert r["need"] is not None and r["need"] > r["limit"], where
+            assert "even with the cache emptied" in r["error"] and "fits" in r["error"], where
+        else:
+            assert r["planned_scratch"] <= r["limit"], where
+            assert r["found"] == r["nq"] * 10, where
+        b = r["budget"]
+        assert r["within_during"] and r["within_after"], where
+        assert r["peak_total"] <= b, where
+        assert r["cache"] == r["cache_planned"], where
+        assert r["rss_after"] <= 1.05 * b + 4 * MIB, where
+        assert r["rss_during"] <= 1.05 * b + 4 * MIB, where
+        before = prev_borrows.get(r["budget_fraction"], 0)
+        borrowed += r["borrows"] > before
+        prev_borrows[r["budget_fraction"]] = r["borrows"]
+    # The grid exercises borrowing and refusals both.
+    assert borrowed > 0 and refused > 0, (borrowed, refused)
+    print(f"{preset}: {len(rows)} searches, {borrowed} borrowed from the cache, {refused} refused "
+          f"(needing more than an empty cache leaves)")
