@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,56 @@ def test_no_search_an_empty_cache_could_hold_is_refused(grid_indexes, preset):
     assert borrowed > 0 and refused > 0, (borrowed, refused)
     print(f"{preset}: {len(rows)} searches, {borrowed} borrowed from the cache, {refused} refused "
           f"(needing more than an empty cache leaves)")
+
+
+@pytest.fixture(scope="module")
+def small_starling(tmp_path_factory):
+    base, queries = clustered(3000, 32, seed=5, queries=64)
+    path = tmp_path_factory.mktemp("borrow") / "s.index"
+    nearline.build(base, path, preset="starling", R=16, build_L=32, memory_budget=1_000_000, threads=2).close()
+    return path, queries
+
+
+def test_a_search_just_past_the_workers_reserve_runs_and_info_shows_the_loan(small_starling):
+    """The issue's case: a search a little past what the budget reserves the workers (there 2 KB) while the
+    cache holds much more of the budget. It runs, borrowing from the cache, which holds its planned size again
+    afterwards; ``info()["memory"]`` shows the loan."""
+    path, queries = small_starling
+    idx = nearline.open(path, memory_budget=1_000_000)
+    mem = idx.info()["memory"]
+    reserve = mem["worker_scratch_max"] - mem["cache_planned"]
+    scratch = {L: idx.plan_search(64, L=L, threads=2, queries_in_flight=1)["scratch"] for L in range(100, 2000, 4)}
+    L = min(L for L, s in scratch.items() if s > reserve)
+    short = scratch[L] - reserve  # one step of L (the visited table doubles): tens of KB here
+    assert short < mem["cache_planned"] / 4, (L, scratch[L], reserve, mem)
+    ids, _ = idx.search(queries, 10, L=L, threads=2, queries_in_flight=1)
+    assert (ids >= 0).all()
+    after = idx.info()["memory"]
+    # The cache lent what was short (whole records: up to one more), no more.
+    assert after["cache_borrows"] == 1 and 0 < after["cache_borrowed_peak"] <= short + 4096, (short, after)
+    assert after["cache"] == after["cache_planned"] and after["cache_borrowed"] == 0, after
+    assert after["within_budget"] and after["peak_total"] <= 1_000_000, after
+    # More than an empty cache leaves: refused, naming what fits.
+    with pytest.raises(ValueError, match=r"even with the cache emptied.*L ≤ \d+"):
+        idx.search(queries, 10, L=100_000, threads=2, queries_in_flight=1)
+    idx.close()
+
+
+def test_cli_plan_says_which_l_the_workers_share_covers(small_starling, capsys):
+    from nearline import cli
+
+    path, queries = small_starling
+    plan = nearline.plan(path, memory_budget=1_000_000)
+    covered = plan["memory"]["search_L_covered"]
+    assert covered >= 100 and any(d["what"] == "search_L_covered" for d in plan["open"])
+    assert cli.main(["plan", str(path), "--memory-budget", "1000000"]) == 0
+    out = capsys.readouterr().out
+    assert f"up to L {covered}" in out and "borrows from the cache" in out
+    # nearline info shows the loan's counts as numbers, its bytes in units.
+    idx = nearline.open(path, memory_budget=1_000_000)
+    idx.search(queries, 10, L=4 * covered, threads=2)
+    text = cli.format_info(idx.info())
+    idx.close()
+    assert re.search(r"^memory\.cache_borrows\s+1$", text, re.M), text
+    assert re.search(r"^memory\.cache_planned\s+\d.*B \(\d+\)$", text, re.M), text
+    assert re.search(r"^memory\.plan\.search_L_covered\s+\d+$", text, re.M), text

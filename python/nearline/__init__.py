@@ -596,7 +596,11 @@ class Index:
                 integer indexes the values must be integers in the type's range).
             k: neighbours per query. If ``k`` exceeds the number of vectors, the
                 extra columns hold id -1 and distance +inf (-inf for ip/cosine).
-            L: candidate list size (default ``max(k, 100)``; larger is more accurate).
+            L: candidate list size (default ``max(k, 100)``; larger is more accurate). A search
+                whose workers need more scratch than the memory budget reserves them borrows
+                from the cache while it runs (``info()["memory"]["cache_borrows"]``); it is
+                refused only when even an empty cache could not make room, with a
+                ``ValueError`` naming the largest L, W, threads and queries_in_flight that fit.
             W: beam width (1..64): reads issued per hop for the beam executor, the
                 most reads in flight per query for the pipeline. Default: the
                 preset's (4 for ``diskann``, 32 for ``pipeann``, 8 for ``starling``).
@@ -764,7 +768,14 @@ class Index:
     def info(self) -> Dict[str, Any]:
         """Sizes, the memory budget's split next to what is held, the plan (with the
         rule behind each choice), I/O engine and build spec (``info()["build"]``,
-        under the option names ``build`` takes: ``R``, ``build_L``, ...)."""
+        under the option names ``build`` takes: ``R``, ``build_L``, ...).
+
+        ``info()["memory"]`` has the cache now (``cache``) and as planned
+        (``cache_planned``), what searches borrowed from it (``cache_borrowed`` now,
+        ``cache_borrows``, ``cache_borrowed_peak``), the workers' scratch held, reserved
+        and at most (``worker_scratch``, ``worker_scratch_running``,
+        ``worker_scratch_reserved``, ``worker_scratch_max``), the most the index has held
+        (``peak_total``) and ``within_budget``."""
         info = json.loads(self._raw.info())
         if isinstance(info.get("build"), dict):
             info["build"] = _api_names(info["build"], "build")
