@@ -153,6 +153,9 @@ impl<T: Element> Holdings for Held<'_, T> {
 impl GraphIndex {
     /// Opens the graph index in `dir` (manifest `m`) as `plan` says.
     pub fn open(dir: &Path, m: &Manifest, plan: &OpenPlan, io: EngineKind) -> Result<GraphIndex> {
+        // What the workers free must leave the process, or the budget
+        // binds only on paper.
+        crate::util::keep_large_frees_returned();
         let manifest_path = dir.join(crate::format::MANIFEST_FILE);
         let geo = crate::planner::geometry(m)
             .map_err(|e| Error::corrupt(&manifest_path, e.to_string()))?;

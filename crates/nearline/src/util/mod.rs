@@ -27,6 +27,35 @@ pub fn return_freed_memory() {
     }
 }
 
+/// The allocation size from which glibc maps each block on its own (its
+/// default initial threshold, 128 KiB).
+pub const MMAP_THRESHOLD: usize = 128 * 1024;
+
+/// Keeps glibc's mmap threshold at [`MMAP_THRESHOLD`], process-wide (once;
+/// later calls do nothing). By default glibc raises the threshold to the
+/// size of each mapped block freed (up to 32 MiB), so the search workers'
+/// large scratch (visited tables, candidate and result lists) moves from
+/// its own mappings into the allocator's arenas, and once freed stays
+/// resident there, fragmented across the per-thread arenas, where
+/// `malloc_trim` no longer returns it: on a 30k × 256 index at 6 MB, a few
+/// hundred searches of changing shapes left 13 MB resident beyond what the
+/// index held. Pinned, a freed large block goes back to the kernel at once,
+/// and what a search's workers held leaves with them. An open index calls it.
+pub fn keep_large_frees_returned() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: mallopt only sets an allocator parameter; it has no
+            // preconditions and touches no allocation. Setting the threshold
+            // turns off its dynamic adjustment (documented in mallopt(3)).
+            unsafe {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int);
+            }
+        });
+    }
+}
+
 /// Asks the CPU to bring the cache lines holding `bytes` into its caches
 /// without waiting for them. A hint only: it never faults and never changes
 /// what a later read returns. The search uses it to overlap the memory
