@@ -217,5 +217,10 @@ impl SharedCache {
     }
 }
 
+/// The most a cache holds besides its entries while it takes them back
+/// ([`AnyCache::regrow`]): a chunk of the section it streams, a page buffer,
+/// a list being packed. The memory ledger counts it while a regrowth runs.
+pub const RESIZE_SCRATCH: u64 = crate::io::files::SECTION_STREAM_CHUNK as u64 + (64 << 10);
+
 /// Estimated bytes of one cached node besides its record (hash slot).
 pub const CACHE_ENTRY_OVERHEAD: usize = 16;

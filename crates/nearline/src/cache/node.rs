@@ -288,24 +288,22 @@ impl NodeCache {
         if target <= self.live {
             return Ok(self.memory());
         }
-        // The records of positions live..target, read in page order.
-        let mut todo: Vec<(u64, u32, u32)> = self
-            .slots
-            .iter()
-            .filter(|&(_, &i)| (i as usize) >= self.live && (i as usize) < target)
-            .map(|(&v, &i)| (src.layout.locate(v).0, i, v))
-            .collect();
-        todo.sort_unstable();
+        // The records of positions live..target, straight from the map (no
+        // list of them: a regrowth holds nothing but what it loads and a
+        // page buffer, see `RESIZE_SCRATCH`).
         let old = self.live;
         self.words.resize(target * self.record_words);
         let rw = self.record_words;
+        let (slots, words) = (&self.slots, &mut self.words);
         let read = (|| -> Result<()> {
             let mut reader = RecordReader::open(src.pages, src.layout)?;
-            for &(_, i, v) in &todo {
-                let rec = reader.raw_record(v)?;
+            for (&v, &i) in slots.iter() {
                 let i = i as usize;
-                let bytes: &mut [u8] =
-                    bytemuck::cast_slice_mut(&mut self.words[i * rw..(i + 1) * rw]);
+                if i < old || i >= target {
+                    continue;
+                }
+                let rec = reader.raw_record(v)?;
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words[i * rw..(i + 1) * rw]);
                 let len = rec.len().min(bytes.len());
                 bytes[..len].copy_from_slice(&rec[..len]);
             }

@@ -58,6 +58,8 @@ pub struct LedgerView {
 #[derive(Debug, Default)]
 struct State {
     view: LedgerView,
+    /// What a regrowth holds besides the entries it loads.
+    resize_scratch: u64,
     /// Scratch promised to a search waiting for the cache to yield it.
     pending: u64,
     /// Bytes a regrowth under way may add to the cache.
@@ -99,9 +101,11 @@ pub struct Ledger {
 
 impl Ledger {
     /// A ledger for `budget` bytes (binding unless nearline sized it) over
-    /// `fixed` bytes of structures and a cache of `cache` bytes.
-    pub fn new(budget: u64, binding: bool, fixed: u64, cache: u64) -> Self {
+    /// `fixed` bytes of structures and a cache of `cache` bytes, which holds
+    /// up to `resize_scratch` bytes more while it takes entries back.
+    pub fn new(budget: u64, binding: bool, fixed: u64, cache: u64, resize_scratch: u64) -> Self {
         let mut st = State {
+            resize_scratch,
             view: LedgerView {
                 budget,
                 binding,
@@ -219,28 +223,35 @@ impl Ledger {
         };
         put_back();
         st.view.running = st.view.running.saturating_sub(need);
+        let lent = st.view.cache < st.view.cache_planned;
         if st.view.binding {
+            // Idle workers keep what the budget leaves them beside a full
+            // cache (and, while it is short, the scratch of its regrowth).
             let v = &st.view;
             let beside_full = v
                 .fixed
                 .saturating_add(v.cache_planned.max(v.cache))
                 .saturating_add(st.growing)
                 .saturating_add(v.running)
-                .saturating_add(st.pending);
+                .saturating_add(st.pending)
+                .saturating_add(if lent { st.resize_scratch } else { 0 });
             h.trim_idle(v.budget.saturating_sub(beside_full));
         }
         st.note_peak(h.idle_bytes());
         self.changed.notify_all();
-        if !st.view.binding || st.busy || st.view.cache >= st.view.cache_planned {
+        if !st.view.binding || st.busy || !lent {
             return;
         }
         let room = st.view.budget.saturating_sub(st.used(h.idle_bytes()));
-        if room == 0 {
+        if room <= st.resize_scratch {
             return;
         }
-        let target = st.view.cache_planned.min(st.view.cache + room);
+        let target = st
+            .view
+            .cache_planned
+            .min(st.view.cache + room - st.resize_scratch);
         st.busy = true;
-        st.growing = target - st.view.cache;
+        st.growing = target - st.view.cache + st.resize_scratch;
         drop(st);
         // What the workers freed goes back to the kernel before the cache
         // takes the room again.
@@ -314,7 +325,7 @@ mod tests {
             room: 8_000,
             over: AtomicU64::new(0),
         });
-        let ledger = Arc::new(Ledger::new(10_000, true, 2_000, 6_000));
+        let ledger = Arc::new(Ledger::new(10_000, true, 2_000, 6_000, 0));
         // Fits the free room: no borrowing.
         assert_eq!(ledger.admit(1_500, &*fake, &mut || ()).unwrap(), 0);
         ledger.release(1_500, &*fake, &mut || ());
@@ -364,7 +375,7 @@ mod tests {
             room: u64::MAX,
             over: AtomicU64::new(0),
         };
-        let ledger = Ledger::new(10_000, false, 2_000, 6_000);
+        let ledger = Ledger::new(10_000, false, 2_000, 6_000, 0);
         assert_eq!(ledger.admit(50_000, &fake, &mut || ()).unwrap(), 0);
         assert_eq!(ledger.view().cache, 6_000);
         ledger.release(50_000, &fake, &mut || ());

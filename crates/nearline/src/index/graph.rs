@@ -281,6 +281,7 @@ impl GraphIndex {
             !plan.budget_auto,
             account.fixed(),
             account.cache,
+            crate::cache::RESIZE_SCRATCH,
         );
         Ok(GraphIndex {
             ids,

@@ -122,6 +122,11 @@ pub fn write_section_with(
     })
 }
 
+/// Bytes [`read_section_stream`] reads at a time: what streaming a section
+/// holds besides what its reader keeps (a cache taking back entries while
+/// searches run counts it against the memory budget).
+pub const SECTION_STREAM_CHUNK: usize = 64 << 10;
+
 /// Reads section `s` in chunks handed to `each` (never whole in memory),
 /// checked against the manifest: the size before reading, the CRC32C at
 /// the end. `each` may see bytes of a damaged section before the checksum
@@ -134,7 +139,7 @@ pub fn read_section_stream(
 ) -> Result<()> {
     use std::io::Read;
     let (mut file, path, info, len) = open_section(dir, m, s)?;
-    let mut buf = vec![0u8; (1 << 20).min(len.max(1))];
+    let mut buf = vec![0u8; SECTION_STREAM_CHUNK.min(len.max(1))];
     let mut left = len;
     let mut crc = 0u32;
     while left > 0 {
