@@ -39,7 +39,7 @@ pub mod beam;
 pub mod pipeline;
 
 use super::index_data::IndexData;
-use super::plan::{ExecutorPlan, PagePlan, SearchPlan, MAX_BEAM_WIDTH};
+use super::plan::{ExecutorPlan, PagePlan, RefinePlan, SearchPlan, MAX_BEAM_WIDTH};
 use super::policy::{BlockSearch, PagePolicy, Replicas, TargetRecords};
 use super::query::{untoken, Env, Io, Phase, Query, Read, REFINE_TAG};
 use super::range::{sort_dedup, widen};
@@ -182,6 +182,20 @@ impl<T: Element> Scratch<T> {
         while self.slots.len() < p.queries_in_flight {
             self.slots.push(Query::default());
         }
+        // Page buffers: the traversal's (W reads a query and one more while
+        // a page is processed) carved at once; the pool grows past them, up
+        // to what the plan's queries may hold together (the refine stage's
+        // reads; the memory model's count), carving as it goes.
+        let refine = match p.refine {
+            RefinePlan::Rerank { candidates } => candidates,
+            RefinePlan::None => 0,
+        };
+        let width = p.executor.width();
+        let qif = p.queries_in_flight;
+        self.io
+            .pool
+            .set_limit(qif.saturating_mul(width.max(refine) + 1));
+        self.io.pool.reserve(qif.saturating_mul(width + 1));
         let want = engine_depth(p);
         if let Some((kind, depth)) = self.opened {
             if want > depth && self.io.engine.in_flight() == 0 {
