@@ -97,8 +97,9 @@ def test_no_search_an_empty_cache_could_hold_is_refused(grid_indexes, preset):
         prev_borrows[r["budget_fraction"]] = r["borrows"]
     # The grid exercises borrowing and refusals both.
     assert borrowed > 0 and refused > 0, (borrowed, refused)
+    worst = max((max(r["rss_during"], r["rss_after"]) - r["budget"]) / MIB for r in rows)
     print(f"{preset}: {len(rows)} searches, {borrowed} borrowed from the cache, {refused} refused "
-          f"(needing more than an empty cache leaves)")
+          f"(needing more than an empty cache leaves); resident at most {worst:+.2f} MiB beyond the budget")
 
 
 @pytest.fixture(scope="module")
