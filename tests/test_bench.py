@@ -1054,3 +1054,19 @@ def test_bench_diskannpy_at_its_best_thread_count(tmp_path):
     assert "build diskannpy@4" in text and "the index of diskannpy" in text
     # Runs of one index compare no builds.
     assert "build time ratio diskannpy@2/diskannpy" not in text and "build time ratio nearline/diskannpy" in text
+
+
+def test_worker_records_what_a_search_borrowed_from_the_cache(tmp_path):
+    """Each nearline point carries the index's borrow counters after its batch: at a budget whose workers'
+    share holds L 10 but not L 600, the L 600 batch borrows from the cache and the point says so."""
+    ds = datasets.materialize(datasets.load_dataset("synthetic:3000:32", tmp_path, queries=50), tmp_path, 10)
+    nearline.build(ds.base, tmp_path / "i", preset="diskann", R=16, build_L=32, memory_budget=1_000_000,
+                   threads=2).close()
+    res = _bench_worker.run({"action": "search", "system": "nearline", "index_dir": str(tmp_path / "i"),
+                             "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10, 600],
+                             "params": {"threads": 2, "W": 4}, "warmup": 0,
+                             "variant": {"open": {"memory_budget": 1_000_000}, "search": {"queries_in_flight": 1}}})
+    small, large = res["points"]
+    assert small["cache_borrows"] == 0 and small["cache_planned_bytes"] > 0
+    assert large["cache_borrows"] >= 1 and 0 < large["cache_borrowed_peak_bytes"] < large["cache_planned_bytes"]
+    assert large["recall"] >= small["recall"]

@@ -198,6 +198,12 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
             "proc_rchar": rchar,
             "proc_reads_per_query": (read_bytes / 4096.0 / nq) if read_bytes is not None else None,
         }
+        mem = h.memory()
+        if mem and "cache_borrows" in mem:
+            # Searches so far that borrowed from the cache (the batch at this L is the last), the most it
+            # lent, and its planned size: what a search past the workers' share cost the cache.
+            point.update(cache_borrows=mem["cache_borrows"], cache_borrowed_peak_bytes=mem["cache_borrowed_peak"],
+                         cache_planned_bytes=mem["cache_planned"])
         if stats is not None:
             point.update(_stats_means(stats))
         elif system == "diskannpy" and read_bytes is not None:

@@ -89,7 +89,7 @@ POINT_METRICS = (
     "proc_read_bytes", "mean_cache_hits", "mean_bytes_read", "mean_pq_distances", "mean_exact_distances",
     "mean_io_wait_us", "mean_cpu_us", "vertex_util", "mean_path_length", "mean_dist_us", "mean_total_us",
     "roofline_dist_us", "roofline_io_wait_us", "roofline_total_us", "mean_refine_reads", "mean_adjacency_hits",
-    "mean_replica_hits",
+    "mean_replica_hits", "cache_borrows", "cache_borrowed_peak_bytes", "cache_planned_bytes",
 )
 #: Point metrics of range mode (median over repetitions).
 RANGE_POINT_METRICS = (

@@ -242,6 +242,10 @@ class Handle:
         (when given) bounds the list doubling, overriding a variant's."""
         raise ValueError(f"{type(self).__name__} has no native range search")
 
+    def memory(self) -> Optional[dict[str, Any]]:
+        """The index's memory account (nearline's ``info()["memory"]``), if the system has one."""
+        return None
+
     def close(self) -> None:
         """Releases the index."""
 
@@ -331,6 +335,11 @@ class _NearlineHandle(Handle):
                                  **range_kw)
         return (np.asarray(lims, dtype=np.int64), np.asarray(ids, dtype=np.int64), np.asarray(d),
                 {key: np.asarray(v) for key, v in stats.items()})
+
+    def memory(self):
+        if self.partition or not hasattr(self.idx, "info"):
+            return None
+        return self.idx.info().get("memory")
 
     def close(self):
         self.idx.close()
