@@ -19,6 +19,29 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from nearline.cli_format import _flatten, _human_bytes, _short, format_info, format_plan  # noqa: F401
+from nearline.cli_types import (  # noqa: F401 - argparse types of the parser below
+    _block_size,
+    _budget,
+    _budget_list,
+    _depth,
+    _disk_budget,
+    _finite_float,
+    _fraction,
+    _int_list,
+    _k0,
+    _nonneg_float,
+    _nonneg_int,
+    _positive_float,
+    _positive_int,
+    _queries_in_flight,
+    _range_methods,
+    _recalls,
+    _systems,
+    _thread_counts,
+    _variant,
+)
+
 log = logging.getLogger("nearline.cli")
 
 EXIT_ERROR = 2
@@ -61,69 +84,6 @@ class _Progress:
         self.stage = None
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{v} must be >= 0")
-    return v
-
-
-def _fraction(text: str) -> float:
-    """argparse type: a finite fraction in (0, 1]."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (0.0 < v <= 1.0):
-        raise argparse.ArgumentTypeError(f"{v} must be a fraction in (0, 1]")
-    return v
-
-
-def _queries_in_flight(text: str) -> Any:
-    """argparse type: ``auto`` or an integer in 1..64."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    v = _positive_int(text)
-    if v > 64:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or at most 64, got {v}")
-    return v
-
-
-def _finite_float(text: str) -> float:
-    """argparse type: a finite float (range checks are the engine's)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if v != v or v in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return v
-
-
 def _vocab() -> dict[str, Any]:
     """The engine's names (presets, executors, ...): the CLI's choice lists."""
     import nearline
@@ -153,198 +113,10 @@ def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> No
                    help=f"{who}navigation-graph seeds per query (default {d['nav_seeds']})")
 
 
-def _budget(text: str) -> Any:
-    """A budget: bytes (int), a size string ("512MB", "2GiB") or a fraction in (0, 1]."""
-    t = text.strip()
-    try:
-        return int(t)
-    except ValueError:
-        pass
-    try:
-        f = float(t)
-    except ValueError:
-        return t  # a size string; the engine parses and validates it
-    if not 0 < f <= 1:
-        raise argparse.ArgumentTypeError(f"a fractional budget must be in (0, 1], got {f}")
-    return f
-
-
-def _budget_list(text: str) -> list[Any]:
-    """argparse type: one or more budgets, comma-separated."""
-    parts = [x for x in text.split(",") if x.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("expected one or more budgets")
-    return [_budget(x) for x in parts]
-
-
-def _disk_budget(text: str) -> Any:
-    """A disk budget: bytes (int) or a size string ("2GiB"); never a fraction."""
-    try:
-        b = _budget(text)
-    except argparse.ArgumentTypeError:
-        b = 0.0
-    if isinstance(b, float):
-        raise argparse.ArgumentTypeError(
-            f"a disk budget is bytes or a size such as 2GiB, not a fraction ({text.strip()})")
-    return b
-
-
-def _systems(text: str) -> list[str]:
-    """argparse type: comma-separated peers (``diskannpy@T``: diskannpy on T threads)."""
-    from nearline.peers import PEERS, THREADED_PEERS, split_system
-
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    for n in names:
-        try:
-            base, _ = split_system(n)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-        if base not in PEERS:
-            raise argparse.ArgumentTypeError(f"unknown system(s) {n}: expected some of {', '.join(PEERS)} "
-                                             f"(or {', '.join(x + '@THREADS' for x in THREADED_PEERS)})")
-    return names
-
-
-def _thread_counts(text: str) -> list[int]:
-    """argparse type: comma-separated positive thread counts, or "" / none for none."""
-    if text.strip().lower() in ("", "none"):
-        return []
-    return _int_list(text)
-
-
-def _variant(text: str) -> Any:
-    """argparse type: ``NAME:key=value[,key=value...]`` (see :func:`nearline.bench.parse_variant`)."""
-    from nearline import bench
-    from nearline.peers import SYSTEMS
-
-    try:
-        return bench.parse_variant(text, reserved=tuple(SYSTEMS) + (bench.CEILING,))
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _k0(text: str) -> Any:
-    """argparse type: a positive integer, or ``L`` (the sweep's list size)."""
-    if text.strip().upper() == "L":
-        return "L"
-    return _positive_int(text)
-
-
-def _range_methods(text: str) -> list[str]:
-    """argparse type: comma-separated range-search methods (native, doubling)."""
-    from nearline.bench import RANGE_METHODS
-
-    vals = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [v for v in vals if v not in RANGE_METHODS]
-    if not vals or bad:
-        raise argparse.ArgumentTypeError(f"expected some of {', '.join(RANGE_METHODS)}, got {text!r}")
-    return vals
-
-
-def _recalls(text: str) -> list[float]:
-    """argparse type: comma-separated recalls in (0, 1]."""
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated recalls, got {text!r}") from None
-    if not vals or any(not 0.0 < v <= 1.0 for v in vals):
-        raise argparse.ArgumentTypeError(f"expected recalls in (0, 1], got {text!r}")
-    return vals
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (np.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (np.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
-
-
-def _depth(text: str) -> int:
-    v = _positive_int(text)
-    if v > 256:
-        raise argparse.ArgumentTypeError(f"expected a queue depth in 1..256, got {v}")
-    return v
-
-
-def _block_size(text: str) -> int:
-    v = _positive_int(text)
-    if v % 4096:
-        raise argparse.ArgumentTypeError(f"expected a multiple of 4096 bytes, got {v}")
-    return v
-
-
 def _engine() -> Any:
     import nearline
 
     return nearline
-
-
-def _human_bytes(n: Any) -> str:
-    if not isinstance(n, (int, float)) or isinstance(n, bool):
-        return str(n)
-    x = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(x) < 1024 or unit == "TiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return str(n)
-
-
-def _flatten(d: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(d, dict):
-        out = []
-        for k, v in d.items():
-            out.extend(_flatten(v, f"{prefix}{k}."))
-        return out
-    if isinstance(d, list) and d and all(isinstance(x, dict) and {"what", "value", "rule"} <= set(x) for x in d):
-        # A plan's decisions: one row each, the value with the rule that chose it.
-        return [(f"{prefix}{x['what']}", f"{x['value']}  ({x['rule']})") for x in d]
-    return [(prefix[:-1], d)]
-
-
-def _short(v: Any) -> str:
-    """A value for a table: floats rounded to 4 significant digits (1 decimal from 1000 up), the
-    float32 noise of stored options (1.2000000476837158) gone."""
-    if isinstance(v, float) and np.isfinite(v):
-        if v == int(v) and abs(v) < 1e15:
-            return str(int(v))
-        return f"{v:.1f}" if abs(v) >= 1000 else f"{v:.4g}"
-    return str(v)
-
-
-def format_info(info: dict[str, Any]) -> str:
-    """Two-column table of an ``Index.info()`` dict (nested keys dotted, the API's option names;
-    memory in human units; floats rounded)."""
-    rows = []
-    first = ("path", "n", "dim", "dtype", "metric", "preset", "R", "pq_bytes", "page_size", "records_per_page")
-    flat = _flatten(info)
-    flat.sort(key=lambda kv: first.index(kv[0]) if kv[0] in first else len(first))  # stable: rest keep order
-    for key, val in flat:
-        if isinstance(val, (list, tuple)):
-            val = ", ".join(_short(v) for v in val)
-        elif key.startswith("memory.") and not key.endswith(
-            ("nodes", "within_budget", "budget_auto", "borrows", "_covered", "_error")
-        ) or (
-            key.endswith(("bytes", "budget")) and not key.endswith("pq_bytes")
-        ):
-            if isinstance(val, (int, float)) and not isinstance(val, bool):
-                val = f"{_human_bytes(val)} ({_short(val)})"
-        rows.append((key, _short(val)))
-    width = max((len(k) for k, _ in rows), default=0)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def _recall(ids: np.ndarray, gt: np.ndarray, k: int) -> float:
@@ -850,41 +622,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     print(format_plan(plan))
     return 0
-
-
-def format_plan(plan: dict[str, Any]) -> str:
-    """A plan as text: each decision with its rule, then the memory split."""
-    lines: list[str] = []
-
-    def decisions(title: str, ds: list[dict[str, Any]]) -> None:
-        lines.append(title)
-        width = max((len(d["what"]) for d in ds), default=0)
-        for d in ds:
-            lines.append(f"  {d['what']:<{width}}  {d['value']:<12}  {d['rule']}")
-
-    if "plan" in plan:
-        b = plan["plan"]
-        lines.append(f"build: preset {b['preset']}, R {b['R']}, build_L {b['build_L']}, PQ {b['pq_bytes']} bytes, "
-                     f"layout {b['layout']}, nav_sample {b['nav_sample']}, threads {b['threads']}")
-        decisions("build decisions:", plan["decisions"])
-    else:
-        lines.append(f"index {plan['index']}: {plan['preset']}, n={plan['n']}, dim={plan['dim']} {plan['dtype']}, "
-                     f"entry {plan['entry']}, {plan['threads']} threads")
-        decisions("open decisions:", plan["open"])
-    mem = plan["memory"]
-    lines.append("memory (bytes):")
-    for k in ("budget", "minimum", "pq_codes", "pq_codebook", "ids", "layout_map", "entry", "worker_scratch",
-              "cache", "cache_nodes"):
-        lines.append(f"  {k:<15} {_human_bytes(mem[k]) if k != 'cache_nodes' else mem[k]}")
-    if "search_L_covered" in mem:
-        lines.append(f"  the workers' share holds a search of one query per worker up to L {mem['search_L_covered']}"
-                     f" ({plan['search']['threads']} threads); a larger"
-                     " search borrows from the cache while it runs")
-    s = plan["search"]
-    lines.append(f"default search: {s['executor']}, L {s['L']}, W {s['W']}, page {s['page_search']}, "
-                 f"{s['queries_in_flight']} queries in flight × {s['threads']} threads")
-    decisions("search decisions:", s["decisions"])
-    return "\n".join(lines)
 
 
 def _add_build_options(p: argparse.ArgumentParser) -> None:
