@@ -272,3 +272,6 @@ impl PagePolicy for BlockSearch {
         st.block_nodes.capacity() * 4 + st.others.capacity() * 12 + st.deferred.capacity() * 8
     }
 }
+
+#[cfg(test)]
+mod tests;
