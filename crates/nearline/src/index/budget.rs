@@ -32,6 +32,14 @@ pub trait Holdings {
     fn regrow_cache(&self, max_bytes: u64) -> Result<u64>;
 }
 
+/// The idle workers a batch would take, and taking them.
+pub trait Claim {
+    /// Bytes of the idle workers the batch would take now.
+    fn available(&self) -> u64;
+    /// Takes them from the idle pool; returns their bytes.
+    fn take(&mut self) -> u64;
+}
+
 /// The ledger's state, as `info()["memory"]` shows it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct LedgerView {
@@ -144,21 +152,24 @@ impl Ledger {
         }
     }
 
-    /// Admits a search batch whose workers need `need` bytes: `claim`
-    /// (called under the ledger's lock, first) takes the idle workers the
-    /// batch will use, so they count once. Returns the bytes the cache gave
-    /// up for it. Waits while the scratch of other searches (or a resize
-    /// under way) stands in the way; refuses only what an empty cache could
-    /// not hold.
-    pub fn admit(&self, need: u64, h: &dyn Holdings, claim: &mut dyn FnMut()) -> Result<u64> {
+    /// Admits a search batch whose workers need `need` bytes. The idle
+    /// workers it would take (`claim`) count within its need, and it takes
+    /// them when it is admitted, in the same critical section: a batch that
+    /// waits holds nothing, so every wait ends when a search, a resize or a
+    /// regrowth under way ends. Returns the bytes the cache gave up for it.
+    /// Refuses only what an empty cache could not hold.
+    pub fn admit(&self, need: u64, h: &dyn Holdings, claim: &mut dyn Claim) -> Result<u64> {
         let mut st = self.lock()?;
-        claim();
         let mut borrowed = 0u64;
         loop {
             let idle = h.idle_bytes();
-            let free = st.view.budget.saturating_sub(st.used(idle));
+            let mine = claim.available().min(idle);
+            let used = st.used(idle);
+            let free = st.view.budget.saturating_sub(used).saturating_add(mine);
             if !st.view.binding || need <= free {
+                claim.take();
                 st.view.running = st.view.running.saturating_add(need);
+                let idle = h.idle_bytes();
                 st.note_peak(idle);
                 if borrowed > 0 {
                     st.view.borrows += 1;
@@ -166,9 +177,9 @@ impl Ledger {
                 return Ok(borrowed);
             }
             let short = need - free;
-            if idle > 0 {
-                // Idle workers give way first: they only save the next
-                // search opening its own.
+            if idle > mine {
+                // Idle workers it would not take give way first: they only
+                // save a later search opening its own.
                 h.trim_idle(idle.saturating_sub(short));
                 if h.idle_bytes() < idle {
                     continue;
@@ -184,17 +195,24 @@ impl Ledger {
                     st.view.fixed.saturating_add(need)
                 )));
             }
-            let others = st.used(h.idle_bytes()) - st.view.cache;
-            if !st.busy && need <= st.view.budget.saturating_sub(others) {
-                // The cache yields what is short while the search runs.
+            // What the budget would have free with the cache emptied.
+            let without_cache = st
+                .view
+                .budget
+                .saturating_sub(used - st.view.cache)
+                .saturating_add(mine);
+            if !st.busy && need <= without_cache {
+                // The cache yields what is short while the search runs; the
+                // room is promised (pending) before it yields.
                 let target = st.view.cache.saturating_sub(short);
+                let promised = need - mine;
                 st.busy = true;
-                st.pending += need;
+                st.pending += promised;
                 drop(st);
                 let r = h.evict_cache(target);
                 st = self.lock()?;
                 st.busy = false;
-                st.pending -= need;
+                st.pending -= promised;
                 self.changed.notify_all();
                 let held = r?;
                 borrowed += st.view.cache.saturating_sub(held);
@@ -277,31 +295,47 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
-    /// A cache of `cache` bytes in 100-byte entries and no idle workers;
-    /// `held` counts what the batches' workers hold, `over` records any
-    /// moment at which cache + workers exceeded `room`.
+    /// A cache of up to `full` bytes in 100-byte entries, an idle pool of
+    /// `idle` bytes and the batches' `workers`; `over` records the most
+    /// cache + idle + workers ever passed `room` by.
     struct Fake {
         cache: AtomicU64,
         full: u64,
+        idle: AtomicU64,
         workers: AtomicU64,
         room: u64,
         over: AtomicU64,
     }
 
     impl Fake {
+        fn new(cache: u64, room: u64) -> Self {
+            Fake {
+                cache: AtomicU64::new(cache),
+                full: cache,
+                idle: AtomicU64::new(0),
+                workers: AtomicU64::new(0),
+                room,
+                over: AtomicU64::new(0),
+            }
+        }
+
         fn check(&self) {
-            let total = self.cache.load(Ordering::SeqCst) + self.workers.load(Ordering::SeqCst);
+            let total = self.cache.load(Ordering::SeqCst)
+                + self.idle.load(Ordering::SeqCst)
+                + self.workers.load(Ordering::SeqCst);
             if total > self.room {
-                self.over.fetch_max(total, Ordering::SeqCst);
+                self.over.fetch_max(total - self.room, Ordering::SeqCst);
             }
         }
     }
 
     impl Holdings for Fake {
         fn idle_bytes(&self) -> u64 {
-            0
+            self.idle.load(Ordering::SeqCst)
         }
-        fn trim_idle(&self, _: u64) {}
+        fn trim_idle(&self, bytes: u64) {
+            self.idle.fetch_min(bytes, Ordering::SeqCst);
+        }
         fn evict_cache(&self, max: u64) -> Result<u64> {
             let held = self.cache.load(Ordering::SeqCst).min(max / 100 * 100);
             self.cache.store(held, Ordering::SeqCst);
@@ -315,44 +349,81 @@ mod tests {
         }
     }
 
+    /// A batch that would take up to `want` bytes of idle workers.
+    struct FakeClaim<'a> {
+        fake: &'a Fake,
+        want: u64,
+        taken: u64,
+    }
+
+    impl Claim for FakeClaim<'_> {
+        fn available(&self) -> u64 {
+            self.fake.idle_bytes().min(self.want)
+        }
+        fn take(&mut self) -> u64 {
+            let t = self.available();
+            self.fake.idle.fetch_sub(t, Ordering::SeqCst);
+            self.fake.workers.fetch_add(t, Ordering::SeqCst);
+            self.taken = t;
+            t
+        }
+    }
+
+    fn claim(fake: &Fake, want: u64) -> FakeClaim<'_> {
+        FakeClaim {
+            fake,
+            want,
+            taken: 0,
+        }
+    }
+
     #[test]
     fn concurrent_searches_borrow_from_the_cache_and_never_exceed_the_budget() {
         // Budget 10,000: fixed 2,000, cache 6,000, 2,000 free for workers.
-        let fake = Arc::new(Fake {
-            cache: AtomicU64::new(6_000),
-            full: 6_000,
-            workers: AtomicU64::new(0),
-            room: 8_000,
-            over: AtomicU64::new(0),
-        });
+        let fake = Arc::new(Fake::new(6_000, 8_000));
         let ledger = Arc::new(Ledger::new(10_000, true, 2_000, 6_000, 0));
         // Fits the free room: no borrowing.
-        assert_eq!(ledger.admit(1_500, &*fake, &mut || ()).unwrap(), 0);
+        assert_eq!(
+            ledger.admit(1_500, &*fake, &mut claim(&fake, 0)).unwrap(),
+            0
+        );
         ledger.release(1_500, &*fake, &mut || ());
         // 3,000: the cache lends 1,000, and takes it back afterwards.
-        assert_eq!(ledger.admit(3_000, &*fake, &mut || ()).unwrap(), 1_000);
+        assert_eq!(
+            ledger.admit(3_000, &*fake, &mut claim(&fake, 0)).unwrap(),
+            1_000
+        );
         assert_eq!(ledger.view().cache, 5_000);
         ledger.release(3_000, &*fake, &mut || ());
         let v = ledger.view();
         assert_eq!((v.cache, v.borrows, v.borrowed_peak), (6_000, 1, 1_000));
         // More than an empty cache could make room for: refused.
-        let e = ledger.admit(8_001, &*fake, &mut || ()).unwrap_err();
+        let e = ledger
+            .admit(8_001, &*fake, &mut claim(&fake, 0))
+            .unwrap_err();
         assert!(e.to_string().contains("at least 10001"), "{e}");
-        // Eight threads at once, each needing 5,000 (only one fits at a
-        // time with an empty cache): every one runs, none is refused, and
-        // cache + workers never exceed the 8,000 the budget leaves.
+        // Eight threads at once, each needing 3,000 to 5,000 (one or two
+        // fit at a time with an empty cache), each taking idle workers
+        // when it is admitted and handing back a third of its scratch as
+        // idle workers when it ends: every one runs, none is refused, none
+        // waits forever, and cache + idle + workers never exceed the
+        // 8,000 the budget leaves.
         let handles: Vec<_> = (0..8)
             .map(|i| {
                 let (ledger, fake) = (ledger.clone(), fake.clone());
                 std::thread::spawn(move || {
-                    for _ in 0..20 {
+                    for _ in 0..50 {
                         let need = 3_000 + 500 * (i % 5);
-                        ledger.admit(need, &*fake, &mut || ()).unwrap();
-                        fake.workers.fetch_add(need, Ordering::SeqCst);
+                        let mut c = claim(&fake, need / 2);
+                        ledger.admit(need, &*fake, &mut c).unwrap();
+                        fake.workers.fetch_add(need - c.taken, Ordering::SeqCst);
                         fake.check();
                         std::thread::yield_now();
-                        fake.workers.fetch_sub(need, Ordering::SeqCst);
-                        ledger.release(need, &*fake, &mut || ());
+                        ledger.release(need, &*fake, &mut || {
+                            fake.workers.fetch_sub(need, Ordering::SeqCst);
+                            fake.idle.fetch_add(need / 3, Ordering::SeqCst);
+                        });
+                        fake.check();
                     }
                 })
             })
@@ -363,20 +434,18 @@ mod tests {
         assert_eq!(fake.over.load(Ordering::SeqCst), 0);
         let v = ledger.view();
         assert!(v.peak <= 10_000, "{v:?}");
-        assert_eq!((v.running, v.cache), (0, 6_000), "{v:?}");
+        assert_eq!(v.running, 0, "{v:?}");
+        assert!(v.borrows > 1, "{v:?}");
     }
 
     #[test]
     fn an_unbound_budget_admits_without_borrowing() {
-        let fake = Fake {
-            cache: AtomicU64::new(6_000),
-            full: 6_000,
-            workers: AtomicU64::new(0),
-            room: u64::MAX,
-            over: AtomicU64::new(0),
-        };
+        let fake = Fake::new(6_000, u64::MAX);
         let ledger = Ledger::new(10_000, false, 2_000, 6_000, 0);
-        assert_eq!(ledger.admit(50_000, &fake, &mut || ()).unwrap(), 0);
+        assert_eq!(
+            ledger.admit(50_000, &fake, &mut claim(&fake, 0)).unwrap(),
+            0
+        );
         assert_eq!(ledger.view().cache, 6_000);
         ledger.release(50_000, &fake, &mut || ());
         assert_eq!(ledger.view().running, 0);

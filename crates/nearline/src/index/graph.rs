@@ -2,7 +2,7 @@
 //! page file, PQ codes in RAM, a cache and entry structures, searched by
 //! the executor. The element type is dispatched below this level.
 
-use super::budget::{Holdings, Ledger, LedgerView};
+use super::budget::{Claim, Holdings, Ledger, LedgerView};
 use crate::cache::{AdjacencyCache, AnyCache, CacheSource, NodeCache, SharedCache};
 use crate::elem::Element;
 use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
@@ -126,6 +126,26 @@ struct Held<'a, T: Element> {
     src: CacheSource<'a>,
     /// Entries the cache held at open.
     loaded: usize,
+}
+
+/// The idle workers a batch takes: up to `n`, each holding at most
+/// `max_each` bytes (what the batch's plan counts a worker at).
+struct Claimer<'a, T: Element> {
+    pool: &'a WorkerPool<T>,
+    n: usize,
+    max_each: u64,
+    taken: Vec<Scratch<T>>,
+}
+
+impl<T: Element> Claim for Claimer<'_, T> {
+    fn available(&self) -> u64 {
+        self.pool.claimable(self.n, self.max_each)
+    }
+
+    fn take(&mut self) -> u64 {
+        self.taken = self.pool.claim(self.n, self.max_each);
+        self.taken.iter().map(WorkerPool::held_by).sum()
+    }
 }
 
 impl<T: Element> Holdings for Held<'_, T> {
@@ -324,13 +344,16 @@ impl GraphIndex {
     ) -> Result<BatchResult> {
         let workers = threads.clamp(1, nq.max(1));
         let held = self.held(e);
-        let mut claimed: Vec<Scratch<T>> = Vec::new();
-        self.ledger.admit(scratch, &held, &mut || {
-            claimed = e.workers.claim(workers, scratch / workers as u64);
-        })?;
+        let mut claim = Claimer {
+            pool: &e.workers,
+            n: workers,
+            max_each: scratch / workers as u64,
+            taken: Vec::new(),
+        };
+        self.ledger.admit(scratch, &held, &mut claim)?;
         let (r, back) = e
             .workers
-            .run_batch(&e.data, claimed, queries, nq, plan, threads);
+            .run_batch(&e.data, claim.taken, queries, nq, plan, threads);
         let mut back = Some(back);
         self.ledger.release(scratch, &held, &mut || {
             if let Some(b) = back.take() {

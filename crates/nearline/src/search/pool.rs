@@ -81,6 +81,19 @@ impl<T: Element> WorkerPool<T> {
         out
     }
 
+    /// Bytes of the idle workers [`WorkerPool::claim`] would take now.
+    pub fn claimable(&self, n: usize, max_each: u64) -> u64 {
+        let Ok(g) = self.idle() else {
+            return 0;
+        };
+        g.iter()
+            .rev()
+            .map(Self::held_by)
+            .filter(|&b| b <= max_each)
+            .take(n)
+            .sum()
+    }
+
     /// Hands workers back to the idle pool.
     pub fn put_back(&self, workers: Vec<Scratch<T>>) {
         if let Ok(mut g) = self.idle() {
