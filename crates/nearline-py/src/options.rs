@@ -386,6 +386,7 @@ pub const OPEN_KEYS: &[&str] = &[
     "nav_L",
     "nav_seeds",
     "durability",
+    "background_updates",
 ];
 
 /// Open options from keyword arguments.
@@ -421,6 +422,7 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
                 }
             }
         },
+        background_updates: k.bool("background_updates")?.unwrap_or(d.background_updates),
     };
     k.finish()?;
     Ok(o)

@@ -256,7 +256,7 @@ impl Index {
                         threads: opts.threads,
                         io: opts.io,
                         durability: opts.durability,
-                        background: true,
+                        background: opts.background_updates,
                     },
                 )?)
             }
@@ -697,3 +697,5 @@ mod gorgeous_tests;
 pub(crate) mod test_data;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod update_model_tests;

@@ -42,17 +42,14 @@ use state::{PartitionBuildStats, PartitionManifest, PartitionParams, State};
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Instant;
 use store::{runs, PostingRef, Store, POSTINGS_FILE};
 
 /// Name of the write-ahead log inside a partition index directory.
 pub const WAL_FILE: &str = "wal.log";
-/// Version-map flag of a deleted id.
-pub const DELETED: u8 = 0x80;
-/// Version bits.
-pub const VERSION_MASK: u8 = 0x7f;
+pub use state::{DELETED, MAX_VERSION, VERSION_MASK};
 /// Posting write locks (a posting's is `p % STRIPES`).
 const STRIPES: usize = 1024;
 /// Postings a search reads by default.
@@ -61,7 +58,7 @@ pub const DEFAULT_NPROBE: usize = 32;
 pub const QUERIES_IN_FLIGHT: usize = 4;
 /// Reads one search worker keeps in flight.
 const DEPTH: u32 = 64;
-/// Bytes the id maps of `n` vectors hold: a version byte and an external
+/// Bytes the id maps of `n` vectors hold: a version word and an external
 /// id per vector, and the external → internal hash map's buckets (a
 /// control byte and a 16-byte pair each; the map rounds its buckets up to
 /// a power of two at 8/7 of its capacity, so at 1M ids it holds 2²¹
@@ -74,7 +71,7 @@ pub fn id_map_bytes(n: usize) -> u64 {
     } else {
         (n.saturating_mul(8) / 7).next_power_of_two()
     };
-    n as u64 * 9 + buckets as u64 * 17
+    n as u64 * 12 + buckets as u64 * 17
 }
 
 /// Requests beyond a contiguous posting's (one per [`store::MAX_RUN`]
@@ -204,7 +201,7 @@ pub(crate) struct Inner {
     heads: RwLock<Heads>,
     postings: RwLock<Vec<Option<Arc<PostingRef>>>>,
     stripes: Vec<Mutex<()>>,
-    versions: RwLock<Vec<AtomicU8>>,
+    versions: RwLock<Vec<AtomicU32>>,
     external: RwLock<Vec<u64>>,
     ids: Mutex<Ids>,
     store: Store,
@@ -296,6 +293,35 @@ fn state_name(generation: u64) -> String {
     format!("state-{generation}.bin")
 }
 
+/// The generation a state file's name carries (`state-G.bin`).
+fn state_generation(name: &str) -> Option<u64> {
+    name.strip_prefix("state-")?
+        .strip_suffix(".bin")?
+        .parse()
+        .ok()
+}
+
+/// Removes the state files of `dir` other than generation `keep`'s: a
+/// checkpoint killed before its manifest names its state leaves that state
+/// behind (a later generation), and one killed before it removed the
+/// previous state leaves that (an earlier one). Only files named like
+/// state files are touched.
+fn remove_other_states(dir: &Path, keep: u64) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for e in rd {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name();
+        let Some(g) = name.to_str().and_then(state_generation) else {
+            continue;
+        };
+        if g != keep {
+            let path = e.path();
+            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Builds a partition index over `data` (`n × dim` float rows) in `dir`.
 pub fn build_index(
     data: &[f32],
@@ -383,7 +409,7 @@ pub fn build_index(
             .iter()
             .map(|p| p.clone().map(Arc::new))
             .collect::<Vec<_>>(),
-        &vec![0u8; n],
+        &vec![0u32; n],
         &ids,
         ids.iter().max().map_or(0, |&m| m + 1),
         &store,
@@ -419,7 +445,7 @@ pub fn build_index(
 fn snapshot_state(
     heads: &Heads,
     postings: &[Option<Arc<PostingRef>>],
-    versions: &[u8],
+    versions: &[u32],
     external: &[u64],
     next_auto_id: u64,
     store: &Store,
@@ -508,6 +534,9 @@ impl PartitionIndex {
             Ok(())
         })?;
         let _ = report;
+        // The log's lock makes this the one writer: what a killed
+        // checkpoint left goes.
+        remove_other_states(dir, m.generation)?;
         let inner = Inner {
             dir: dir.to_path_buf(),
             dim: m.dim,
@@ -516,7 +545,7 @@ impl PartitionIndex {
             heads: RwLock::new(heads),
             postings: RwLock::new(st.postings.into_iter().map(|p| p.map(Arc::new)).collect()),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
-            versions: RwLock::new(st.versions.iter().map(|&v| AtomicU8::new(v)).collect()),
+            versions: RwLock::new(st.versions.iter().map(|&v| AtomicU32::new(v)).collect()),
             external: RwLock::new(st.external),
             ids: Mutex::new(Ids {
                 by_ext,
@@ -663,7 +692,19 @@ impl PartitionIndex {
                     }
                     ids.to_vec()
                 }
-                None => (g.next_auto..g.next_auto + n as u64).collect(),
+                None => {
+                    // Automatic ids continue above every id the index has
+                    // seen and stay within the signed 64-bit range.
+                    let top = i64::MAX as u64;
+                    if g.next_auto.saturating_add(n as u64) > top + 1 {
+                        return Err(Error::arg(format!(
+                            "no automatic ids are left for {n} vectors: they follow the largest \
+                             id the index has seen ({}), and ids end at {top}; pass ids explicitly",
+                            g.next_auto.saturating_sub(1)
+                        )));
+                    }
+                    (g.next_auto..g.next_auto + n as u64).collect()
+                }
             }
         };
         let mut v = vectors.to_vec();
@@ -771,9 +812,9 @@ impl Inner {
         }
     }
 
-    /// The version byte of internal id `i`.
+    /// The version word of internal id `i`.
     #[inline]
-    fn version_of(v: &[AtomicU8], i: u32) -> Option<u8> {
+    fn version_of(v: &[AtomicU32], i: u32) -> Option<u32> {
         v.get(i as usize).map(|b| b.load(Ordering::Acquire))
     }
 
@@ -822,7 +863,7 @@ impl Inner {
             let r: Vec<u32> = ids.retired.drain(..retired).collect();
             ids.free.extend(r);
         }
-        let items: Vec<(u32, u8, usize)> = {
+        let items: Vec<(u32, u32, usize)> = {
             let mut ids = lock(&self.ids);
             let mut versions = write(&self.versions);
             let mut external = write(&self.external);
@@ -832,21 +873,37 @@ impl Inner {
             external.reserve_exact(fresh);
             let mut items = Vec::with_capacity(n);
             for (j, &e) in ext.iter().enumerate() {
-                let (i, ver) = match ids.free.pop() {
-                    Some(i) => {
-                        // Two versions on: entries of the deleted vector
-                        // (its own, or a move of it cut short by the
-                        // delete, one version on) never match the new one.
-                        let old = versions[i as usize].load(Ordering::Acquire);
-                        let ver = ((old & VERSION_MASK) + 2) & VERSION_MASK;
+                // Two versions on: entries of the deleted vector (its own,
+                // or a move of it cut short by the delete, one version on)
+                // never match the new one. Versions only grow; a slot
+                // without room for two more is never reused.
+                let reuse = loop {
+                    match ids.free.pop() {
+                        Some(i) => {
+                            let old = versions[i as usize].load(Ordering::Acquire) & VERSION_MASK;
+                            if old + 2 <= MAX_VERSION {
+                                break Some((i, old + 2));
+                            }
+                        }
+                        None => break None,
+                    }
+                };
+                let (i, ver) = match reuse {
+                    Some((i, ver)) => {
                         versions[i as usize].store(ver, Ordering::Release);
                         external[i as usize] = e;
                         (i, ver)
                     }
                     None => {
-                        versions.push(AtomicU8::new(0));
+                        if versions.len() >= u32::MAX as usize {
+                            return Err(Error::arg(format!(
+                                "the index holds {} internal slots, the most a partition index has",
+                                versions.len()
+                            )));
+                        }
+                        versions.push(AtomicU32::new(0));
                         external.push(e);
-                        ((versions.len() - 1) as u32, 0u8)
+                        ((versions.len() - 1) as u32, 0u32)
                     }
                 };
                 ids.by_ext.insert(e, i);
@@ -872,10 +929,10 @@ impl Inner {
     /// Appends entries `(internal id, version, row of rows)` to the postings
     /// the RNG rule picks for their vectors (never `exclude`), re-routing
     /// those whose posting disappeared meanwhile.
-    fn place(&self, items: &[(u32, u8, usize)], rows: &[f32], exclude: Option<u32>) -> Result<()> {
+    fn place(&self, items: &[(u32, u32, usize)], rows: &[f32], exclude: Option<u32>) -> Result<()> {
         use rayon::prelude::*;
         let dim = self.dim;
-        let mut todo: Vec<(u32, u8, usize)> = items.to_vec();
+        let mut todo: Vec<(u32, u32, usize)> = items.to_vec();
         let mut rounds = 0;
         while !todo.is_empty() {
             rounds += 1;
@@ -921,7 +978,7 @@ impl Inner {
                     groups.entry(p).or_default().push(t);
                 }
             }
-            let mut retry: Vec<(u32, u8, usize)> = Vec::new();
+            let mut retry: Vec<(u32, u32, usize)> = Vec::new();
             let mut keys: Vec<u32> = groups.keys().copied().collect();
             keys.sort_unstable();
             for p in keys {
@@ -1300,7 +1357,7 @@ impl Inner {
         refs: &[(u32, Arc<PostingRef>)],
         streams: &mut [Vec<u8>],
         k: usize,
-        (versions, external): (&[AtomicU8], &[u64]),
+        (versions, external): (&[AtomicU32], &[u64]),
         st: &mut QueryStats,
     ) -> Vec<(f32, i64)> {
         let dim = self.dim;
@@ -1364,11 +1421,11 @@ impl Inner {
                     .map(|r| 48 + r.blocks.capacity() as u64 * 4)
                     .sum::<u64>()
         };
-        // Version bytes and external ids per internal slot; the hash map's
+        // Version words and external ids per internal slot; the hash map's
         // slots (a control byte and a 16-byte pair per bucket, buckets at
         // 8/7 of its capacity); the lists of reusable ids.
         let slots =
-            read(&self.versions).capacity() as u64 + read(&self.external).capacity() as u64 * 8;
+            read(&self.versions).capacity() as u64 * 4 + read(&self.external).capacity() as u64 * 8;
         let ids = {
             let g = lock(&self.ids);
             g.by_ext.capacity() as u64 * 17 * 8 / 7
@@ -1450,7 +1507,7 @@ impl Inner {
         let state = {
             let heads = read(&self.heads);
             let postings = read(&self.postings);
-            let versions: Vec<u8> = read(&self.versions)
+            let versions: Vec<u32> = read(&self.versions)
                 .iter()
                 .map(|v| v.load(Ordering::Acquire))
                 .collect();
@@ -1500,7 +1557,7 @@ impl Inner {
             .enumerate()
             .filter_map(|(p, r)| r.clone().map(|r| (p as u32, r)))
             .collect();
-        let versions: Vec<u8> = read(&self.versions)
+        let versions: Vec<u32> = read(&self.versions)
             .iter()
             .map(|v| v.load(Ordering::Acquire))
             .collect();
@@ -1509,6 +1566,9 @@ impl Inner {
         let (_, free_list) = self.store.snapshot();
         let mut used = vec![false; end as usize];
         let mut found = vec![false; versions.len()];
+        let mut current: HashMap<u32, u32> = HashMap::new();
+        let external_all = read(&self.external).clone();
+        let external_of = |i: u32| external_all.get(i as usize).copied().unwrap_or(u64::MAX);
         for &b in &free_list {
             if let Some(u) = used.get_mut(b as usize) {
                 *u = true;
@@ -1545,6 +1605,7 @@ impl Inner {
                 ));
                 continue;
             }
+            let e = entry_bytes(dim);
             for i in 0..r.count as usize {
                 let h = entry_head(&s, dim, i);
                 rep.entries += 1;
@@ -1555,6 +1616,24 @@ impl Inner {
                     Some(&c) if c & DELETED == 0 && c == h.version => {
                         rep.live_entries += 1;
                         found[h.id as usize] = true;
+                        // Every current entry of an id is a copy of one
+                        // vector: a second vector at the current version is
+                        // a stale entry the version no longer tells apart.
+                        let vector = crc32c::crc32c(&s[i * e + posting::ENTRY_HEAD..(i + 1) * e]);
+                        if *current.entry(h.id).or_insert(vector) != vector {
+                            rep.problems.push(format!(
+                                "live id {} has entries of two different vectors at its current \
+                                 version {c} (posting {p}): a stale entry reads as current",
+                                external_of(h.id)
+                            ));
+                        }
+                    }
+                    Some(&c) if c & DELETED == 0 && h.version > c => {
+                        rep.problems.push(format!(
+                            "posting {p} holds version {} of live id {}, which is at version {c}",
+                            h.version,
+                            external_of(h.id)
+                        ));
                     }
                     Some(_) => rep.stale_entries += 1,
                 }

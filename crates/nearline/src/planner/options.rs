@@ -242,6 +242,9 @@ pub struct OpenOptions {
     /// Partition index: when inserts and deletes return (after their log
     /// record is synced, or only written).
     pub durability: crate::update::wal::Durability,
+    /// Partition index: run splits, merges and reassignments in a
+    /// background worker (default); `false`: only when `maintain` is called.
+    pub background_updates: bool,
 }
 
 impl Default for OpenOptions {
@@ -257,6 +260,7 @@ impl Default for OpenOptions {
             nav_seeds: None,
             io: EngineKind::Auto,
             durability: crate::update::wal::Durability::Sync,
+            background_updates: true,
         }
     }
 }
