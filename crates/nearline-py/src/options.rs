@@ -422,7 +422,9 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
                 }
             }
         },
-        background_updates: k.bool("background_updates")?.unwrap_or(d.background_updates),
+        background_updates: k
+            .bool("background_updates")?
+            .unwrap_or(d.background_updates),
     };
     k.finish()?;
     Ok(o)

@@ -1,0 +1,295 @@
+//! Checkpoints and recovery of a partition index: the state files, opening
+//! (the last checkpoint, then the log after it) and writing a checkpoint.
+
+use super::heads::Heads;
+use super::lire::Jobs;
+use super::posting;
+use super::state::{PartitionManifest, State};
+use super::store::{PostingRef, Store, POSTINGS_FILE};
+use super::{
+    lock, read, read_manifest, threads_or_cores, write, Counters, Ids, Inner, PartitionIndex,
+    PartitionOpen, DELETED, STRIPES, WAL_FILE,
+};
+use crate::format::MANIFEST_FILE;
+use crate::io::files::{sync_dir, write_durable};
+use crate::io::open_direct;
+use crate::update::wal::{Op, Wal};
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+
+pub(super) fn write_manifest(dir: &Path, m: &PartitionManifest) -> Result<()> {
+    let path = dir.join(MANIFEST_FILE);
+    let tmp = dir.join(".manifest.json.tmp");
+    let text = m.to_text(&path)?;
+    write_durable(&tmp, text.as_bytes())?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    sync_dir(dir)
+}
+
+pub(super) fn state_name(generation: u64) -> String {
+    format!("state-{generation}.bin")
+}
+
+/// The generation a state file's name carries (`state-G.bin`).
+pub(super) fn state_generation(name: &str) -> Option<u64> {
+    name.strip_prefix("state-")?
+        .strip_suffix(".bin")?
+        .parse()
+        .ok()
+}
+
+/// Removes the state files of `dir` other than generation `keep`'s: a
+/// checkpoint killed before its manifest names its state leaves that state
+/// behind (a later generation), and one killed before it removed the
+/// previous state leaves that (an earlier one). Only files named like
+/// state files are touched.
+pub(super) fn remove_other_states(dir: &Path, keep: u64) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for e in rd {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name();
+        let Some(g) = name.to_str().and_then(state_generation) else {
+            continue;
+        };
+        if g != keep {
+            let path = e.path();
+            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn snapshot_state(
+    heads: &Heads,
+    postings: &[Option<Arc<PostingRef>>],
+    versions: &[u32],
+    external: &[u64],
+    next_auto_id: u64,
+    store: &Store,
+) -> State {
+    let slots = heads.slots();
+    let (blocks_end, free_blocks) = store.snapshot();
+    State {
+        dim: heads.dim(),
+        head_alive: (0..slots as u32).map(|s| heads.is_alive(s)).collect(),
+        head_vecs: (0..slots as u32)
+            .flat_map(|s| heads.vector(s).to_vec())
+            .collect(),
+        head_lists: (0..slots as u32)
+            .map(|s| heads.neighbors(s).to_vec())
+            .collect(),
+        head_start: heads.start(),
+        head_free: heads.free_slots().to_vec(),
+        postings: (0..slots)
+            .map(|s| postings.get(s).cloned().flatten().map(|p| (*p).clone()))
+            .collect(),
+        versions: versions.to_vec(),
+        external: external.to_vec(),
+        next_auto_id,
+        blocks_end,
+        free_blocks,
+    }
+}
+
+impl PartitionIndex {
+    /// Opens the partition index in `dir`: loads the checkpoint, replays the
+    /// log after it, starts the background worker.
+    pub fn open(dir: &Path, opts: &PartitionOpen) -> Result<PartitionIndex> {
+        let m = read_manifest(dir)?;
+        let spath = dir.join(&m.state_file);
+        let bytes = std::fs::read(&spath).map_err(|e| Error::io(&spath, e))?;
+        if bytes.len() as u64 != m.state_bytes || crc32c::crc32c(&bytes) != m.state_crc32c {
+            return Err(Error::corrupt(
+                &spath,
+                format!(
+                    "state file is {} bytes with CRC {:08x}; the manifest expects {} bytes with \
+                     CRC {:08x}",
+                    bytes.len(),
+                    crc32c::crc32c(&bytes),
+                    m.state_bytes,
+                    m.state_crc32c
+                ),
+            ));
+        }
+        let st = State::decode(&spath, &bytes)?;
+        if st.dim != m.dim || st.versions.len() != st.external.len() {
+            return Err(Error::corrupt(&spath, "state does not match the manifest"));
+        }
+        let ppath = dir.join(POSTINGS_FILE);
+        let store = Store::open_with_io(&ppath, st.blocks_end, st.free_blocks.clone(), opts.io)?;
+        for (p, r) in st.postings.iter().enumerate() {
+            if let Some(r) = r {
+                let need = posting::blocks_for(r.count as usize, m.dim);
+                if r.blocks.len() < need || r.blocks.iter().any(|&b| b >= st.blocks_end) {
+                    return Err(Error::corrupt(
+                        &spath,
+                        format!("posting {p} names blocks the postings file does not hold"),
+                    ));
+                }
+            }
+        }
+        let heads = Heads::from_parts(
+            m.dim,
+            m.metric,
+            st.head_alive.clone(),
+            st.head_vecs.clone(),
+            &st.head_lists,
+            st.head_start,
+            st.head_free.clone(),
+        );
+        let mut by_ext = HashMap::with_capacity(st.versions.len());
+        for (i, (&v, &e)) in st.versions.iter().zip(&st.external).enumerate() {
+            if v & DELETED == 0 && by_ext.insert(e, i as u32).is_some() {
+                return Err(Error::corrupt(&spath, format!("id {e} is live twice")));
+            }
+        }
+        let (rf, direct) = open_direct(&ppath)?;
+        let wpath = dir.join(WAL_FILE);
+        let mut pending_ops = Vec::new();
+        let (wal, report) = Wal::open_after(&wpath, opts.durability, m.wal_sequence, &mut |r| {
+            pending_ops.push(Op::decode(&r, &wpath)?);
+            Ok(())
+        })?;
+        let _ = report;
+        // The log's lock makes this the one writer: what a killed
+        // checkpoint left goes.
+        remove_other_states(dir, m.generation)?;
+        let inner = Inner {
+            dir: dir.to_path_buf(),
+            dim: m.dim,
+            metric: m.metric,
+            params: m.params.clone(),
+            heads: RwLock::new(heads),
+            postings: RwLock::new(st.postings.into_iter().map(|p| p.map(Arc::new)).collect()),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            versions: RwLock::new(st.versions.iter().map(|&v| AtomicU32::new(v)).collect()),
+            external: RwLock::new(st.external),
+            ids: Mutex::new(Ids {
+                by_ext,
+                next_auto: st.next_auto_id,
+                retired: Vec::new(),
+                free: st
+                    .versions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &v)| v & DELETED != 0)
+                    .map(|(i, _)| i as u32)
+                    .collect(),
+            }),
+            store,
+            read_file: Arc::new(rf),
+            direct_reads: direct,
+            io: opts.io,
+            engines: Mutex::new(Vec::new()),
+            wal,
+            update: Mutex::new(()),
+            maint: Mutex::new(()),
+            gate: RwLock::new(()),
+            placing: RwLock::new(()),
+            jobs: Mutex::new(Jobs::default()),
+            jobs_cv: Condvar::new(),
+            counters: Counters::default(),
+            threads: threads_or_cores(opts.threads),
+            failed: Mutex::new(None),
+            closing: AtomicBool::new(false),
+            manifest: Mutex::new(m),
+        };
+        let inner = Arc::new(inner);
+        for op in pending_ops {
+            match op {
+                Op::Insert {
+                    ids, dim, vectors, ..
+                } => {
+                    if dim as usize != inner.dim {
+                        return Err(Error::corrupt(
+                            &wpath,
+                            "a logged insert has another dimension",
+                        ));
+                    }
+                    let v: Vec<f32> = vectors
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
+                    inner.apply_insert(&ids, &v)?;
+                }
+                Op::Delete { ids } => {
+                    inner.apply_delete(&ids);
+                }
+            }
+        }
+        let idx = PartitionIndex {
+            inner,
+            worker: Mutex::new(None),
+        };
+        if opts.background {
+            let w = Arc::clone(&idx.inner);
+            let h = std::thread::Builder::new()
+                .name("nearline-lire".into())
+                .spawn(move || w.worker_loop())
+                .map_err(|e| Error::arg(format!("cannot start the update worker: {e}")))?;
+            *lock(&idx.worker) = Some(h);
+        }
+        Ok(idx)
+    }
+}
+
+impl Inner {
+    /// A checkpoint; with `only_if_needed`, only when released blocks still
+    /// wait for one once the locks are held (another checkpoint may have
+    /// reclaimed them meanwhile). Returns the sequence it holds, if taken.
+    pub(crate) fn checkpoint_when(&self, only_if_needed: bool) -> Result<Option<u64>> {
+        self.check_failed()?;
+        let _u = lock(&self.update);
+        let _m = lock(&self.maint);
+        if only_if_needed && !self.store.wants_reclaim() {
+            return Ok(None);
+        }
+        // Everything applied is in the log up to `seq` (appends and their
+        // application happen under `update`).
+        let seq = self.wal.sync()?.saturating_sub(1);
+        let state = {
+            let heads = read(&self.heads);
+            let postings = read(&self.postings);
+            let versions: Vec<u32> = read(&self.versions)
+                .iter()
+                .map(|v| v.load(Ordering::Acquire))
+                .collect();
+            let external = read(&self.external).clone();
+            let next_auto = lock(&self.ids).next_auto;
+            snapshot_state(
+                &heads,
+                &postings,
+                &versions,
+                &external,
+                next_auto,
+                &self.store,
+            )
+        };
+        self.store.sync()?;
+        let mut m = lock(&self.manifest).clone();
+        let generation = m.generation + 1;
+        let bytes = state.encode();
+        let name = state_name(generation);
+        write_durable(&self.dir.join(&name), &bytes)?;
+        let old = m.state_file.clone();
+        m.state_file = name;
+        m.state_bytes = bytes.len() as u64;
+        m.state_crc32c = crc32c::crc32c(&bytes);
+        m.generation = generation;
+        m.wal_sequence = seq;
+        m.n = lock(&self.ids).by_ext.len();
+        write_manifest(&self.dir, &m)?;
+        *lock(&self.manifest) = m;
+        let _ = std::fs::remove_file(self.dir.join(old));
+        {
+            let _g = write(&self.gate);
+            self.store.reclaim();
+        }
+        self.wal.truncate_before(seq + 1)?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(seq))
+    }
+}
