@@ -29,6 +29,8 @@ mod search;
 pub mod state;
 pub mod store;
 #[cfg(test)]
+mod stress_tests;
+#[cfg(test)]
 mod tests;
 mod update;
 

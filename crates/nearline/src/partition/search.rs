@@ -168,7 +168,13 @@ impl Inner {
         let t0 = Instant::now();
         let mut stats = vec![QueryStats::default(); nq];
         let mut nears = Vec::with_capacity(nq);
-        {
+        // The gate from before the routing to the last version check (see
+        // `lire`'s moves); the heads' lock from the routing to the copy of
+        // the posting map, so the two agree: a split or merge that retired
+        // a routed head cannot empty its posting in between (its entries
+        // would then be in postings this query never routed to).
+        let _gate = read(&self.gate);
+        let refs: Vec<Vec<(u32, Arc<PostingRef>)>> = {
             let heads = read(&self.heads);
             for (qi, q) in qs.iter().enumerate() {
                 let mut near = heads.search(sc, q, opts.nprobe, l);
@@ -183,9 +189,6 @@ impl Inner {
                 }
                 nears.push(near);
             }
-        }
-        let _gate = read(&self.gate);
-        let refs: Vec<Vec<(u32, Arc<PostingRef>)>> = {
             let map = read(&self.postings);
             nears
                 .iter()

@@ -11,13 +11,23 @@ use crate::planner::BuildOptions;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 
-fn params(n: usize, dim: usize, f: impl FnOnce(&mut PartitionOptions)) -> PartitionParams {
+pub(super) fn params(
+    n: usize,
+    dim: usize,
+    f: impl FnOnce(&mut PartitionOptions),
+) -> PartitionParams {
     let mut o = BuildOptions::default();
     f(&mut o.partition);
     plan(&o, n, dim, DType::F32).unwrap().params
 }
 
-fn build_at(dir: &Path, data: &[f32], dim: usize, ids: Option<Vec<u64>>, p: PartitionParams) {
+pub(super) fn build_at(
+    dir: &Path,
+    data: &[f32],
+    dim: usize,
+    ids: Option<Vec<u64>>,
+    p: PartitionParams,
+) {
     build_index(
         data,
         dim,
@@ -35,7 +45,7 @@ fn build_at(dir: &Path, data: &[f32], dim: usize, ids: Option<Vec<u64>>, p: Part
     .unwrap();
 }
 
-fn quiet() -> PartitionOpen {
+pub(super) fn quiet() -> PartitionOpen {
     PartitionOpen {
         threads: Some(2),
         io: EngineKind::Pread,
