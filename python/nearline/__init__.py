@@ -774,11 +774,14 @@ class Index:
         """Inserts vectors into a partition index (preset ``"spfresh"``).
 
         Args:
-            vectors: ``(n, dim)`` or ``(dim,)`` array, cast to float32 (finite
-                values; for ``cosine`` they are normalised).
+            vectors: ``(n, dim)`` or ``(dim,)`` array of floats or integers, cast
+                to float32 (finite values whose squared norm float32 distances can
+                hold; for ``cosine`` they are normalised). Bool, complex and
+                non-numeric arrays are refused.
             ids: optional 1-D integer ids in 0..2**63, one per row, none of them
                 live in the index (delete an id first to replace its vector);
-                default: new ids above every id the index has seen.
+                default: new ids above every id the index has seen (an insert
+                that would need ids past 2**63 - 1 is refused).
 
         Returns:
             int64 ids of the inserted rows. When this returns, the insert is
@@ -786,10 +789,25 @@ class Index:
             ``durability="buffered"``) and every search finds the vectors.
 
         Raises:
-            ValueError: a graph index (static), a wrong shape, non-finite
-                values, duplicate or live ids.
+            ValueError: a graph index (static), a wrong shape, non-finite or
+                oversized values, duplicate or live ids, an index opened
+                ``read_only``. Nothing is inserted then.
         """
+        v, ids = self._insert_args(vectors, ids)
+        return self._raw.insert(v, ids)
+
+    def validate_insert(self, vectors: np.ndarray, ids: Optional[np.ndarray] = None) -> None:
+        """Checks an :meth:`insert` of these arguments without doing it: raises what
+        ``insert`` would (rows and ids named by their place), returns None when it
+        would succeed. Check a large file whole before inserting it in batches, so
+        bad input commits nothing."""
+        v, ids = self._insert_args(vectors, ids)
+        self._raw.validate_insert(v, ids)
+
+    def _insert_args(self, vectors: Any, ids: Any) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         v = np.asarray(vectors)
+        if v.dtype == np.bool_ or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+            raise ValueError(f"vectors have dtype {v.dtype}; expected a float or integer array")
         if v.ndim == 1:
             v = v[None, :]
         if v.ndim != 2 or v.shape[1] != self.dim:
@@ -799,17 +817,19 @@ class Index:
             ids = np.asarray(ids)
             if ids.ndim == 0:
                 ids = ids[None]
-        return self._raw.insert(v, ids)
+        return v, ids
 
     def delete(self, ids: Any) -> int:
         """Deletes ids from a partition index; unknown ids are ignored.
 
         Returns how many were live. When this returns, the delete is logged and
-        no search returns the ids.
+        no search returns the ids. An empty list deletes nothing (returns 0).
         """
         a = np.asarray(ids)
         if a.ndim == 0:
             a = a[None]
+        if a.size == 0 and a.ndim == 1:
+            a = a.astype(np.int64)
         return int(self._raw.delete(a))
 
     def checkpoint(self) -> int:

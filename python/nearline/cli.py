@@ -628,9 +628,18 @@ def cmd_insert(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     done = 0
     with nl.open(args.index, **_open_options(args)) as idx:
+        # The whole file first: bad input (a NaN, a live or repeated id, too few
+        # automatic ids) commits nothing, and errors name rows of the file.
+        idx.validate_insert(vectors, ids)
         for s in range(0, len(vectors), args.batch):
             e = min(len(vectors), s + args.batch)
-            idx.insert(vectors[s:e], None if ids is None else ids[s:e])
+            try:
+                idx.insert(vectors[s:e], None if ids is None else ids[s:e])
+            except Exception as err:
+                if done == 0:
+                    raise
+                raise RuntimeError(f"rows 0..{done - 1} of {args.vectors} are inserted (each batch was "
+                                   f"logged when it returned); rows {s}..{len(vectors) - 1} are not: {err}") from err
             done = e
         if args.checkpoint:
             idx.checkpoint()
@@ -1013,7 +1022,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="index path")
     _add_build_options(p)
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
-                   help="external ids (.npy, .txt, .csv, or uint64 .bin; default: none, row numbers)")
+                   help="external ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
+                        "u32 1; then count x u64 little-endian); default: row numbers")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing index at OUT, atomically; a directory that is not a nearline index, "
                    "or that holds the data being read, is never replaced")
@@ -1100,7 +1110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory")
     p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
-                   help="their ids (.npy, .txt, .csv or uint64 .bin; default: new ids above every id seen)")
+                   help="their ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
+                        "u32 1; then count x u64 little-endian); default: new ids above every id seen")
     p.add_argument("--batch", type=_positive_int, default=10000, help="vectors per logged insert")
     p.add_argument("--durability", choices=("sync", "buffered"), default=None,
                    help="when each batch returns: sync (fsynced log; default) or buffered")
@@ -1111,7 +1122,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory")
     p.add_argument("ids", nargs="*", type=_nonneg_int, help="ids to delete (default: none; see --ids-file)")
     p.add_argument("--ids-file", default=None,
-                   help="ids to delete from a file (.npy, .txt, .csv, uint64 .bin; default: none)")
+                   help="ids to delete from a file: .npy, .txt, .csv, or .bin (header: u32 count, u32 1; then "
+                        "count x u64 little-endian); default: none")
     p.add_argument("--durability", choices=("sync", "buffered"), default=None,
                    help="when the delete returns: sync (fsynced log; default) or buffered")
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")

@@ -542,6 +542,21 @@ impl RawIndex {
         Ok(out.into_pyarray(py).into_any())
     }
 
+    /// Checks an insert without doing it (a partition index).
+    fn validate_insert<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let idx = self.get()?;
+        options::check_queries_dim(&vectors, idx.dim())?;
+        let v = contiguous(&vectors)?;
+        let ids = ids.map(options::ids_of).transpose()?;
+        py.detach(|| idx.validate_insert(v, ids.as_deref()))
+            .map_err(to_py)
+    }
+
     /// Deletes ids (a partition index): returns how many were live.
     fn delete(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let idx = self.get()?;

@@ -387,6 +387,7 @@ pub const OPEN_KEYS: &[&str] = &[
     "nav_seeds",
     "durability",
     "background_updates",
+    "read_only",
 ];
 
 /// Open options from keyword arguments.
@@ -425,6 +426,7 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
         background_updates: k
             .bool("background_updates")?
             .unwrap_or(d.background_updates),
+        read_only: k.bool("read_only")?.unwrap_or(d.read_only),
     };
     k.finish()?;
     Ok(o)

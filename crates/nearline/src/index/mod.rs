@@ -236,7 +236,6 @@ impl Index {
             }
             IndexKind::Partition => {
                 let graph_only = [
-                    (opts.memory_budget.is_some(), "memory_budget (set at build)"),
                     (opts.cache_nodes.is_some(), "cache_nodes"),
                     (opts.cache != crate::planner::CacheChoice::Auto, "cache"),
                     (opts.entry_points != 0, "entry_points"),
@@ -250,6 +249,13 @@ impl Index {
                         dir.display()
                     )));
                 }
+                let memory_budget = match opts.memory_budget {
+                    None => None,
+                    Some(b) => {
+                        let m = crate::partition::read_manifest(dir)?;
+                        Some(b.resolve((m.n * m.dim * 4) as u64))
+                    }
+                };
                 Kind::Partition(PartitionIndex::open(
                     dir,
                     &PartitionOpen {
@@ -257,6 +263,8 @@ impl Index {
                         io: opts.io,
                         durability: opts.durability,
                         background: opts.background_updates,
+                        read_only: opts.read_only,
+                        memory_budget,
                     },
                 )?)
             }
@@ -348,6 +356,11 @@ impl Index {
     /// new ones); a partition index only. Returns the ids.
     pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
         self.partition_or_err()?.insert(vectors, ids)
+    }
+
+    /// Checks an insert without doing it; a partition index only.
+    pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
+        self.partition_or_err()?.validate_insert(vectors, ids)
     }
 
     /// Deletes `ids` (unknown ones are ignored); a partition index only.

@@ -286,14 +286,17 @@ impl ReferenceStateMachine for Reference {
     }
 }
 
-/// The index under test and its directory.
+/// The index under test, a read-only open of it that follows the writer
+/// from the start (through its checkpoints, reopens and crashes), and
+/// their directory.
 struct Sut {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
     idx: Option<Index>,
+    reader: Index,
 }
 
-fn open(dir: &Path) -> Index {
+fn open_as(dir: &Path, read_only: bool) -> Index {
     Index::open(
         dir,
         &OpenOptions {
@@ -301,10 +304,15 @@ fn open(dir: &Path) -> Index {
             io: EngineKind::Pread,
             durability: Durability::Buffered,
             background_updates: false,
+            read_only,
             ..Default::default()
         },
     )
     .unwrap()
+}
+
+fn open(dir: &Path) -> Index {
+    open_as(dir, false)
 }
 
 impl Sut {
@@ -357,10 +365,12 @@ impl StateMachineTest for UpdateModel {
             IndexKind::Graph => unreachable!("the graph index takes no updates yet"),
         }
         let idx = open(&dir);
+        let reader = open_as(&dir, true);
         Sut {
             _tmp: tmp,
             dir,
             idx: Some(idx),
+            reader,
         }
     }
 
@@ -459,50 +469,60 @@ impl StateMachineTest for UpdateModel {
     }
 
     fn check_invariants(s: &Sut, m: &Model) {
-        let idx = s.idx();
-        let live = idx.live_ids().unwrap();
-        assert_eq!(live, m.live.keys().copied().collect::<Vec<_>>(), "live ids");
-        let rep = idx.check().unwrap();
-        assert!(rep.problems.is_empty(), "check: {:?}", rep.problems);
-        assert_eq!(rep.live_ids as usize, m.live.len());
-        // Every live vector, then every stale one, as a query.
-        let mut qs: Vec<f32> = m.live.values().flatten().copied().collect();
-        qs.extend(m.stale.iter().flatten());
-        let nq = m.live.len() + m.stale.len();
-        if nq == 0 {
-            return;
+        agrees(s.idx(), m, "writer");
+        agrees(&s.reader, m, "reader");
+    }
+}
+
+/// `idx` agrees with the model: its live ids, its check, and searches of
+/// every live and every stale vector.
+fn agrees(idx: &Index, m: &Model, who: &str) {
+    let live = idx.live_ids().unwrap();
+    assert_eq!(
+        live,
+        m.live.keys().copied().collect::<Vec<_>>(),
+        "{who}: live ids"
+    );
+    let rep = idx.check().unwrap();
+    assert!(rep.problems.is_empty(), "{who}: check: {:?}", rep.problems);
+    // Every live vector, then every stale one, as a query.
+    let mut qs: Vec<f32> = m.live.values().flatten().copied().collect();
+    qs.extend(m.stale.iter().flatten());
+    let nq = m.live.len() + m.stale.len();
+    if nq == 0 {
+        return;
+    }
+    let k = 4;
+    let out = idx.search(&qs, nq, &SearchOptions::new(k)).unwrap();
+    let owners: Vec<Option<u64>> = m
+        .live
+        .keys()
+        .map(|&i| Some(i))
+        .chain(m.stale.iter().map(|_| None))
+        .collect();
+    for (qi, owner) in owners.iter().enumerate() {
+        let q = &qs[qi * DIM..(qi + 1) * DIM];
+        let ids = &out.ids[qi * k..(qi + 1) * k];
+        let ds = &out.distances[qi * k..(qi + 1) * k];
+        if let Some(own) = owner {
+            assert!(
+                ids.contains(&(*own as i64)),
+                "{who}: live id {own} is not found by its own vector (got {ids:?} at {ds:?})"
+            );
         }
-        let k = 4;
-        let out = idx.search(&qs, nq, &SearchOptions::new(k)).unwrap();
-        let owners: Vec<Option<u64>> = m
-            .live
-            .keys()
-            .map(|&i| Some(i))
-            .chain(m.stale.iter().map(|_| None))
-            .collect();
-        for (qi, owner) in owners.iter().enumerate() {
-            let q = &qs[qi * DIM..(qi + 1) * DIM];
-            let ids = &out.ids[qi * k..(qi + 1) * k];
-            let ds = &out.distances[qi * k..(qi + 1) * k];
-            if let Some(own) = owner {
-                assert!(
-                    ids.contains(&(*own as i64)),
-                    "live id {own} is not found by its own vector (got {ids:?} at {ds:?})"
-                );
+        for (&id, &d) in ids.iter().zip(ds) {
+            if id < 0 {
+                continue;
             }
-            for (&id, &d) in ids.iter().zip(ds) {
-                if id < 0 {
-                    continue;
-                }
-                let cur = m.live.get(&(id as u64)).unwrap_or_else(|| {
-                    panic!("query {qi} returned id {id}, which is not live (distance {d})")
-                });
-                let want = l2(q, cur);
-                assert!(
-                    (d - want).abs() <= 1e-3 * want.max(1.0),
-                    "query {qi} returned id {id} at {d}, but its current vector lies at {want}: a stale vector"
-                );
-            }
+            let cur = m.live.get(&(id as u64)).unwrap_or_else(|| {
+                panic!("{who}: query {qi} returned id {id}, which is not live (distance {d})")
+            });
+            let want = l2(q, cur);
+            assert!(
+                (d - want).abs() <= 1e-3 * want.max(1.0),
+                "{who}: query {qi} returned id {id} at {d}, but its current vector lies at \
+                 {want}: a stale vector"
+            );
         }
     }
 }

@@ -24,6 +24,9 @@ mod check;
 pub mod heads;
 pub mod lire;
 pub mod posting;
+mod reader;
+#[cfg(test)]
+mod reader_tests;
 mod recovery;
 mod search;
 pub mod state;
@@ -127,6 +130,13 @@ pub struct PartitionOpen {
     /// Run splits, merges and reassignments in a background worker (the
     /// default); `false`: only when [`PartitionIndex::maintain`] is called.
     pub background: bool,
+    /// Open for reading only (see `reader.rs`): no write permission needed,
+    /// beside one writer in another process, whose acknowledged updates
+    /// every search sees; inserts, deletes and checkpoints are refused.
+    pub read_only: bool,
+    /// The memory budget the open index must keep (bytes); `None`: the
+    /// one it was built with. An index that holds more refuses to open.
+    pub memory_budget: Option<u64>,
 }
 
 impl Default for PartitionOpen {
@@ -136,6 +146,8 @@ impl Default for PartitionOpen {
             io: EngineKind::Auto,
             durability: Durability::Sync,
             background: true,
+            read_only: false,
+            memory_budget: None,
         }
     }
 }
@@ -217,7 +229,12 @@ pub(crate) struct Inner {
     direct_reads: bool,
     io: EngineKind,
     engines: Mutex<Vec<IoEngine>>,
-    wal: Wal,
+    /// The log this writer appends to (`None`: opened read-only).
+    wal: Option<Wal>,
+    /// What a read-only open follows of the writer (`None`: the writer).
+    reader: Option<reader::Reader>,
+    /// The budget given at open, if any (else the build's).
+    budget: Option<u64>,
     /// Serialises inserts and deletes: log order is apply order.
     update: Mutex<()>,
     /// Held by each background job and by a checkpoint.
@@ -238,8 +255,12 @@ pub(crate) struct Inner {
 
 /// An open partition index; share it between threads.
 pub struct PartitionIndex {
-    inner: Arc<Inner>,
+    /// The loaded index. A read-only open swaps in a newly loaded one when
+    /// the writer has taken a checkpoint since (`reader.rs`).
+    inner: RwLock<Arc<Inner>>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    dir: PathBuf,
+    opts: PartitionOpen,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -260,8 +281,9 @@ fn threads_or_cores(t: Option<usize>) -> usize {
     })
 }
 
-/// Checks that every value is finite.
-fn check_finite(v: &[f32], what: &str, dim: usize) -> Result<()> {
+/// Checks that every value is finite and every row's squared norm within
+/// [`crate::distance::MAX_SQUARED_NORM`] (so every distance stays finite).
+fn check_rows(v: &[f32], what: &str, dim: usize) -> Result<()> {
     if let Some(i) = v.iter().position(|x| !x.is_finite()) {
         return Err(Error::arg(format!(
             "{what} row {} holds a non-finite value ({}) at dimension {}",
@@ -269,6 +291,11 @@ fn check_finite(v: &[f32], what: &str, dim: usize) -> Result<()> {
             v[i],
             i % dim
         )));
+    }
+    for (r, row) in v.chunks_exact(dim.max(1)).enumerate() {
+        if let Some(why) = crate::distance::oversized(crate::distance::squared_norm_f64(row)) {
+            return Err(Error::arg(format!("{what} row {r} {why}")));
+        }
     }
     Ok(())
 }
@@ -313,7 +340,7 @@ pub fn build_index(
             u32::MAX - 1
         )));
     }
-    check_finite(data, "data", dim)?;
+    check_rows(data, "data", dim)?;
     let ids: Vec<u64> = match &opts.ids {
         Some(ids) => {
             if ids.len() != n {
@@ -409,49 +436,71 @@ pub fn build_index(
 }
 
 impl PartitionIndex {
+    /// The loaded index (a writer's; a reader's brought up to date first).
+    fn now(&self) -> Result<Arc<Inner>> {
+        self.current()
+    }
+
+    /// The loaded index as it is (no catching up): for what cannot fail.
+    fn loaded(&self) -> Arc<Inner> {
+        Arc::clone(&read(&self.inner))
+    }
+
     pub fn dim(&self) -> usize {
-        self.inner.dim
+        self.loaded().dim
     }
     pub fn metric(&self) -> Metric {
-        self.inner.metric
+        self.loaded().metric
     }
-    pub fn params(&self) -> &PartitionParams {
-        &self.inner.params
+    pub fn params(&self) -> PartitionParams {
+        self.loaded().params.clone()
     }
-    /// The manifest of the last checkpoint.
+    /// Whether it was opened read-only.
+    pub fn read_only(&self) -> bool {
+        self.opts.read_only
+    }
+    /// The manifest of the last checkpoint (loaded).
     pub fn manifest(&self) -> PartitionManifest {
-        lock(&self.inner.manifest).clone()
+        lock(&self.loaded().manifest).clone()
     }
-    /// Live vectors.
+    /// Live vectors (a reader: as of its last look at the writer's log).
     pub fn len(&self) -> usize {
-        lock(&self.inner.ids).by_ext.len()
+        self.now().unwrap_or_else(|_| self.loaded()).live_count()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
     /// The live external ids, ascending.
     pub fn live_ids(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = lock(&self.inner.ids).by_ext.keys().copied().collect();
+        let inner = self.now().unwrap_or_else(|_| self.loaded());
+        let mut v: Vec<u64> = lock(&inner.ids).by_ext.keys().copied().collect();
+        if let Some(r) = &inner.reader {
+            v.extend(r.delta_ids());
+        }
         v.sort_unstable();
         v
     }
     /// Whether `id` is live.
     pub fn contains(&self, id: u64) -> bool {
-        lock(&self.inner.ids).by_ext.contains_key(&id)
+        let inner = self.now().unwrap_or_else(|_| self.loaded());
+        lock(&inner.ids).by_ext.contains_key(&id)
+            || inner.reader.as_ref().is_some_and(|r| r.delta_has(id))
     }
 
     /// Writes a checkpoint: the maps to a new state file, the manifest
     /// naming it with the log sequence it holds, then trims the log.
     /// Returns that sequence.
     pub fn checkpoint(&self) -> Result<u64> {
-        self.inner.checkpoint()
+        self.loaded().checkpoint()
     }
 
     /// Runs the queued splits, merges and reassignments now (and waits for
     /// the background worker to finish what it holds).
     pub fn maintain(&self) -> Result<()> {
-        self.inner.run_all_jobs()?;
-        self.inner.check_failed()
+        let inner = self.loaded();
+        inner.writer()?;
+        inner.run_all_jobs()?;
+        inner.check_failed()
     }
 
     /// k-NN search of `nq` row-major queries.
@@ -461,42 +510,78 @@ impl PartitionIndex {
         nq: usize,
         opts: &PartitionSearch,
     ) -> Result<PartitionResults> {
-        self.inner.search(queries, nq, opts)
+        self.now()?.search(queries, nq, opts)
     }
 
     /// Verifies the index: every posting's blocks decode, entries name
     /// known ids, every live id has a current entry in some posting, the
     /// free blocks are unused.
     pub fn check(&self) -> Result<CheckReport> {
-        self.inner.check()
+        self.now()?.check()
     }
 
-    /// Resident bytes now: heads, posting map, id maps, I/O buffers.
+    /// Resident bytes now: heads, posting map, id maps, I/O buffers (and a
+    /// reader's vectors from the log).
     pub fn memory_bytes(&self) -> u64 {
-        self.inner.memory_bytes()
+        self.loaded().memory_bytes()
     }
 
     /// A JSON description.
     pub fn info(&self) -> serde_json::Value {
-        self.inner.info()
+        self.now().unwrap_or_else(|_| self.loaded()).info()
+    }
+
+    /// A reader: catches up with the writer now (its log, or its newest
+    /// checkpoint). Every search, `check`, `info`, `len` and `live_ids`
+    /// does this first; a writer has nothing to do.
+    pub fn refresh(&self) -> Result<()> {
+        self.now().map(|_| ())
     }
 }
 
 impl Drop for PartitionIndex {
     fn drop(&mut self) {
-        self.inner.closing.store(true, Ordering::SeqCst);
+        let inner = self.loaded();
+        inner.closing.store(true, Ordering::SeqCst);
         {
-            let mut j = lock(&self.inner.jobs);
+            let mut j = lock(&inner.jobs);
             j.stop = true;
         }
-        self.inner.jobs_cv.notify_all();
+        inner.jobs_cv.notify_all();
         if let Some(h) = lock(&self.worker).take() {
             let _ = h.join();
         }
     }
 }
 
+/// The options a partition build took, under `build`'s names.
+fn build_options(m: &PartitionManifest) -> serde_json::Value {
+    let mut v = serde_json::to_value(&m.params).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("preset".into(), m.preset.name().into());
+        o.insert("metric".into(), m.metric.name().into());
+        o.insert("lire".into(), m.params.lire.into());
+    }
+    v
+}
+
 impl Inner {
+    /// The writer's log; a read-only open refuses what needs it.
+    fn writer(&self) -> Result<&Wal> {
+        self.wal.as_ref().ok_or_else(|| {
+            Error::arg(format!(
+                "{} is open read-only: inserts, deletes, checkpoints and maintenance need a \
+                 writable open (one process at a time)",
+                self.dir.display()
+            ))
+        })
+    }
+
+    /// Live vectors: the id map's, and a reader's from the log.
+    fn live_count(&self) -> usize {
+        lock(&self.ids).by_ext.len() + self.reader.as_ref().map_or(0, |r| r.delta_live())
+    }
+
     fn check_failed(&self) -> Result<()> {
         match &*lock(&self.failed) {
             Some(m) => Err(Error::arg(format!(
@@ -534,7 +619,15 @@ impl Inner {
         };
         let ids = slots + ids;
         let io = self.threads as u64 * IoEngine::bytes_for_depth(DEPTH as usize);
-        heads + map + ids + io
+        let delta = self.reader.as_ref().map_or(0, |r| r.delta_bytes());
+        heads + map + ids + io + delta
+    }
+
+    /// The budget the open index keeps: the one given at open, else the
+    /// build's (`None`: sized by nearline at build, nothing to keep).
+    fn budget(&self, m: &PartitionManifest) -> Option<u64> {
+        self.budget
+            .or((!m.params.memory_budget_auto).then_some(m.params.memory_budget))
     }
 
     fn info(&self) -> serde_json::Value {
@@ -553,7 +646,8 @@ impl Inner {
             "created_by": m.created_by,
             "kind": "partition",
             "preset": m.preset.name(),
-            "n": lock(&self.ids).by_ext.len(),
+            "n": self.live_count(),
+            "read_only": self.reader.is_some(),
             "dim": self.dim,
             "dtype": "float32",
             "metric": self.metric.name(),
@@ -563,11 +657,12 @@ impl Inner {
             "blocks": {"file": end, "free": free, "pending": pending, "block_size": BLOCK},
             "disk_bytes": disk,
             "memory": {
-                "budget": m.params.memory_budget,
-                "budget_auto": m.params.memory_budget_auto,
+                "budget": self.budget(&m).unwrap_or(m.params.memory_budget),
+                "budget_auto": self.budget(&m).is_none(),
                 "resident": mem,
                 "heads": heads.memory_bytes(),
-                "within_budget": m.params.memory_budget_auto || mem <= m.params.memory_budget,
+                "log_vectors": self.reader.as_ref().map_or(0, |r| r.delta_bytes()),
+                "within_budget": self.budget(&m).is_none_or(|b| mem <= b),
             },
             "io_engine": IoEngine::open(self.io, Arc::clone(&self.read_file), 1).map(|e| e.name()).unwrap_or("unavailable"),
             "direct_io": self.direct_reads,
@@ -583,7 +678,10 @@ impl Inner {
                 "checkpoints": c.checkpoints.load(Ordering::Relaxed),
                 "queued_jobs": lock(&self.jobs).queue.len(),
             },
-            "build": m.build_stats,
+            // As a graph index's: the options the build took, then its
+            // statistics (timings, replication).
+            "build": build_options(&m),
+            "build_stats": m.build_stats,
             "simd": crate::kernels::simd_level(),
         })
     }

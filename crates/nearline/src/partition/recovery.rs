@@ -4,12 +4,14 @@
 use super::heads::Heads;
 use super::lire::Jobs;
 use super::posting;
+use super::reader::Reader;
 use super::state::{PartitionManifest, State};
 use super::store::{PostingRef, Store, POSTINGS_FILE};
 use super::{
     lock, read, read_manifest, threads_or_cores, write, Counters, Ids, Inner, PartitionIndex,
     PartitionOpen, DELETED, STRIPES, WAL_FILE,
 };
+use crate::elem::DType;
 use crate::format::MANIFEST_FILE;
 use crate::io::files::{sync_dir, write_durable};
 use crate::io::open_direct;
@@ -41,25 +43,47 @@ pub(super) fn state_generation(name: &str) -> Option<u64> {
         .ok()
 }
 
-/// Removes the state files of `dir` other than generation `keep`'s: a
-/// checkpoint killed before its manifest names its state leaves that state
-/// behind (a later generation), and one killed before it removed the
-/// previous state leaves that (an earlier one). Only files named like
-/// state files are touched.
-pub(super) fn remove_other_states(dir: &Path, keep: u64) -> Result<()> {
+/// Removes the state files of `dir` other than generation `keep`'s that
+/// no reader holds: a checkpoint killed before its manifest names its state
+/// leaves that state behind (a later generation), one killed before it
+/// removed the previous state leaves that (an earlier one), and a reader
+/// (`reader.rs`) keeps a shared lock on the state it loaded until it moves
+/// on. Only files named like state files are touched. Returns the oldest
+/// earlier generation a reader holds, if any: blocks released under it or
+/// later may still be named by that reader's map.
+pub(super) fn remove_other_states(dir: &Path, keep: u64) -> Result<Option<u64>> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut held: Option<u64> = None;
     for e in rd {
         let e = e.map_err(|e| Error::io(dir, e))?;
         let name = e.file_name();
         let Some(g) = name.to_str().and_then(state_generation) else {
             continue;
         };
-        if g != keep {
-            let path = e.path();
-            std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        if g == keep {
+            continue;
+        }
+        let path = e.path();
+        let f = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        match f.try_lock() {
+            // Held exclusively while it goes: a reader that opened it just
+            // now waits, then finds the manifest moved on.
+            Ok(()) => std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?,
+            Err(std::fs::TryLockError::WouldBlock) if g < keep => {
+                held = Some(held.map_or(g, |h| h.min(g)));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            // A file system without locks: no reader can pin it either.
+            Err(std::fs::TryLockError::Error(_)) => {
+                std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?
+            }
         }
     }
-    Ok(())
+    Ok(held)
 }
 
 pub(super) fn snapshot_state(
@@ -94,70 +118,125 @@ pub(super) fn snapshot_state(
     }
 }
 
-impl PartitionIndex {
-    /// Opens the partition index in `dir`: loads the checkpoint, replays the
-    /// log after it, starts the background worker.
-    pub fn open(dir: &Path, opts: &PartitionOpen) -> Result<PartitionIndex> {
-        let m = read_manifest(dir)?;
-        let spath = dir.join(&m.state_file);
-        let bytes = std::fs::read(&spath).map_err(|e| Error::io(&spath, e))?;
-        if bytes.len() as u64 != m.state_bytes || crc32c::crc32c(&bytes) != m.state_crc32c {
-            return Err(Error::corrupt(
-                &spath,
-                format!(
-                    "state file is {} bytes with CRC {:08x}; the manifest expects {} bytes with \
-                     CRC {:08x}",
-                    bytes.len(),
-                    crc32c::crc32c(&bytes),
-                    m.state_bytes,
-                    m.state_crc32c
-                ),
-            ));
+/// A checkpoint's state, checked against its manifest and postings file.
+pub(super) struct Loaded {
+    pub(super) m: PartitionManifest,
+    pub(super) st: State,
+    pub(super) heads: Heads,
+    pub(super) by_ext: HashMap<u64, u32>,
+}
+
+/// Loads and checks the state that manifest `m` names.
+pub(super) fn load_state(dir: &Path, m: PartitionManifest) -> Result<Loaded> {
+    let spath = dir.join(&m.state_file);
+    let bytes = std::fs::read(&spath).map_err(|e| Error::io(&spath, e))?;
+    if bytes.len() as u64 != m.state_bytes || crc32c::crc32c(&bytes) != m.state_crc32c {
+        return Err(Error::corrupt(
+            &spath,
+            format!(
+                "state file is {} bytes with CRC {:08x}; the manifest expects {} bytes with \
+                 CRC {:08x}",
+                bytes.len(),
+                crc32c::crc32c(&bytes),
+                m.state_bytes,
+                m.state_crc32c
+            ),
+        ));
+    }
+    let st = State::decode(&spath, &bytes)?;
+    if st.dim != m.dim || st.versions.len() != st.external.len() {
+        return Err(Error::corrupt(&spath, "state does not match the manifest"));
+    }
+    for (p, r) in st.postings.iter().enumerate() {
+        if let Some(r) = r {
+            let need = posting::blocks_for(r.count as usize, m.dim);
+            if r.blocks.len() < need || r.blocks.iter().any(|&b| b >= st.blocks_end) {
+                return Err(Error::corrupt(
+                    &spath,
+                    format!("posting {p} names blocks the postings file does not hold"),
+                ));
+            }
         }
-        let st = State::decode(&spath, &bytes)?;
-        if st.dim != m.dim || st.versions.len() != st.external.len() {
-            return Err(Error::corrupt(&spath, "state does not match the manifest"));
+    }
+    let heads = Heads::from_parts(
+        m.dim,
+        m.metric,
+        st.head_alive.clone(),
+        st.head_vecs.clone(),
+        &st.head_lists,
+        st.head_start,
+        st.head_free.clone(),
+    );
+    let mut by_ext = HashMap::with_capacity(st.versions.len());
+    for (i, (&v, &e)) in st.versions.iter().zip(&st.external).enumerate() {
+        if v & DELETED == 0 && by_ext.insert(e, i as u32).is_some() {
+            return Err(Error::corrupt(&spath, format!("id {e} is live twice")));
         }
+    }
+    Ok(Loaded {
+        m,
+        st,
+        heads,
+        by_ext,
+    })
+}
+
+/// The vectors of a logged insert, as float32 rows of `dim` (a partition
+/// index logs float32 only).
+pub(super) fn logged_rows(
+    path: &Path,
+    dim: usize,
+    logged_dim: u32,
+    dtype: DType,
+    vectors: Vec<u8>,
+) -> Result<Vec<f32>> {
+    if logged_dim as usize != dim {
+        return Err(Error::corrupt(
+            path,
+            format!("a logged insert has dimension {logged_dim}; the index has {dim}"),
+        ));
+    }
+    if dtype != DType::F32 {
+        return Err(Error::corrupt(
+            path,
+            format!(
+                "a logged insert holds {} vectors; a partition index logs float32",
+                dtype.name()
+            ),
+        ));
+    }
+    Ok(vectors
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+impl Inner {
+    /// The index over a loaded checkpoint: the postings through `store`,
+    /// updates logged to `wal` (a writer) or followed by `reader`.
+    pub(super) fn from_loaded(
+        dir: &Path,
+        opts: &PartitionOpen,
+        l: Loaded,
+        store: Store,
+        wal: Option<Wal>,
+        reader: Option<Reader>,
+    ) -> Result<Inner> {
         let ppath = dir.join(POSTINGS_FILE);
-        let store = Store::open_with_io(&ppath, st.blocks_end, st.free_blocks.clone(), opts.io)?;
-        for (p, r) in st.postings.iter().enumerate() {
-            if let Some(r) = r {
-                let need = posting::blocks_for(r.count as usize, m.dim);
-                if r.blocks.len() < need || r.blocks.iter().any(|&b| b >= st.blocks_end) {
-                    return Err(Error::corrupt(
-                        &spath,
-                        format!("posting {p} names blocks the postings file does not hold"),
-                    ));
-                }
-            }
-        }
-        let heads = Heads::from_parts(
-            m.dim,
-            m.metric,
-            st.head_alive.clone(),
-            st.head_vecs.clone(),
-            &st.head_lists,
-            st.head_start,
-            st.head_free.clone(),
-        );
-        let mut by_ext = HashMap::with_capacity(st.versions.len());
-        for (i, (&v, &e)) in st.versions.iter().zip(&st.external).enumerate() {
-            if v & DELETED == 0 && by_ext.insert(e, i as u32).is_some() {
-                return Err(Error::corrupt(&spath, format!("id {e} is live twice")));
-            }
-        }
         let (rf, direct) = open_direct(&ppath)?;
-        let wpath = dir.join(WAL_FILE);
-        let mut pending_ops = Vec::new();
-        let (wal, report) = Wal::open_after(&wpath, opts.durability, m.wal_sequence, &mut |r| {
-            pending_ops.push(Op::decode(&r, &wpath)?);
-            Ok(())
-        })?;
-        let _ = report;
-        // The log's lock makes this the one writer: what a killed
-        // checkpoint left goes.
-        remove_other_states(dir, m.generation)?;
-        let inner = Inner {
+        let Loaded {
+            m,
+            st,
+            heads,
+            by_ext,
+        } = l;
+        let jobs = Jobs {
+            // A reader runs no background work: what its searches would
+            // queue is the writer's to do.
+            stop: reader.is_some(),
+            ..Jobs::default()
+        };
+        Ok(Inner {
             dir: dir.to_path_buf(),
             dim: m.dim,
             metric: m.metric,
@@ -185,34 +264,50 @@ impl PartitionIndex {
             io: opts.io,
             engines: Mutex::new(Vec::new()),
             wal,
+            reader,
+            budget: opts.memory_budget,
             update: Mutex::new(()),
             maint: Mutex::new(()),
             gate: RwLock::new(()),
             placing: RwLock::new(()),
-            jobs: Mutex::new(Jobs::default()),
+            jobs: Mutex::new(jobs),
             jobs_cv: Condvar::new(),
             counters: Counters::default(),
             threads: threads_or_cores(opts.threads),
             failed: Mutex::new(None),
             closing: AtomicBool::new(false),
             manifest: Mutex::new(m),
-        };
-        let inner = Arc::new(inner);
+        })
+    }
+
+    /// Opens the index as its one writer: loads the checkpoint, replays the
+    /// log after it.
+    fn open_writer(dir: &Path, opts: &PartitionOpen) -> Result<Inner> {
+        let m = read_manifest(dir)?;
+        let l = load_state(dir, m)?;
+        let ppath = dir.join(POSTINGS_FILE);
+        let store = Store::open_with_io(&ppath, l.st.blocks_end, l.st.free_blocks.clone(), opts.io)
+            .map_err(|e| writable_hint(dir, e))?;
+        let wpath = dir.join(WAL_FILE);
+        let mut pending_ops = Vec::new();
+        let (wal, _) = Wal::open_after(&wpath, opts.durability, l.m.wal_sequence, &mut |r| {
+            pending_ops.push(Op::decode(&r, &wpath)?);
+            Ok(())
+        })
+        .map_err(|e| writable_hint(dir, e))?;
+        // The log's lock makes this the one writer: what a killed
+        // checkpoint left goes (a state a reader holds stays).
+        remove_other_states(dir, l.m.generation)?;
+        let inner = Inner::from_loaded(dir, opts, l, store, Some(wal), None)?;
         for op in pending_ops {
             match op {
                 Op::Insert {
-                    ids, dim, vectors, ..
+                    ids,
+                    dim,
+                    dtype,
+                    vectors,
                 } => {
-                    if dim as usize != inner.dim {
-                        return Err(Error::corrupt(
-                            &wpath,
-                            "a logged insert has another dimension",
-                        ));
-                    }
-                    let v: Vec<f32> = vectors
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect();
+                    let v = logged_rows(&wpath, inner.dim, dim, dtype, vectors)?;
                     inner.apply_insert(&ids, &v)?;
                 }
                 Op::Delete { ids } => {
@@ -220,15 +315,65 @@ impl PartitionIndex {
                 }
             }
         }
-        let idx = PartitionIndex {
-            inner,
-            worker: Mutex::new(None),
+        Ok(inner)
+    }
+}
+
+/// A writable open that failed for want of permission or because another
+/// process writes: says how to read the index instead.
+fn writable_hint(dir: &Path, e: Error) -> Error {
+    let refused = match &e {
+        Error::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::PermissionDenied
+                | std::io::ErrorKind::WouldBlock
+                | std::io::ErrorKind::ReadOnlyFilesystem
+        ),
+        _ => false,
+    };
+    if refused {
+        Error::arg(format!(
+            "{e}; to search {} beside its writer or without write permission, open it with \
+             read_only=True (CLI: --read-only)",
+            dir.display()
+        ))
+    } else {
+        e
+    }
+}
+
+impl PartitionIndex {
+    /// Opens the partition index in `dir`: as its one writer (loads the
+    /// checkpoint, replays the log after it, starts the background worker)
+    /// or, with [`PartitionOpen::read_only`], as a reader (`reader.rs`).
+    pub fn open(dir: &Path, opts: &PartitionOpen) -> Result<PartitionIndex> {
+        let inner = if opts.read_only {
+            Inner::open_reader(dir, opts)?
+        } else {
+            Inner::open_writer(dir, opts)?
         };
-        if opts.background {
-            let w = Arc::clone(&idx.inner);
+        if let Some(b) = opts.memory_budget {
+            let held = inner.memory_bytes();
+            if held > b {
+                return Err(Error::arg(format!(
+                    "memory_budget {b} B is below what this partition index holds open: {held} B \
+                     (its heads, id maps and the I/O buffers of {} search threads); open it with \
+                     memory_budget of at least {held} B, or fewer threads",
+                    inner.threads
+                )));
+            }
+        }
+        let inner = Arc::new(inner);
+        let idx = PartitionIndex {
+            inner: RwLock::new(Arc::clone(&inner)),
+            worker: Mutex::new(None),
+            dir: dir.to_path_buf(),
+            opts: opts.clone(),
+        };
+        if opts.background && !opts.read_only {
             let h = std::thread::Builder::new()
                 .name("nearline-lire".into())
-                .spawn(move || w.worker_loop())
+                .spawn(move || inner.worker_loop())
                 .map_err(|e| Error::arg(format!("cannot start the update worker: {e}")))?;
             *lock(&idx.worker) = Some(h);
         }
@@ -242,6 +387,7 @@ impl Inner {
     /// reclaimed them meanwhile). Returns the sequence it holds, if taken.
     pub(crate) fn checkpoint_when(&self, only_if_needed: bool) -> Result<Option<u64>> {
         self.check_failed()?;
+        let wal = self.writer()?;
         let _u = lock(&self.update);
         let _m = lock(&self.maint);
         if only_if_needed && !self.store.wants_reclaim() {
@@ -249,7 +395,7 @@ impl Inner {
         }
         // Everything applied is in the log up to `seq` (appends and their
         // application happen under `update`).
-        let seq = self.wal.sync()?.saturating_sub(1);
+        let seq = wal.sync()?.saturating_sub(1);
         let state = {
             let heads = read(&self.heads);
             let postings = read(&self.postings);
@@ -274,7 +420,6 @@ impl Inner {
         let bytes = state.encode();
         let name = state_name(generation);
         write_durable(&self.dir.join(&name), &bytes)?;
-        let old = m.state_file.clone();
         m.state_file = name;
         m.state_bytes = bytes.len() as u64;
         m.state_crc32c = crc32c::crc32c(&bytes);
@@ -283,12 +428,14 @@ impl Inner {
         m.n = lock(&self.ids).by_ext.len();
         write_manifest(&self.dir, &m)?;
         *lock(&self.manifest) = m;
-        let _ = std::fs::remove_file(self.dir.join(old));
+        // The blocks released since the previous checkpoint become free,
+        // unless a reader still holds a state that may name them.
+        let held = remove_other_states(&self.dir, generation)?;
         {
             let _g = write(&self.gate);
-            self.store.reclaim();
+            self.store.reclaim(generation - 1, held);
         }
-        self.wal.truncate_before(seq + 1)?;
+        wal.truncate_before(seq + 1)?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(Some(seq))
     }

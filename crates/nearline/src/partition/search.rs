@@ -5,7 +5,7 @@
 use super::posting::{self, entry_head, read_entry, BLOCK};
 use super::store::{runs, PostingRef};
 use super::{
-    check_finite, lire, lock, read, Answered, Found, Inner, PartitionResults, PartitionSearch,
+    check_rows, lire, lock, read, Answered, Found, Inner, PartitionResults, PartitionSearch,
     COLLECT_STALE, DELETED, DEPTH, QUERIES_IN_FLIGHT,
 };
 use crate::distance::{normalize, Metric};
@@ -63,7 +63,7 @@ impl Inner {
                 return Err(Error::arg("L must be at least 1"));
             }
         }
-        check_finite(queries, "queries", dim)?;
+        check_rows(queries, "queries", dim)?;
         let k = opts.k;
         let threads = opts
             .threads
@@ -132,6 +132,8 @@ impl Inner {
                 stats[i] = st;
             }
         }
+        // A reader: the vectors the writer inserted since its checkpoint.
+        self.merge_delta(queries, k, &mut ids, &mut dists);
         Ok(PartitionResults {
             ids,
             distances: dists,

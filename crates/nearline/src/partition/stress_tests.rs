@@ -124,7 +124,8 @@ fn inserts_are_visible_and_deletes_final_under_concurrent_updates_and_searches()
         }
         stop.store(true, Ordering::Relaxed);
     });
-    let c = &idx.inner.counters;
+    let inner = idx.loaded();
+    let c = &inner.counters;
     eprintln!(
         "stress: {total} inserts, {} misses, {} deleted ids returned; splits {}, merges {}, \
          reassigned {}",

@@ -51,6 +51,7 @@ pub(super) fn quiet() -> PartitionOpen {
         io: EngineKind::Pread,
         durability: Durability::Buffered,
         background: false,
+        ..PartitionOpen::default()
     }
 }
 
@@ -232,7 +233,7 @@ fn churn_reuses_ids_and_head_slots() {
     let slots_at_start;
     {
         let idx = PartitionIndex::open(&path, &quiet()).unwrap();
-        slots_at_start = read(&idx.inner.versions).len();
+        slots_at_start = read(&idx.loaded().versions).len();
         for round in 0..20u64 {
             let mut del = Vec::new();
             for _ in 0..n / 10 {
@@ -264,10 +265,10 @@ fn churn_reuses_ids_and_head_slots() {
                 .all(|id| !gone_set.contains(id)));
         }
         // One internal slot per live vector (deletes and inserts balance).
-        assert_eq!(read(&idx.inner.versions).len(), slots_at_start);
+        assert_eq!(read(&idx.loaded().versions).len(), slots_at_start);
         // Appends scatter a posting's tail; once the worker is done, no
         // posting is read in more requests than a contiguous one.
-        let worst = read(&idx.inner.postings)
+        let worst = read(&idx.loaded().postings)
             .iter()
             .flatten()
             .filter(|r| scattered(&r.blocks))

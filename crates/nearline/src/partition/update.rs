@@ -6,8 +6,8 @@ use super::heads::Heads;
 use super::posting::{self, entry_bytes, PAYLOAD};
 use super::store::PostingRef;
 use super::{
-    check_finite, lire, lock, read, scattered, write, Inner, PartitionIndex, DELETED, MAX_VERSION,
-    STRIPES, VERSION_MASK,
+    check_rows, lire, lock, read, scattered, write, Ids, Inner, PartitionIndex, DELETED,
+    MAX_VERSION, STRIPES, VERSION_MASK,
 };
 use crate::distance::{normalize, Metric};
 use crate::elem::DType;
@@ -19,91 +19,59 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 impl PartitionIndex {
+    /// Checks an insert without doing it: `vectors` (`n × dim` row-major,
+    /// finite, within the norm limit) and `ids` (as many, unique, not live,
+    /// within the signed 64-bit range), or room for `n` automatic ids. A
+    /// caller that inserts a file in batches checks it whole first, so bad
+    /// input commits nothing (rows and ids are named by their place in
+    /// `vectors`).
+    pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
+        let inner = self.loaded();
+        inner.writer()?;
+        let g = lock(&inner.ids);
+        inner.resolve_insert(&g, vectors, ids).map(|_| ())
+    }
+
     /// Inserts `vectors` (`n × dim` row-major); `ids` gives their external
     /// ids (none may be live), else new ones are assigned above every id
     /// seen. Returns once the insert is logged durably (see
     /// [`PartitionOpen::durability`]) and visible to searches.
     pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
-        self.inner.check_failed()?;
-        let dim = self.inner.dim;
-        if vectors.is_empty() || !vectors.len().is_multiple_of(dim) {
-            return Err(Error::arg(format!(
-                "vectors hold {} values: expected a positive multiple of the index's dimension {dim}",
-                vectors.len()
-            )));
-        }
-        let n = vectors.len() / dim;
-        check_finite(vectors, "vectors", dim)?;
-        let _u = lock(&self.inner.update);
-        let ext: Vec<u64> = {
-            let g = lock(&self.inner.ids);
-            match ids {
-                Some(ids) => {
-                    if ids.len() != n {
-                        return Err(Error::arg(format!(
-                            "{} ids given for {n} vectors",
-                            ids.len()
-                        )));
-                    }
-                    let mut seen = HashSet::with_capacity(n);
-                    for &i in ids {
-                        if i > i64::MAX as u64 {
-                            return Err(Error::arg(format!(
-                                "id {i} does not fit a signed 64-bit integer"
-                            )));
-                        }
-                        if !seen.insert(i) {
-                            return Err(Error::arg(format!(
-                                "id {i} appears more than once in this insert"
-                            )));
-                        }
-                        if g.by_ext.contains_key(&i) {
-                            return Err(Error::arg(format!(
-                                "id {i} is already in the index: delete it first to replace its vector"
-                            )));
-                        }
-                    }
-                    ids.to_vec()
-                }
-                None => {
-                    // Automatic ids continue above every id the index has
-                    // seen and stay within the signed 64-bit range.
-                    let top = i64::MAX as u64;
-                    if g.next_auto.saturating_add(n as u64) > top + 1 {
-                        return Err(Error::arg(format!(
-                            "no automatic ids are left for {n} vectors: they follow the largest \
-                             id the index has seen ({}), and ids end at {top}; pass ids explicitly",
-                            g.next_auto.saturating_sub(1)
-                        )));
-                    }
-                    (g.next_auto..g.next_auto + n as u64).collect()
-                }
-            }
+        let inner = self.loaded();
+        let wal = inner.writer()?;
+        inner.check_failed()?;
+        let dim = inner.dim;
+        let _u = lock(&inner.update);
+        let ext = {
+            let g = lock(&inner.ids);
+            inner.resolve_insert(&g, vectors, ids)?
         };
         let mut v = vectors.to_vec();
-        if self.inner.metric == Metric::Cosine {
+        if inner.metric == Metric::Cosine {
             for r in v.chunks_exact_mut(dim) {
                 normalize(r);
             }
         }
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.inner.wal.append_op_durable(&Op::Insert {
+        wal.append_op_durable(&Op::Insert {
             ids: ext.clone(),
             dim: dim as u32,
             dtype: DType::F32,
             vectors: bytes,
         })?;
-        self.inner.apply_insert(&ext, &v)?;
+        inner.apply_insert(&ext, &v)?;
         Ok(ext)
     }
 
     /// Deletes `ids`; unknown ids are ignored. Returns how many were live.
     /// Once it returns, no search returns them.
     pub fn delete(&self, ids: &[u64]) -> Result<usize> {
-        self.inner.check_failed()?;
-        let _u = lock(&self.inner.update);
+        let inner = self.loaded();
+        let wal = inner.writer()?;
+        inner.check_failed()?;
+        let _u = lock(&inner.update);
         let live: Vec<u64> = {
-            let g = lock(&self.inner.ids);
+            let g = lock(&inner.ids);
             let mut seen = HashSet::new();
             ids.iter()
                 .copied()
@@ -113,14 +81,69 @@ impl PartitionIndex {
         if live.is_empty() {
             return Ok(0);
         }
-        self.inner
-            .wal
-            .append_op_durable(&Op::Delete { ids: live.clone() })?;
-        Ok(self.inner.apply_delete(&live))
+        wal.append_op_durable(&Op::Delete { ids: live.clone() })?;
+        Ok(inner.apply_delete(&live))
     }
 }
 
 impl Inner {
+    /// The external ids of an insert of `vectors` with `ids` (or automatic
+    /// ones), after checking both (see [`PartitionIndex::validate_insert`]).
+    fn resolve_insert(&self, g: &Ids, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
+        let dim = self.dim;
+        if vectors.is_empty() || !vectors.len().is_multiple_of(dim) {
+            return Err(Error::arg(format!(
+                "vectors hold {} values: expected a positive multiple of the index's dimension {dim}",
+                vectors.len()
+            )));
+        }
+        let n = vectors.len() / dim;
+        check_rows(vectors, "vectors", dim)?;
+        match ids {
+            Some(ids) => {
+                if ids.len() != n {
+                    return Err(Error::arg(format!(
+                        "{} ids given for {n} vectors",
+                        ids.len()
+                    )));
+                }
+                let mut seen = HashSet::with_capacity(n);
+                for (r, &i) in ids.iter().enumerate() {
+                    if i > i64::MAX as u64 {
+                        return Err(Error::arg(format!(
+                            "id {i} (row {r}) does not fit a signed 64-bit integer"
+                        )));
+                    }
+                    if !seen.insert(i) {
+                        return Err(Error::arg(format!(
+                            "id {i} (row {r}) appears more than once in this insert"
+                        )));
+                    }
+                    if g.by_ext.contains_key(&i) {
+                        return Err(Error::arg(format!(
+                            "id {i} (row {r}) is already in the index: delete it first to replace \
+                             its vector"
+                        )));
+                    }
+                }
+                Ok(ids.to_vec())
+            }
+            None => {
+                // Automatic ids continue above every id the index has seen
+                // and stay within the signed 64-bit range.
+                let top = i64::MAX as u64;
+                if g.next_auto.saturating_add(n as u64) > top + 1 {
+                    return Err(Error::arg(format!(
+                        "no automatic ids are left for {n} vectors: they follow the largest id \
+                         the index has seen ({}), and ids end at {top}; pass ids explicitly",
+                        g.next_auto.saturating_sub(1)
+                    )));
+                }
+                Ok((g.next_auto..g.next_auto + n as u64).collect())
+            }
+        }
+    }
+
     /// Postings for `x` by the RNG rule.
     pub(super) fn targets(
         &self,

@@ -245,6 +245,10 @@ pub struct OpenOptions {
     /// Partition index: run splits, merges and reassignments in a
     /// background worker (default); `false`: only when `maintain` is called.
     pub background_updates: bool,
+    /// Open for reading only. A graph index always is; a partition index
+    /// then needs no write permission and runs beside its one writer in
+    /// another process, whose acknowledged updates every search sees.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -261,6 +265,7 @@ impl Default for OpenOptions {
             io: EngineKind::Auto,
             durability: crate::update::wal::Durability::Sync,
             background_updates: true,
+            read_only: false,
         }
     }
 }
