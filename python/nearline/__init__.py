@@ -450,21 +450,27 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     nav_L: Optional[int] = None,
     nav_seeds: Optional[int] = None,
     durability: Optional[str] = None,
+    read_only: Optional[bool] = None,
+    background_updates: Optional[bool] = None,
 ) -> "Index":
     """Opens an index directory (a graph index or a partition index).
 
     A partition index (preset ``"spfresh"``) replays its write-ahead log on
     open (updates acknowledged since its last checkpoint) and takes
     :meth:`Index.insert` and :meth:`Index.delete`; one process at a time may
-    hold it open. Its memory budget is fixed at build; the graph-only
-    options below (cache, entry points, navigation graph) are refused.
+    hold it open for writing, any number beside it with ``read_only=True``.
+    The graph-only options below (cache, entry points, navigation graph) are
+    refused.
 
     Args:
         memory_budget: the search memory budget (bytes, size string or fraction
             of the raw vector bytes), binding: the codes, entry structures, maps,
             the workers' scratch and the cache all fit in it; what the rest leaves
             holds the node cache. Default: the budget the index was built with.
-            Below the minimum: a ValueError naming it.
+            Below the minimum: a ValueError naming it. A partition index's
+            heads and id maps are fixed by its build: the budget is checked
+            against what it holds open (heads, id maps, the I/O buffers of its
+            search threads) and a smaller one is refused, naming that size.
         cache_nodes: cache exactly this many nodes (they must fit the budget;
             for an adjacency cache, at most this many lists).
         cache: what the cache share holds: ``"bfs"`` (DiskANN: whole records,
@@ -494,6 +500,20 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             ``"sync"`` (default: after their log record is fsynced, so they
             survive power loss) or ``"buffered"`` (after it is written: they
             survive the process being killed, not an OS crash).
+        read_only: partition index: open for reading only (a graph index
+            always is). Needs no write permission and runs beside the one
+            writer of another process: every search (and ``len``, ``ids``,
+            ``check``, ``info``) first reads the writer's log since the
+            checkpoint it loaded, and loads a newer checkpoint when the
+            writer has taken one, so it sees every insert and delete the
+            writer acknowledged before the search began. Vectors inserted
+            since the loaded checkpoint are held in memory and scored
+            exhaustively (``info()["memory"]["log_vectors"]``), until the
+            writer's next checkpoint. ``insert``, ``delete``, ``checkpoint``
+            and ``maintain`` are refused. Default False.
+        background_updates: partition index: run splits, merges and
+            reassignments in a background thread (default True); False runs
+            them only when :meth:`Index.maintain` is called.
 
     Raises:
         FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a
@@ -505,7 +525,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     """
     opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, cache=cache, threads=threads, io=io,
                   entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds,
-                  durability=durability)
+                  durability=durability, read_only=read_only, background_updates=background_updates)
     p = os.fspath(path)
     return Index(_nearline.RawIndex(p, **opts), p)
 

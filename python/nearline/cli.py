@@ -445,7 +445,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _range_search(nl, args, queries)
     if args.max_L is not None or args.entry_cutoff is not None:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_open_options(args), **_READ) as idx:
         opts = _search_options(args)
         if getattr(idx, "kind", "graph") == "partition":
             planned = {"nprobe": opts.get("nprobe", 32), "L": opts.get("L"), "probe_cut": opts.get("probe_cut"),
@@ -516,6 +516,12 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if v is not None}
 
 
+#: Opens of commands that only read: a partition index is then opened read-only, so they run
+#: beside its writer (another process) and without write permission, and see every update it
+#: acknowledged (a graph index is read-only anyway).
+_READ = {"read_only": True}
+
+
 def _open_options(args: argparse.Namespace) -> dict[str, Any]:
     """The open options given on the command line."""
     opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
@@ -529,7 +535,7 @@ def _open_options(args: argparse.Namespace) -> dict[str, Any]:
 def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int:
     """``nearline search INDEX QUERIES --radius R``: range search (CSR output)."""
     L = args.L if args.L is not None else 100
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_open_options(args), **_READ) as idx:
         opts = {**_search_options(args), "L": L}
         planned = idx.plan_search(max(1, len(queries)), **opts)
         t0 = time.perf_counter()
@@ -670,7 +676,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """``nearline check INDEX``: exit status 1 when the index is inconsistent."""
     nl = _engine()
-    with nl.open(args.index) as idx:
+    with nl.open(args.index, **_READ) as idx:
         rep = idx.check()
     if args.json:
         print(json.dumps(rep, indent=1))
@@ -694,7 +700,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """``nearline info INDEX``."""
     nl = _engine()
-    with nl.open(args.index) as idx:
+    with nl.open(args.index, **_READ) as idx:
         info = idx.info()
     if args.json:
         from nearline.peers import jsonable
@@ -869,6 +875,8 @@ def format_plan(plan: dict[str, Any]) -> str:
         for d in ds:
             lines.append(f"  {d['what']:<{width}}  {d['value']:<12}  {d['rule']}")
 
+    if plan.get("kind") == "partition":
+        return _format_partition_plan(plan, decisions, lines)
     if "plan" in plan:
         b = plan["plan"]
         lines.append(f"build: preset {b['preset']}, R {b['R']}, build_L {b['build_L']}, PQ {b['pq_bytes']} bytes, "
@@ -887,6 +895,33 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines.append(f"default search: {s['executor']}, L {s['L']}, W {s['W']}, page {s['page_search']}, "
                  f"{s['queries_in_flight']} queries in flight × {s['threads']} threads")
     decisions("search decisions:", s["decisions"])
+    return "\n".join(lines)
+
+
+def _format_partition_plan(plan: dict[str, Any], decisions: Callable[[str, list], None],
+                           lines: list[str]) -> str:
+    """A partition index's plan (a build's, or an index's open) as text."""
+    p = plan["params"]
+    params = (f"posting_limit {p['posting_limit']}, merge_threshold {p['merge_threshold']}, replicas "
+              f"{p['replicas']}, head_ratio {p['head_ratio']:.4g}, {'LIRE' if p['lire'] else 'SPANN+'}")
+    if "index" not in plan:
+        lines.append(f"build: preset {plan['preset']} (partition index), {params}")
+        decisions("build decisions:", plan["decisions"])
+        lines.append(f"memory (bytes): about {_human_bytes(plan['expected_resident_bytes'])} held open "
+                     f"(budget {_human_bytes(p['memory_budget'])})")
+        return "\n".join(lines)
+    lines.append(f"index {plan['index']}: {plan['preset']} (partition index), n={plan['n']}, dim={plan['dim']} "
+                 f"{plan['dtype']}, {plan['metric']}, {plan['threads']} threads")
+    lines.append(f"  {params}")
+    decisions("open decisions:", plan["open"])
+    mem = plan["memory"]
+    lines.append("memory (bytes, estimated; the open measures and enforces it):")
+    for k in ("budget", "expected_resident", "heads", "id_maps", "io_buffers"):
+        v = mem[k]
+        lines.append(f"  {k:<17} {'none' if v is None else _human_bytes(v)}")
+    s = plan["search"]
+    lines.append(f"default search: nprobe {s['nprobe']}, head list L {s['L']}, {s['queries_in_flight']} queries in "
+                 f"flight × {plan['threads']} threads")
     return "\n".join(lines)
 
 

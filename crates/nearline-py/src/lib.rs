@@ -254,15 +254,7 @@ fn probe_vectors(path: PathBuf, dtype: Option<&str>) -> PyResult<(usize, usize, 
 fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
     let opts = options::open_options(kwargs)?;
     if nearline::index::kind_of(&path).map_err(to_py)? == nearline::format::IndexKind::Partition {
-        let m = nearline::partition::read_manifest(&path).map_err(to_py)?;
-        return json_str(&serde_json::json!({
-            "index": path.display().to_string(),
-            "kind": "partition",
-            "preset": m.preset.name(),
-            "n": m.n, "dim": m.dim, "dtype": m.dtype.name(),
-            "params": m.params,
-            "search": {"nprobe": nearline::partition::DEFAULT_NPROBE},
-        }));
+        return json_str(&nearline::index::plan_partition_open(&path, &opts).map_err(to_py)?);
     }
     let m = nearline::io::files::read_manifest(&path).map_err(to_py)?;
     let open = nearline::planner::plan_open(&opts, &m).map_err(to_py)?;

@@ -108,6 +108,35 @@ pub fn plan_partition_build(opts: &BuildOptions, facts: &DataFacts) -> Result<se
     }))
 }
 
+/// Plans an open of the partition index in `dir` (`nearline plan INDEX`):
+/// what it would hold and the default search, without loading it.
+pub fn plan_partition_open(dir: &Path, opts: &OpenOptions) -> Result<serde_json::Value> {
+    let m = crate::partition::read_manifest(dir)?;
+    let p = planner::partition::plan_open(&m, opts)?;
+    let nprobe = crate::partition::DEFAULT_NPROBE;
+    Ok(serde_json::json!({
+        "index": dir.display().to_string(),
+        "kind": "partition",
+        "preset": m.preset.name(),
+        "n": m.n, "dim": m.dim, "dtype": m.dtype.name(), "metric": m.metric.name(),
+        "params": m.params,
+        "threads": p.threads,
+        "open": p.decisions,
+        "memory": {
+            "budget": p.budget,
+            "expected_resident": p.expected_bytes,
+            "heads": p.heads_bytes,
+            "id_maps": p.id_map_bytes,
+            "io_buffers": p.io_bytes,
+        },
+        "search": {
+            "nprobe": nprobe,
+            "L": (8 * nprobe).max(128),
+            "queries_in_flight": crate::partition::QUERIES_IN_FLIGHT,
+        },
+    }))
+}
+
 /// Builds a partition index (preset `spfresh`) over float32 rows.
 pub fn build_partition(
     data: &[f32],

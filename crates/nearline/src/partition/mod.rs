@@ -85,6 +85,12 @@ pub fn id_map_bytes(n: usize) -> u64 {
     n as u64 * 12 + buckets as u64 * 17
 }
 
+/// Bytes of the I/O buffers `threads` search workers hold (each keeps
+/// [`DEPTH`] reads in flight).
+pub fn io_bytes(threads: usize) -> u64 {
+    threads as u64 * IoEngine::bytes_for_depth(DEPTH as usize)
+}
+
 /// Requests beyond a contiguous posting's (one per [`store::MAX_RUN`]
 /// blocks) past which an appended posting is rewritten contiguously: none.
 /// An append moves the posting's tail to a free block elsewhere, and a
@@ -618,7 +624,7 @@ impl Inner {
                 + (g.free.capacity() + g.retired.capacity()) as u64 * 4
         };
         let ids = slots + ids;
-        let io = self.threads as u64 * IoEngine::bytes_for_depth(DEPTH as usize);
+        let io = io_bytes(self.threads);
         let delta = self.reader.as_ref().map_or(0, |r| r.delta_bytes());
         heads + map + ids + io + delta
     }
