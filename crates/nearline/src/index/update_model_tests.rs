@@ -215,9 +215,15 @@ impl ReferenceStateMachine for Reference {
                 }),
             4 => (some_live, proptest::collection::vec(0u64..1000, 0..2))
                 .prop_map(|(mut a, b)| { a.extend(b); Step::Delete(a) }),
-            4 => (prop_oneof![3 => Just(HOT), 1 => 0u64..80], 1u32..300)
+            // Mostly a few rounds, sometimes hundreds: a sequence updates
+            // the hot id thousands of times.
+            4 => (
+                prop_oneof![3 => Just(HOT), 1 => 0u64..80],
+                prop_oneof![4 => 1u32..20, 1 => 20u32..400],
+            )
                 .prop_map(move |(id, rounds)| Step::Replace { id, seed, rounds }),
-            2 => (1u32..120).prop_map(move |rounds| Step::Churn { seed, rounds }),
+            2 => prop_oneof![3 => 1u32..10, 1 => 10u32..150]
+                .prop_map(move |rounds| Step::Churn { seed, rounds }),
             1 => Just(Step::Checkpoint),
             2 => Just(Step::Maintain),
             1 => Just(Step::Reopen),
