@@ -370,6 +370,52 @@ fn damage_is_detected() {
     assert!(e.to_string().contains("truncated"), "{e}");
 }
 
+/// A stale entry that reads as current (what 7-bit versions allowed after
+/// 64 re-inserts into one slot), and an entry above its live id's version:
+/// the check names both.
+#[test]
+fn the_check_sees_a_stale_entry_that_reads_as_current() {
+    let (n, dim) = (600, 8);
+    let data = clustered(n, dim, 12);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, params(n, dim, |_| {}));
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    assert!(idx.check().unwrap().problems.is_empty());
+    let inner = idx.loaded();
+    let slot = *lock(&inner.ids).by_ext.get(&5).unwrap();
+    let ver = read(&inner.versions)[slot as usize].load(Ordering::Acquire);
+    let other = &data[9 * dim..10 * dim];
+    let p = (0..read(&inner.heads).slots() as u32)
+        .find(|&h| {
+            read(&inner.postings)
+                .get(h as usize)
+                .cloned()
+                .flatten()
+                .is_some()
+        })
+        .unwrap();
+    let mut stream = Vec::new();
+    posting::push_entry(&mut stream, slot, ver, other);
+    posting::push_entry(&mut stream, slot, ver + 5, other);
+    assert!(inner.append(p, &stream, 2).unwrap());
+    let rep = idx.check().unwrap();
+    assert!(
+        rep.problems
+            .iter()
+            .any(|m| m.contains("live id 5 has entries of two different vectors")),
+        "{:?}",
+        rep.problems
+    );
+    assert!(
+        rep.problems
+            .iter()
+            .any(|m| m.contains(&format!("holds version {} of live id 5", ver + 5))),
+        "{:?}",
+        rep.problems
+    );
+}
+
 fn search_all(idx: &PartitionIndex, data: &[f32], dim: usize) -> Result<()> {
     let nq = data.len() / dim;
     idx.search(
