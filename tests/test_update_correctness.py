@@ -122,44 +122,73 @@ def test_acknowledged_inserts_are_found_by_the_next_search_under_threads(tmp_pat
 
 
 def test_a_reader_in_another_process_sees_every_acknowledged_update(tmp_path):
-    # One writer process inserts and deletes, printing each id once its call returned; this process
-    # holds the index read-only and must find every insert, and never a delete, at its next search.
+    # One writer process inserts and deletes, printing each id once its call returned and waiting for
+    # this process, which holds the index read-only, to search it: the next search must find every
+    # insert and never a delete. Meanwhile two more threads here search on, and the writer's
+    # background work goes on.
     path = tmp_path / "w.index"
     _build(path, n=2000, posting_limit=32)[1].close()
     n = int(os.environ.get("NEARLINE_STRESS_INSERTS", "1500"))
     child = subprocess.Popen([sys.executable, str(HERE / "partition_writer_child.py"), str(path), str(n), "7"],
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    from partition_writer_child import doomed, vector_of
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdin is not None
+    from partition_writer_child import vector_of
 
     reader = None
     misses, resurrected, seen = [], [], 0
+    deleted: set = set()
+    stop = threading.Event()
+    errors = []
+
+    def search_on(seed: int) -> None:
+        q = np.random.default_rng(seed).normal(size=(32, DIM)).astype(np.float32)
+        try:
+            while not stop.is_set():
+                gone = set(deleted)
+                assert reader is not None
+                found = set(int(i) for i in reader.search(q, k=10)[0].ravel())
+                if found & gone:
+                    resurrected.extend(found & gone)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    others = [threading.Thread(target=search_on, args=(s,)) for s in (1, 2)]
     try:
         for line in child.stdout:
             kind, _, rest = line.strip().partition(" ")
             if kind == "ready":
                 reader = nearline.open(path, read_only=True, threads=1)
-                continue
-            assert reader is not None
-            i = int(rest)
-            got = reader.search(vector_of(7, i), k=10)[0]
-            if kind == "I":
-                seen += 1
-                # One the writer deletes soon may be gone already: this process reads its lines late.
-                if i not in got and not doomed(i):
-                    misses.append(i)
-            elif kind == "D" and i in got:
-                resurrected.append(i)
+                for th in others:
+                    th.start()
+            else:
+                assert reader is not None
+                i = int(rest)
+                got = reader.search(vector_of(7, i), k=10)[0]
+                if kind == "I":
+                    seen += 1
+                    if i not in got:
+                        misses.append(i)
+                elif kind == "D":
+                    deleted.add(i)
+                    if i in got:
+                        resurrected.append(i)
+            child.stdin.write("\n")
+            child.stdin.flush()
     finally:
+        stop.set()
+        for th in others:
+            if th.is_alive():
+                th.join()
+        child.stdin.close()
         child.wait(timeout=600)
-    assert child.returncode == 0
+    assert child.returncode == 0 and not errors, errors
     assert seen == n
-    assert misses == [] and resurrected == [], (misses[:10], resurrected[:10])
+    assert misses == [] and resurrected == [], (len(misses), misses[:10], resurrected[:10])
     with nearline.open(path) as w:
         assert reader is not None
         assert list(reader.ids()) == list(w.ids())
         assert reader.check()["problems"] == []
-    print(f"reader in another process: {seen} acknowledged inserts, 0 misses")
+    print(f"reader in another process: {seen} acknowledged inserts, {len(deleted)} deletes, 0 misses")
 
 
 def test_automatic_ids_never_wrap(tmp_path):
