@@ -23,6 +23,7 @@ pub mod build;
 mod check;
 pub mod heads;
 pub mod lire;
+mod loaded;
 pub mod posting;
 mod reader;
 #[cfg(test)]

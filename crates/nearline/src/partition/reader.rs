@@ -28,7 +28,7 @@
 //! grow, so it never takes a stale vector for a live one), and the reader's
 //! next search loads the newer checkpoint.
 
-use super::recovery::{load_state, logged_rows};
+use super::loaded::{load_state, logged_rows};
 use super::state::PartitionManifest;
 use super::store::{Store, POSTINGS_FILE};
 use super::{lock, read, read_manifest, write, Inner, PartitionIndex, PartitionOpen};
