@@ -58,6 +58,9 @@ echo "== seed corpora (fuzz/corpus/TARGET)"
 NEARLINE_FUZZ_CORPUS="$PWD/fuzz/corpus" \
     cargo test -q -p nearline --test fuzz_readers -- --ignored build_fuzz_corpus >/dev/null ||
     { echo "building the seed corpora failed"; exit 1; }
+NEARLINE_FUZZ_CORPUS="$PWD/fuzz/corpus" \
+    cargo test -q -p nearline --test fuzz_update_readers -- --ignored build_update_fuzz_corpus >/dev/null ||
+    { echo "building the seed corpora failed"; exit 1; }
 
 echo "== building the targets (sanitizer: $sanitizer)"
 RUSTC_BOOTSTRAP=1 cargo fuzz build "${fuzz_dir[@]}" --sanitizer "$sanitizer" || { echo "cargo fuzz build failed"; exit 1; }

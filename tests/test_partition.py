@@ -436,7 +436,7 @@ def test_bad_input_is_refused(tmp_path, index_path, data):
         with pytest.raises(ValueError, match="more than once"):
             idx.insert(queries[:2], ids=[10**9, 10**9])
         live = int(idx.ids()[0])
-        with pytest.raises(ValueError, match=f"id {live} is already in the index"):
+        with pytest.raises(ValueError, match=rf"id {live} \(row 1\) is already in the index"):
             idx.insert(queries[:2], ids=[10**9, live])
         with pytest.raises(ValueError, match="2 ids given for 3 vectors"):
             idx.insert(queries[:3], ids=[10**9, 10**9 + 1])

@@ -20,6 +20,9 @@
 //! | `quant_sections` | `[kind][section]`: kind % 3: PCA, rotation, RaBitQ |
 //! | `adjacency` | `[u16 n][u8 R][u8 chunk][u8 packed][section]`: the adjacency section fed in chunks of `chunk + 1` bytes, and the same bytes decoded as a replicated record with `packed` lists |
 //! | `index` | `[fixture][file][flags][ops]`; see [`index`] |
+//! | `partition_state` | a partition index's state file (`state-G.bin`) |
+//! | `posting` | `[u16 dim][u32 count][blocks]`: posting blocks of posting 7 and the entries they hold |
+//! | `wal` | a write-ahead log file: a reader's tail, then a writer's open with its repair, each record decoded |
 
 use nearline::data::files;
 use nearline::format::page::{self, PageGeometry};
@@ -327,7 +330,11 @@ pub fn adjacency(data: &[u8]) {
         return;
     }
     let n = u16::from_le_bytes([data[0], data[1]]) as usize;
-    let (r, chunk, packed) = (data[2] as usize, data[3] as usize + 1, data[4] as usize % 32);
+    let (r, chunk, packed) = (
+        data[2] as usize,
+        data[3] as usize + 1,
+        data[4] as usize % 32,
+    );
     let body = &data[5..];
     let mut p = nearline::format::adjacency::Parser::new(Path::new("adjacency.bin"), n, r);
     let mut seen = std::collections::HashSet::new();
@@ -644,5 +651,67 @@ fn ok_or_engine<T>(what: &str, r: nearline::Result<T>) -> Option<T> {
     match r {
         Err(Error::Engine(_)) => None,
         r => ok(what, r),
+    }
+}
+
+/// `partition::state::State::decode`; an accepted state re-encodes to
+/// itself.
+pub fn partition_state(data: &[u8]) {
+    use nearline::partition::state::State;
+    let p = Path::new("state-1.bin");
+    if let Some(st) = ok("State::decode", State::decode(p, data)) {
+        assert_eq!(st.versions.len(), st.external.len());
+        assert_eq!(st.head_alive.len(), st.postings.len());
+        let again = st.encode();
+        assert_eq!(State::decode(p, &again).ok(), Some(st));
+    }
+}
+
+/// `partition::posting::decode_run` over the input as blocks of posting 7,
+/// then the entries the stream holds.
+pub fn posting(data: &[u8]) {
+    use nearline::partition::posting;
+    let [d0, d1, c0, c1, c2, c3, blocks @ ..] = data else {
+        return;
+    };
+    let dim = (u16::from_le_bytes([*d0, *d1]) as usize).max(1);
+    let count = u32::from_le_bytes([*c0, *c1, *c2, *c3]) as usize;
+    let n = blocks.len().div_ceil(posting::BLOCK).max(1) as u32;
+    let mut stream = Vec::new();
+    let r = posting::decode_run(Path::new("postings.dat"), 7, (0, 0, n), blocks, &mut stream);
+    if ok("posting::decode_run", r).is_some() {
+        let e = posting::entry_bytes(dim);
+        let mut v = vec![0f32; dim];
+        for i in 0..count.min(stream.len() / e) {
+            posting::read_entry(&stream, dim, i, &mut v);
+        }
+    }
+}
+
+/// A write-ahead log: `update::tail::WalTail` reads it, then `Wal::open`
+/// (which repairs a torn tail) opens it; every record is decoded.
+pub fn wal(data: &[u8]) {
+    use nearline::update::tail::WalTail;
+    use nearline::update::wal::{Durability, Op, Wal};
+    let Ok(dir) = tempfile::tempdir() else { return };
+    let path = dir.path().join("wal.log");
+    if std::fs::write(&path, data).is_err() {
+        return;
+    }
+    if let Some(mut t) = ok("WalTail::open", WalTail::open(&path)) {
+        let mut records = Vec::new();
+        let r = t.read_new(0, &mut |r| {
+            records.push(r);
+            Ok(())
+        });
+        let _ = ok("WalTail::read_new", r);
+        for r in &records {
+            let _ = ok("Op::decode", Op::decode(r, &path));
+        }
+    }
+    if let Some((_, records)) = ok("Wal::open", Wal::open(&path, Durability::Buffered)) {
+        for r in &records {
+            let _ = ok("Op::decode", Op::decode(r, &path));
+        }
     }
 }

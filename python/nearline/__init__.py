@@ -450,21 +450,27 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     nav_L: Optional[int] = None,
     nav_seeds: Optional[int] = None,
     durability: Optional[str] = None,
+    read_only: Optional[bool] = None,
+    background_updates: Optional[bool] = None,
 ) -> "Index":
     """Opens an index directory (a graph index or a partition index).
 
     A partition index (preset ``"spfresh"``) replays its write-ahead log on
     open (updates acknowledged since its last checkpoint) and takes
     :meth:`Index.insert` and :meth:`Index.delete`; one process at a time may
-    hold it open. Its memory budget is fixed at build; the graph-only
-    options below (cache, entry points, navigation graph) are refused.
+    hold it open for writing, any number beside it with ``read_only=True``.
+    The graph-only options below (cache, entry points, navigation graph) are
+    refused.
 
     Args:
         memory_budget: the search memory budget (bytes, size string or fraction
             of the raw vector bytes), binding: the codes, entry structures, maps,
             the workers' scratch and the cache all fit in it; what the rest leaves
             holds the node cache. Default: the budget the index was built with.
-            Below the minimum: a ValueError naming it.
+            Below the minimum: a ValueError naming it. A partition index's
+            heads and id maps are fixed by its build: the budget is checked
+            against what it holds open (heads, id maps, the I/O buffers of its
+            search threads) and a smaller one is refused, naming that size.
         cache_nodes: cache exactly this many nodes (they must fit the budget;
             for an adjacency cache, at most this many lists).
         cache: what the cache share holds: ``"bfs"`` (DiskANN: whole records,
@@ -494,6 +500,20 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             ``"sync"`` (default: after their log record is fsynced, so they
             survive power loss) or ``"buffered"`` (after it is written: they
             survive the process being killed, not an OS crash).
+        read_only: partition index: open for reading only (a graph index
+            always is). Needs no write permission and runs beside the one
+            writer of another process: every search (and ``len``, ``ids``,
+            ``check``, ``info``) first reads the writer's log since the
+            checkpoint it loaded, and loads a newer checkpoint when the
+            writer has taken one, so it sees every insert and delete the
+            writer acknowledged before the search began. Vectors inserted
+            since the loaded checkpoint are held in memory and scored
+            exhaustively (``info()["memory"]["log_vectors"]``), until the
+            writer's next checkpoint. ``insert``, ``delete``, ``checkpoint``
+            and ``maintain`` are refused. Default False.
+        background_updates: partition index: run splits, merges and
+            reassignments in a background thread (default True); False runs
+            them only when :meth:`Index.maintain` is called.
 
     Raises:
         FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a
@@ -505,7 +525,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     """
     opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, cache=cache, threads=threads, io=io,
                   entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds,
-                  durability=durability)
+                  durability=durability, read_only=read_only, background_updates=background_updates)
     p = os.fspath(path)
     return Index(_nearline.RawIndex(p, **opts), p)
 
@@ -785,11 +805,14 @@ class Index:
         """Inserts vectors into a partition index (preset ``"spfresh"``).
 
         Args:
-            vectors: ``(n, dim)`` or ``(dim,)`` array, cast to float32 (finite
-                values; for ``cosine`` they are normalised).
+            vectors: ``(n, dim)`` or ``(dim,)`` array of floats or integers, cast
+                to float32 (finite values whose squared norm float32 distances can
+                hold; for ``cosine`` they are normalised). Bool, complex and
+                non-numeric arrays are refused.
             ids: optional 1-D integer ids in 0..2**63, one per row, none of them
                 live in the index (delete an id first to replace its vector);
-                default: new ids above every id the index has seen.
+                default: new ids above every id the index has seen (an insert
+                that would need ids past 2**63 - 1 is refused).
 
         Returns:
             int64 ids of the inserted rows. When this returns, the insert is
@@ -797,10 +820,25 @@ class Index:
             ``durability="buffered"``) and every search finds the vectors.
 
         Raises:
-            ValueError: a graph index (static), a wrong shape, non-finite
-                values, duplicate or live ids.
+            ValueError: a graph index (static), a wrong shape, non-finite or
+                oversized values, duplicate or live ids, an index opened
+                ``read_only``. Nothing is inserted then.
         """
+        v, ids = self._insert_args(vectors, ids)
+        return self._raw.insert(v, ids)
+
+    def validate_insert(self, vectors: np.ndarray, ids: Optional[np.ndarray] = None) -> None:
+        """Checks an :meth:`insert` of these arguments without doing it: raises what
+        ``insert`` would (rows and ids named by their place), returns None when it
+        would succeed. Check a large file whole before inserting it in batches, so
+        bad input commits nothing."""
+        v, ids = self._insert_args(vectors, ids)
+        self._raw.validate_insert(v, ids)
+
+    def _insert_args(self, vectors: Any, ids: Any) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         v = np.asarray(vectors)
+        if v.dtype == np.bool_ or not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+            raise ValueError(f"vectors have dtype {v.dtype}; expected a float or integer array")
         if v.ndim == 1:
             v = v[None, :]
         if v.ndim != 2 or v.shape[1] != self.dim:
@@ -810,17 +848,19 @@ class Index:
             ids = np.asarray(ids)
             if ids.ndim == 0:
                 ids = ids[None]
-        return self._raw.insert(v, ids)
+        return v, ids
 
     def delete(self, ids: Any) -> int:
         """Deletes ids from a partition index; unknown ids are ignored.
 
         Returns how many were live. When this returns, the delete is logged and
-        no search returns the ids.
+        no search returns the ids. An empty list deletes nothing (returns 0).
         """
         a = np.asarray(ids)
         if a.ndim == 0:
             a = a[None]
+        if a.size == 0 and a.ndim == 1:
+            a = a.astype(np.int64)
         return int(self._raw.delete(a))
 
     def checkpoint(self) -> int:

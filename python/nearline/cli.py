@@ -219,7 +219,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         return _range_search(nl, args, queries)
     if args.max_L is not None or args.entry_cutoff is not None:
         raise ValueError("--max-L and --entry-cutoff are range-search options: give --radius")
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_open_options(args), **_READ) as idx:
         opts = _search_options(args)
         if getattr(idx, "kind", "graph") == "partition":
             planned = {"nprobe": opts.get("nprobe", 32), "L": opts.get("L"), "probe_cut": opts.get("probe_cut"),
@@ -290,6 +290,12 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if v is not None}
 
 
+#: Opens of commands that only read: a partition index is then opened read-only, so they run
+#: beside its writer (another process) and without write permission, and see every update it
+#: acknowledged (a graph index is read-only anyway).
+_READ = {"read_only": True}
+
+
 def _open_options(args: argparse.Namespace) -> dict[str, Any]:
     """The open options given on the command line."""
     opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
@@ -303,7 +309,7 @@ def _open_options(args: argparse.Namespace) -> dict[str, Any]:
 def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int:
     """``nearline search INDEX QUERIES --radius R``: range search (CSR output)."""
     L = args.L if args.L is not None else 100
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_open_options(args), **_READ) as idx:
         opts = {**_search_options(args), "L": L}
         planned = idx.plan_search(max(1, len(queries)), **opts)
         t0 = time.perf_counter()
@@ -402,9 +408,18 @@ def cmd_insert(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     done = 0
     with nl.open(args.index, **_open_options(args)) as idx:
+        # The whole file first: bad input (a NaN, a live or repeated id, too few
+        # automatic ids) commits nothing, and errors name rows of the file.
+        idx.validate_insert(vectors, ids)
         for s in range(0, len(vectors), args.batch):
             e = min(len(vectors), s + args.batch)
-            idx.insert(vectors[s:e], None if ids is None else ids[s:e])
+            try:
+                idx.insert(vectors[s:e], None if ids is None else ids[s:e])
+            except Exception as err:
+                if done == 0:
+                    raise
+                raise RuntimeError(f"rows 0..{done - 1} of {args.vectors} are inserted (each batch was "
+                                   f"logged when it returned); rows {s}..{len(vectors) - 1} are not: {err}") from err
             done = e
         if args.checkpoint:
             idx.checkpoint()
@@ -435,7 +450,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """``nearline check INDEX``: exit status 1 when the index is inconsistent."""
     nl = _engine()
-    with nl.open(args.index) as idx:
+    with nl.open(args.index, **_READ) as idx:
         rep = idx.check()
     if args.json:
         print(json.dumps(rep, indent=1))
@@ -459,7 +474,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     """``nearline info INDEX``."""
     nl = _engine()
-    with nl.open(args.index) as idx:
+    with nl.open(args.index, **_READ) as idx:
         info = idx.info()
     if args.json:
         from nearline.peers import jsonable
@@ -756,7 +771,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="index path")
     _add_build_options(p)
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
-                   help="external ids (.npy, .txt, .csv, or uint64 .bin; default: none, row numbers)")
+                   help="external ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
+                        "u32 1; then count x u64 little-endian); default: row numbers")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing index at OUT, atomically; a directory that is not a nearline index, "
                    "or that holds the data being read, is never replaced")
@@ -843,7 +859,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory")
     p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
-                   help="their ids (.npy, .txt, .csv or uint64 .bin; default: new ids above every id seen)")
+                   help="their ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
+                        "u32 1; then count x u64 little-endian); default: new ids above every id seen")
     p.add_argument("--batch", type=_positive_int, default=10000, help="vectors per logged insert")
     p.add_argument("--durability", choices=("sync", "buffered"), default=None,
                    help="when each batch returns: sync (fsynced log; default) or buffered")
@@ -854,7 +871,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", help="index directory")
     p.add_argument("ids", nargs="*", type=_nonneg_int, help="ids to delete (default: none; see --ids-file)")
     p.add_argument("--ids-file", default=None,
-                   help="ids to delete from a file (.npy, .txt, .csv, uint64 .bin; default: none)")
+                   help="ids to delete from a file: .npy, .txt, .csv, or .bin (header: u32 count, u32 1; then "
+                        "count x u64 little-endian); default: none")
     p.add_argument("--durability", choices=("sync", "buffered"), default=None,
                    help="when the delete returns: sync (fsynced log; default) or buffered")
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -72,6 +72,8 @@ def format_plan(plan: dict[str, Any]) -> str:
         for d in ds:
             lines.append(f"  {d['what']:<{width}}  {d['value']:<12}  {d['rule']}")
 
+    if plan.get("kind") == "partition":
+        return _format_partition_plan(plan, decisions, lines)
     if "plan" in plan:
         b = plan["plan"]
         lines.append(f"build: preset {b['preset']}, R {b['R']}, build_L {b['build_L']}, PQ {b['pq_bytes']} bytes, "
@@ -94,4 +96,31 @@ def format_plan(plan: dict[str, Any]) -> str:
     lines.append(f"default search: {s['executor']}, L {s['L']}, W {s['W']}, page {s['page_search']}, "
                  f"{s['queries_in_flight']} queries in flight × {s['threads']} threads")
     decisions("search decisions:", s["decisions"])
+    return "\n".join(lines)
+
+
+def _format_partition_plan(plan: dict[str, Any], decisions: Callable[[str, list], None],
+                           lines: list[str]) -> str:
+    """A partition index's plan (a build's, or an index's open) as text."""
+    p = plan["params"]
+    params = (f"posting_limit {p['posting_limit']}, merge_threshold {p['merge_threshold']}, replicas "
+              f"{p['replicas']}, head_ratio {p['head_ratio']:.4g}, {'LIRE' if p['lire'] else 'SPANN+'}")
+    if "index" not in plan:
+        lines.append(f"build: preset {plan['preset']} (partition index), {params}")
+        decisions("build decisions:", plan["decisions"])
+        lines.append(f"memory (bytes): about {_human_bytes(plan['expected_resident_bytes'])} held open "
+                     f"(budget {_human_bytes(p['memory_budget'])})")
+        return "\n".join(lines)
+    lines.append(f"index {plan['index']}: {plan['preset']} (partition index), n={plan['n']}, dim={plan['dim']} "
+                 f"{plan['dtype']}, {plan['metric']}, {plan['threads']} threads")
+    lines.append(f"  {params}")
+    decisions("open decisions:", plan["open"])
+    mem = plan["memory"]
+    lines.append("memory (bytes, estimated; the open measures and enforces it):")
+    for k in ("budget", "expected_resident", "heads", "id_maps", "io_buffers"):
+        v = mem[k]
+        lines.append(f"  {k:<17} {'none' if v is None else _human_bytes(v)}")
+    s = plan["search"]
+    lines.append(f"default search: nprobe {s['nprobe']}, head list L {s['L']}, {s['queries_in_flight']} queries in "
+                 f"flight × {plan['threads']} threads")
     return "\n".join(lines)

@@ -254,15 +254,7 @@ fn probe_vectors(path: PathBuf, dtype: Option<&str>) -> PyResult<(usize, usize, 
 fn plan_index(path: PathBuf, nq: usize, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
     let opts = options::open_options(kwargs)?;
     if nearline::index::kind_of(&path).map_err(to_py)? == nearline::format::IndexKind::Partition {
-        let m = nearline::partition::read_manifest(&path).map_err(to_py)?;
-        return json_str(&serde_json::json!({
-            "index": path.display().to_string(),
-            "kind": "partition",
-            "preset": m.preset.name(),
-            "n": m.n, "dim": m.dim, "dtype": m.dtype.name(),
-            "params": m.params,
-            "search": {"nprobe": nearline::partition::DEFAULT_NPROBE},
-        }));
+        return json_str(&nearline::index::plan_partition_open(&path, &opts).map_err(to_py)?);
     }
     let m = nearline::io::files::read_manifest(&path).map_err(to_py)?;
     let open = nearline::planner::plan_open(&opts, &m).map_err(to_py)?;
@@ -531,6 +523,21 @@ impl RawIndex {
         let out = py.detach(|| idx.insert(v, ids.as_deref())).map_err(to_py)?;
         let out: Vec<i64> = out.into_iter().map(|x| x as i64).collect();
         Ok(out.into_pyarray(py).into_any())
+    }
+
+    /// Checks an insert without doing it (a partition index).
+    fn validate_insert<'py>(
+        &self,
+        py: Python<'py>,
+        vectors: PyReadonlyArray2<'py, f32>,
+        ids: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<()> {
+        let idx = self.get()?;
+        options::check_queries_dim(&vectors, idx.dim())?;
+        let v = contiguous(&vectors)?;
+        let ids = ids.map(options::ids_of).transpose()?;
+        py.detach(|| idx.validate_insert(v, ids.as_deref()))
+            .map_err(to_py)
     }
 
     /// Deletes ids (a partition index): returns how many were live.

@@ -386,6 +386,8 @@ pub const OPEN_KEYS: &[&str] = &[
     "nav_L",
     "nav_seeds",
     "durability",
+    "background_updates",
+    "read_only",
 ];
 
 /// Open options from keyword arguments.
@@ -421,6 +423,10 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
                 }
             }
         },
+        background_updates: k
+            .bool("background_updates")?
+            .unwrap_or(d.background_updates),
+        read_only: k.bool("read_only")?.unwrap_or(d.read_only),
     };
     k.finish()?;
     Ok(o)

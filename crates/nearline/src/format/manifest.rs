@@ -27,8 +27,10 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// 1.1: entry sections; 1.2: shuffled layouts; 1.3: index kind, typed
 /// names, manifest checksum; 1.4: coded layouts (AlayaLaser) with their
 /// PCA, RaBitQ and in-degree sections, and no PQ; 1.5: partition indexes
-/// (kind `partition`, their own manifest fields).
-pub const FORMAT_MINOR: u32 = 5;
+/// (kind `partition`, their own manifest fields); 1.6: a partition index's
+/// entries and state file carry 32-bit versions (state magic `NLPSTAT2`;
+/// 1.5's version bytes are still read).
+pub const FORMAT_MINOR: u32 = 6;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.

@@ -109,6 +109,35 @@ pub fn plan_partition_build(opts: &BuildOptions, facts: &DataFacts) -> Result<se
     }))
 }
 
+/// Plans an open of the partition index in `dir` (`nearline plan INDEX`):
+/// what it would hold and the default search, without loading it.
+pub fn plan_partition_open(dir: &Path, opts: &OpenOptions) -> Result<serde_json::Value> {
+    let m = crate::partition::read_manifest(dir)?;
+    let p = planner::partition::plan_open(&m, opts)?;
+    let nprobe = crate::partition::DEFAULT_NPROBE;
+    Ok(serde_json::json!({
+        "index": dir.display().to_string(),
+        "kind": "partition",
+        "preset": m.preset.name(),
+        "n": m.n, "dim": m.dim, "dtype": m.dtype.name(), "metric": m.metric.name(),
+        "params": m.params,
+        "threads": p.threads,
+        "open": p.decisions,
+        "memory": {
+            "budget": p.budget,
+            "expected_resident": p.expected_bytes,
+            "heads": p.heads_bytes,
+            "id_maps": p.id_map_bytes,
+            "io_buffers": p.io_bytes,
+        },
+        "search": {
+            "nprobe": nprobe,
+            "L": (8 * nprobe).max(128),
+            "queries_in_flight": crate::partition::QUERIES_IN_FLIGHT,
+        },
+    }))
+}
+
 /// Builds a partition index (preset `spfresh`) over float32 rows.
 pub fn build_partition(
     data: &[f32],
@@ -237,7 +266,6 @@ impl Index {
             }
             IndexKind::Partition => {
                 let graph_only = [
-                    (opts.memory_budget.is_some(), "memory_budget (set at build)"),
                     (opts.cache_nodes.is_some(), "cache_nodes"),
                     (opts.cache != crate::planner::CacheChoice::Auto, "cache"),
                     (opts.entry_points != 0, "entry_points"),
@@ -251,13 +279,22 @@ impl Index {
                         dir.display()
                     )));
                 }
+                let memory_budget = match opts.memory_budget {
+                    None => None,
+                    Some(b) => {
+                        let m = crate::partition::read_manifest(dir)?;
+                        Some(b.resolve((m.n * m.dim * 4) as u64))
+                    }
+                };
                 Kind::Partition(PartitionIndex::open(
                     dir,
                     &PartitionOpen {
                         threads: opts.threads,
                         io: opts.io,
                         durability: opts.durability,
-                        background: true,
+                        background: opts.background_updates,
+                        read_only: opts.read_only,
+                        memory_budget,
                     },
                 )?)
             }
@@ -349,6 +386,11 @@ impl Index {
     /// new ones); a partition index only. Returns the ids.
     pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
         self.partition_or_err()?.insert(vectors, ids)
+    }
+
+    /// Checks an insert without doing it; a partition index only.
+    pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
+        self.partition_or_err()?.validate_insert(vectors, ids)
     }
 
     /// Deletes `ids` (unknown ones are ignored); a partition index only.
@@ -703,3 +745,5 @@ mod gorgeous_tests;
 pub(crate) mod test_data;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod update_model_tests;

@@ -207,6 +207,12 @@ pub struct Built {
 
 /// Builds heads and postings over `data` (`n × dim`, already normalised
 /// for cosine) with internal ids `0..n`, writing postings into `store`.
+/// The most heads a build over `n` vectors at `head_ratio` makes (the
+/// planner sizes memory for exactly these).
+pub fn max_heads(n: usize, head_ratio: f64) -> usize {
+    ((n as f64 * head_ratio).floor() as usize).max(1)
+}
+
 pub fn build(
     data: &[f32],
     dim: usize,
@@ -222,7 +228,7 @@ pub fn build(
     // clusters come out smaller than the target on average, so the target
     // grows until their count fits, and the smallest are folded into their
     // nearest neighbours if a few still remain over.
-    let max_heads = ((n as f64 * params.head_ratio).floor() as usize).max(1);
+    let max_heads = max_heads(n, params.head_ratio);
     let mut target = ((1.0 / params.head_ratio).round() as usize).max(1);
     progress("clustering", 0, n as u64);
     let (mut centroids, mut leaves) = cluster(data, dim, target, params.seed, cancel)?;

@@ -24,7 +24,7 @@
 
 use super::posting::{entry_bytes, push_entry, read_entry};
 use super::store::PostingRef;
-use super::{lock, read, write, Inner, DELETED, STRIPES, VERSION_MASK};
+use super::{lock, read, write, Inner, DELETED, MAX_VERSION, STRIPES};
 use crate::graph::vamana::SearchScratch;
 use crate::kernels::l2_f32;
 use crate::quant::kmeans::{kmeans, KMeansParams};
@@ -56,7 +56,7 @@ pub struct Jobs {
 /// A live entry read from a posting.
 struct Live {
     id: u32,
-    version: u8,
+    version: u32,
     v: Vec<f32>,
 }
 
@@ -431,14 +431,19 @@ impl Inner {
     /// entries stale.
     fn move_all(&self, es: &[&Live]) -> Result<()> {
         let mut seen = HashSet::new();
-        let es: Vec<&Live> = es.iter().copied().filter(|e| seen.insert(e.id)).collect();
+        // A vector at the last version a slot takes stays where it is.
+        let es: Vec<&Live> = es
+            .iter()
+            .copied()
+            .filter(|e| e.version < MAX_VERSION && seen.insert(e.id))
+            .collect();
         if es.is_empty() {
             return Ok(());
         }
-        let moves: Vec<(u32, u8, usize)> = es
+        let moves: Vec<(u32, u32, usize)> = es
             .iter()
             .enumerate()
-            .map(|(j, e)| (e.id, (e.version + 1) & VERSION_MASK, j))
+            .map(|(j, e)| (e.id, e.version + 1, j))
             .collect();
         let rows: Vec<f32> = es.iter().flat_map(|e| e.v.iter().copied()).collect();
         self.place(&moves, &rows, None)?;
@@ -477,6 +482,11 @@ impl Inner {
             if done_count == 0 && live.len() >= self.params.merge_threshold {
                 return Ok(());
             }
+            if live.iter().any(|e| e.version >= MAX_VERSION) {
+                // A vector at the last version a slot takes cannot move:
+                // the posting stays.
+                return Ok(());
+            }
             // After the first pass the entries moved out are stale here:
             // what is still live arrived meanwhile.
             let fresh: Vec<&Live> = live.iter().collect();
@@ -484,7 +494,7 @@ impl Inner {
             let mut rows = Vec::new();
             let mut olds = Vec::new();
             for e in &fresh {
-                moves.push((e.id, (e.version + 1) & VERSION_MASK, moves.len()));
+                moves.push((e.id, e.version + 1, moves.len()));
                 rows.extend_from_slice(&e.v);
                 olds.push(e.version);
             }

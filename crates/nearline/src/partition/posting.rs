@@ -1,4 +1,4 @@
-//! The bytes of a posting: entries `[u32 id | u8 version | 3 zero | dim × f32]`
+//! The bytes of a posting: entries `[u32 id | u32 version | dim × f32]`
 //! streamed over 4 KiB blocks, each block checksummed and naming its posting.
 //!
 //! # Block (4096 bytes, little-endian)
@@ -17,6 +17,10 @@
 //! block that does not name the posting and position the map expects, or
 //! fails its checksum, is corruption (blocks are written before the map
 //! points at them and never rewritten while it does).
+//!
+//! An entry's version is the 32-bit little-endian word at bytes 4..8.
+//! Indexes of format 1.5 and older wrote a version byte followed by three
+//! zero bytes there, which reads as the same number.
 
 use crate::{Error, Result};
 use std::path::Path;
@@ -48,14 +52,13 @@ pub fn blocks_for(count: usize, dim: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryHead {
     pub id: u32,
-    pub version: u8,
+    pub version: u32,
 }
 
 /// Appends one entry to an entry stream.
-pub fn push_entry(stream: &mut Vec<u8>, id: u32, version: u8, v: &[f32]) {
+pub fn push_entry(stream: &mut Vec<u8>, id: u32, version: u32, v: &[f32]) {
     stream.extend_from_slice(&id.to_le_bytes());
-    stream.push(version);
-    stream.extend_from_slice(&[0, 0, 0]);
+    stream.extend_from_slice(&version.to_le_bytes());
     for x in v {
         stream.extend_from_slice(&x.to_le_bytes());
     }
@@ -70,7 +73,10 @@ pub fn read_entry(stream: &[u8], dim: usize, i: usize, out: &mut [f32]) -> Entry
     for (o, c) in out.iter_mut().zip(b[ENTRY_HEAD..].chunks_exact(4)) {
         *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
-    EntryHead { id, version: b[4] }
+    EntryHead {
+        id,
+        version: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+    }
 }
 
 /// The head of entry `i` alone.
@@ -79,7 +85,7 @@ pub fn entry_head(stream: &[u8], dim: usize, i: usize) -> EntryHead {
     let b = &stream[i * entry_bytes(dim)..];
     EntryHead {
         id: u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        version: b[4],
+        version: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
     }
 }
 
@@ -181,7 +187,7 @@ mod tests {
             .map(|i| (0..dim).map(|j| (i * dim + j) as f32 * 0.5).collect())
             .collect();
         for (i, v) in vs.iter().enumerate() {
-            push_entry(&mut s, i as u32 * 7, i as u8, v);
+            push_entry(&mut s, i as u32 * 7, i as u32 * 0x0101_0101, v);
         }
         let nb = blocks_for(vs.len(), dim);
         let mut back = Vec::new();
@@ -197,12 +203,30 @@ mod tests {
                 h,
                 EntryHead {
                     id: i as u32 * 7,
-                    version: i as u8
+                    version: i as u32 * 0x0101_0101
                 }
             );
             assert_eq!(&out, v);
             assert_eq!(entry_head(&back, dim, i), h);
         }
+    }
+
+    #[test]
+    fn an_old_entrys_version_byte_reads_as_the_same_version() {
+        // Format 1.5: `[u32 id | u8 version | 3 zero | vector]`.
+        let mut old = Vec::new();
+        old.extend_from_slice(&9u32.to_le_bytes());
+        old.extend_from_slice(&[0x7f, 0, 0, 0]);
+        old.extend_from_slice(&1.5f32.to_le_bytes());
+        let mut v = [0f32];
+        assert_eq!(
+            read_entry(&old, 1, 0, &mut v),
+            EntryHead {
+                id: 9,
+                version: 0x7f
+            }
+        );
+        assert_eq!(v, [1.5]);
     }
 
     #[test]

@@ -6,17 +6,22 @@
 //!
 //! | field | |
 //! |---|---|
-//! | magic `NLPSTATE` | 8 bytes |
+//! | magic `NLPSTAT2` | 8 bytes |
 //! | dim, head slots, head start | u32 each |
 //! | alive flags | one byte per head slot |
 //! | head vectors | slots × dim × f32 |
 //! | head lists | per slot: u32 count, count × u32 |
 //! | freed head slots | u32 count, count × u32 |
 //! | postings | per head slot: u32 entries, u32 blocks, blocks × u32 |
-//! | ids | u32 n, n × u8 version byte, n × u64 external id |
+//! | ids | u32 n, n × u32 version word, n × u64 external id |
 //! | next automatic id | u64 |
 //! | blocks in the postings file, free blocks | u32, u32 count, count × u32 |
 //! | CRC32C | u32 |
+//!
+//! A version word holds the slot's version in its low 31 bits and
+//! [`DELETED`] in its top bit. Format 1.5 and older wrote magic `NLPSTATE`
+//! and a version byte per slot (7 bits and a deleted flag); they are read
+//! as the same versions.
 
 use super::store::PostingRef;
 use crate::distance::Metric;
@@ -27,7 +32,20 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// State file magic.
-pub const STATE_MAGIC: [u8; 8] = *b"NLPSTATE";
+pub const STATE_MAGIC: [u8; 8] = *b"NLPSTAT2";
+/// Magic of the state files of format 1.5 and older (version bytes).
+pub const STATE_MAGIC_V1: [u8; 8] = *b"NLPSTATE";
+
+/// Version-word flag of a deleted id.
+pub const DELETED: u32 = 1 << 31;
+/// Version bits of a version word.
+pub const VERSION_MASK: u32 = DELETED - 1;
+/// The highest version a slot takes. Versions only grow: a re-insert into a
+/// freed slot takes its version + 2 (a move cut short by the delete may
+/// have written entries at + 1), a move + 1. A slot whose next re-insert
+/// would pass this is never reused, so a version never wraps around to one
+/// that a stale entry still carries.
+pub const MAX_VERSION: u32 = VERSION_MASK - 2;
 
 /// The parameters a partition index was built with (and updates follow).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,7 +193,8 @@ pub struct State {
     pub head_free: Vec<u32>,
     /// One per head slot (`None` for dead heads).
     pub postings: Vec<Option<PostingRef>>,
-    pub versions: Vec<u8>,
+    /// Version words ([`DELETED`], [`VERSION_MASK`]), one per slot.
+    pub versions: Vec<u32>,
     pub external: Vec<u64>,
     pub next_auto_id: u64,
     pub blocks_end: u32,
@@ -190,7 +209,7 @@ impl State {
     /// The file bytes.
     pub fn encode(&self) -> Vec<u8> {
         let slots = self.head_alive.len();
-        let mut b = Vec::with_capacity(64 + slots * (self.dim * 4 + 64) + self.versions.len() * 9);
+        let mut b = Vec::with_capacity(64 + slots * (self.dim * 4 + 64) + self.versions.len() * 12);
         b.extend_from_slice(&STATE_MAGIC);
         put32(&mut b, self.dim as u32);
         put32(&mut b, slots as u32);
@@ -225,7 +244,9 @@ impl State {
             }
         }
         put32(&mut b, self.versions.len() as u32);
-        b.extend_from_slice(&self.versions);
+        for &v in &self.versions {
+            put32(&mut b, v);
+        }
         for &e in &self.external {
             b.extend_from_slice(&e.to_le_bytes());
         }
@@ -243,11 +264,14 @@ impl State {
     /// Parses and checks state file bytes.
     pub fn decode(path: &Path, bytes: &[u8]) -> Result<State> {
         let corrupt = |msg: String| Error::corrupt(path, msg);
-        if bytes.len() < STATE_MAGIC.len() + 4 || bytes[..8] != STATE_MAGIC {
+        if bytes.len() < STATE_MAGIC.len() + 4
+            || (bytes[..8] != STATE_MAGIC && bytes[..8] != STATE_MAGIC_V1)
+        {
             return Err(corrupt(
                 "not a partition state file (bad magic or too short)".into(),
             ));
         }
+        let version_bytes = bytes[..8] == STATE_MAGIC_V1;
         let (body, tail) = bytes.split_at(bytes.len() - 4);
         let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
         if stored != crc32c::crc32c(body) {
@@ -299,7 +323,14 @@ impl State {
             }
         }
         let n = c.u32()? as usize;
-        let versions = c.take(n)?.to_vec();
+        let versions: Vec<u32> = if version_bytes {
+            c.take(n)?
+                .iter()
+                .map(|&b| (b as u32 & 0x7f) | if b & 0x80 != 0 { DELETED } else { 0 })
+                .collect()
+        } else {
+            c.u32s(n)?
+        };
         let ext = c.take(
             n.checked_mul(8)
                 .ok_or_else(|| corrupt("id count overflows".into()))?,
@@ -402,9 +433,9 @@ mod tests {
                     count: 1,
                 }),
             ],
-            versions: vec![0, 0x80, 3],
-            external: vec![10, 11, 12],
-            next_auto_id: 13,
+            versions: vec![0, DELETED, 3, 0x7654_3210],
+            external: vec![10, 11, 12, 13],
+            next_auto_id: 14,
             blocks_end: 8,
             free_blocks: vec![2, 3],
         }
@@ -424,5 +455,22 @@ mod tests {
         for len in 0..b.len() {
             assert!(State::decode(p, &b[..len]).is_err(), "truncated to {len}");
         }
+    }
+
+    #[test]
+    fn a_state_file_of_format_1_5_reads_its_version_bytes() {
+        // Format 1.5 wrote magic NLPSTATE and one byte per version.
+        let mut s = sample();
+        s.versions = vec![0, 0x7f | DELETED, 3, 0x45];
+        let new = s.encode();
+        let ids_at = new.len() - 4 - 4 - 4 - 4 * 2 - 8 - 8 * 4 - 4 * 4;
+        let mut old = Vec::new();
+        old.extend_from_slice(&STATE_MAGIC_V1);
+        old.extend_from_slice(&new[8..ids_at]);
+        old.extend_from_slice(&[0, 0xff, 3, 0x45]);
+        old.extend_from_slice(&new[ids_at + 16..new.len() - 4]);
+        let c = crc32c::crc32c(&old);
+        old.extend_from_slice(&c.to_le_bytes());
+        assert_eq!(State::decode(Path::new("state-1.bin"), &old).unwrap(), s);
     }
 }

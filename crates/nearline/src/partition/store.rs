@@ -15,16 +15,22 @@
 //!   free blocks first, then the map is swapped to them, then the blocks it
 //!   no longer uses are [`released`](Store::release) — they wait in a
 //!   *pending* list;
-//! * pending blocks become free only at the next checkpoint
+//! * pending blocks become free only at a checkpoint
 //!   ([`Store::reclaim`]), once a durable map no longer names them and no
 //!   search started before the swap can still be reading them (the index
-//!   holds its search gate while reclaiming).
+//!   holds its search gate while reclaiming) — and no reader in another
+//!   process still uses a checkpoint older than their release: a
+//!   checkpoint seals the pending blocks with the generation they were
+//!   released under, and frees a sealed lot only once every reader has
+//!   moved past that generation.
 //!
 //! So a crash at any point leaves the last checkpoint's blocks intact, and
 //! a search never reads a block rewritten under it.
 
 use super::posting::{decode_block, decode_run, encode_block, BLOCK, PAYLOAD};
-use crate::io::{open_direct_rw, AlignedBuf, Completion, EngineKind, IoCounters, IoEngine, ALIGN};
+use crate::io::{
+    open_direct, open_direct_rw, AlignedBuf, Completion, EngineKind, IoCounters, IoEngine, ALIGN,
+};
 use crate::{Error, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -75,11 +81,24 @@ mod tests {
         s.release(&[1, 2, 3, 5]);
         // Released blocks wait for a checkpoint.
         assert_eq!(s.allocate(1).unwrap(), vec![7]);
-        s.reclaim();
+        s.reclaim(1, None);
         assert_eq!(s.allocate(3).unwrap(), vec![1, 2, 3]);
         assert_eq!(s.allocate(2).unwrap(), vec![8, 9]);
         assert_eq!(s.allocate(1).unwrap(), vec![5]);
         assert_eq!(s.counts(), (10, 0, 0));
+        // A reader holding generation 2 keeps what was released under it
+        // (and later) from reuse; once it moves on, they are free.
+        s.release(&[0, 4]);
+        s.reclaim(2, Some(2));
+        s.release(&[6]);
+        s.reclaim(3, Some(2));
+        assert_eq!(s.counts(), (10, 0, 3));
+        assert_eq!(s.snapshot(), (10, vec![0, 4, 6]));
+        assert_eq!(s.allocate(1).unwrap(), vec![10]);
+        s.reclaim(4, Some(3));
+        assert_eq!(s.counts(), (11, 2, 1));
+        s.reclaim(5, None);
+        assert_eq!(s.counts(), (11, 3, 0));
         assert_eq!(
             runs(&[4, 5, 6, 9, 1, 2]),
             vec![(4, 0, 3), (9, 3, 1), (1, 4, 2)]
@@ -213,6 +232,9 @@ struct Alloc {
     free: Vec<u32>,
     /// Released since the last checkpoint.
     pending: Vec<u32>,
+    /// Released under an earlier checkpoint, kept for a reader that still
+    /// uses it: `(generation they were released under, blocks)`.
+    sealed: Vec<(u64, Vec<u32>)>,
     /// Blocks the file holds (the next block at the end).
     end: u32,
 }
@@ -235,6 +257,9 @@ pub struct Store {
     io: EngineKind,
     engines: Mutex<Engines>,
     alloc: Mutex<Alloc>,
+    /// Opened read-only (a reader of an index another process writes):
+    /// allocating and writing are refused.
+    read_only: bool,
 }
 
 impl Store {
@@ -289,18 +314,48 @@ impl Store {
             io,
             Alloc {
                 free,
-                pending: Vec::new(),
                 end,
+                ..Alloc::default()
             },
         )
     }
 
-    /// A store over `file`; opens its first write engine now, so an engine
-    /// kind that cannot be set up is reported when the index opens.
+    /// Opens the postings file of a checkpoint that used `end` blocks for
+    /// reading only: a reader beside the index's writer (or without write
+    /// permission). `allocate` and `write` are refused.
+    pub fn open_read_only(path: &Path, end: u32, io: EngineKind) -> Result<Store> {
+        let (file, direct) = open_direct(path)?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        if len < end as u64 * BLOCK as u64 {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "postings file is truncated: {len} bytes, the checkpoint names {end} blocks \
+                     of {BLOCK}"
+                ),
+            ));
+        }
+        let mut s = Self::with_file(
+            path,
+            file,
+            direct,
+            io,
+            Alloc {
+                end,
+                ..Alloc::default()
+            },
+        )?;
+        s.read_only = true;
+        Ok(s)
+    }
+
+    /// A store over `file`; opens its first engine now, so an engine kind
+    /// that cannot be set up is reported when the index opens.
     fn with_file(path: &Path, file: File, direct: bool, io: EngineKind, a: Alloc) -> Result<Store> {
         let file = Arc::new(file);
         let first = IoEngine::open(io, Arc::clone(&file), WRITE_DEPTH)?;
         Ok(Store {
+            read_only: false,
             path: path.to_path_buf(),
             file,
             direct,
@@ -369,6 +424,7 @@ impl Store {
     /// `n` blocks for new data, consecutive (one read covers them): the
     /// first run of `n` free blocks, else new blocks at the end of the file.
     pub fn allocate(&self, n: usize) -> Result<Vec<u32>> {
+        self.writable()?;
         let mut a = self.lock();
         if n == 0 {
             return Ok(Vec::new());
@@ -416,20 +472,35 @@ impl Store {
         self.lock().free.extend_from_slice(blocks);
     }
 
-    /// Pending blocks become free (call after a durable checkpoint, with no
-    /// search running that started before the blocks were released).
-    pub fn reclaim(&self) {
+    /// Pending blocks become free: call after a durable checkpoint that
+    /// replaced generation `released_under`, with no search running that
+    /// started before the blocks were released. Blocks released under a
+    /// generation at or after `oldest_held` (the oldest checkpoint a reader
+    /// still uses, if any) stay sealed until a later call.
+    pub fn reclaim(&self, released_under: u64, oldest_held: Option<u64>) {
         let mut a = self.lock();
         let p = std::mem::take(&mut a.pending);
-        a.free.extend(p);
+        if !p.is_empty() {
+            a.sealed.push((released_under, p));
+        }
+        let (free, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut a.sealed)
+            .into_iter()
+            .partition(|(g, _)| oldest_held.is_none_or(|h| *g < h));
+        a.sealed = keep;
+        for (_, b) in free {
+            a.free.extend(b);
+        }
     }
 
-    /// `(end, free ∪ pending)`: what a checkpoint taken now records (the
-    /// pending blocks are unused by the map it saves).
+    /// `(end, free ∪ pending ∪ sealed)`: what a checkpoint taken now
+    /// records (the map it saves names none of the released blocks).
     pub fn snapshot(&self) -> (u32, Vec<u32>) {
         let a = self.lock();
         let mut f = a.free.clone();
         f.extend_from_slice(&a.pending);
+        for (_, b) in &a.sealed {
+            f.extend_from_slice(b);
+        }
         f.sort_unstable();
         (a.end, f)
     }
@@ -442,10 +513,12 @@ impl Store {
         a.pending.len() >= 8192 && a.pending.len() * 4 >= a.end as usize
     }
 
-    /// `(blocks in the file, free, pending)`.
+    /// `(blocks in the file, free, pending)`: pending counts the sealed
+    /// blocks too.
     pub fn counts(&self) -> (u32, usize, usize) {
         let a = self.lock();
-        (a.end, a.free.len(), a.pending.len())
+        let sealed: usize = a.sealed.iter().map(|(_, b)| b.len()).sum();
+        (a.end, a.free.len(), a.pending.len() + sealed)
     }
 
     /// Writes the entry stream of posting `posting` into `blocks` (its
@@ -460,6 +533,7 @@ impl Store {
         blocks: &[u32],
         stream: &[u8],
     ) -> Result<()> {
+        self.writable()?;
         let runs = runs(blocks);
         if runs.is_empty() {
             return Ok(());
@@ -649,6 +723,16 @@ impl Store {
             &mut out,
         )?;
         Ok(out)
+    }
+
+    fn writable(&self) -> Result<()> {
+        if self.read_only {
+            return Err(Error::arg(format!(
+                "{} is open read-only: it takes no writes",
+                self.path.display()
+            )));
+        }
+        Ok(())
     }
 
     /// Makes every write so far durable.

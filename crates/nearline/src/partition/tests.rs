@@ -11,13 +11,23 @@ use crate::planner::BuildOptions;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 
-fn params(n: usize, dim: usize, f: impl FnOnce(&mut PartitionOptions)) -> PartitionParams {
+pub(super) fn params(
+    n: usize,
+    dim: usize,
+    f: impl FnOnce(&mut PartitionOptions),
+) -> PartitionParams {
     let mut o = BuildOptions::default();
     f(&mut o.partition);
     plan(&o, n, dim, DType::F32).unwrap().params
 }
 
-fn build_at(dir: &Path, data: &[f32], dim: usize, ids: Option<Vec<u64>>, p: PartitionParams) {
+pub(super) fn build_at(
+    dir: &Path,
+    data: &[f32],
+    dim: usize,
+    ids: Option<Vec<u64>>,
+    p: PartitionParams,
+) {
     build_index(
         data,
         dim,
@@ -35,12 +45,13 @@ fn build_at(dir: &Path, data: &[f32], dim: usize, ids: Option<Vec<u64>>, p: Part
     .unwrap();
 }
 
-fn quiet() -> PartitionOpen {
+pub(super) fn quiet() -> PartitionOpen {
     PartitionOpen {
         threads: Some(2),
         io: EngineKind::Pread,
         durability: Durability::Buffered,
         background: false,
+        ..PartitionOpen::default()
     }
 }
 
@@ -222,7 +233,7 @@ fn churn_reuses_ids_and_head_slots() {
     let slots_at_start;
     {
         let idx = PartitionIndex::open(&path, &quiet()).unwrap();
-        slots_at_start = read(&idx.inner.versions).len();
+        slots_at_start = read(&idx.loaded().versions).len();
         for round in 0..20u64 {
             let mut del = Vec::new();
             for _ in 0..n / 10 {
@@ -254,10 +265,10 @@ fn churn_reuses_ids_and_head_slots() {
                 .all(|id| !gone_set.contains(id)));
         }
         // One internal slot per live vector (deletes and inserts balance).
-        assert_eq!(read(&idx.inner.versions).len(), slots_at_start);
+        assert_eq!(read(&idx.loaded().versions).len(), slots_at_start);
         // Appends scatter a posting's tail; once the worker is done, no
         // posting is read in more requests than a contiguous one.
-        let worst = read(&idx.inner.postings)
+        let worst = read(&idx.loaded().postings)
             .iter()
             .flatten()
             .filter(|r| scattered(&r.blocks))
@@ -357,6 +368,52 @@ fn damage_is_detected() {
     std::fs::write(&p, &b[..BLOCK]).unwrap();
     let e = PartitionIndex::open(&path, &quiet()).err().unwrap();
     assert!(e.to_string().contains("truncated"), "{e}");
+}
+
+/// A stale entry that reads as current (what 7-bit versions allowed after
+/// 64 re-inserts into one slot), and an entry above its live id's version:
+/// the check names both.
+#[test]
+fn the_check_sees_a_stale_entry_that_reads_as_current() {
+    let (n, dim) = (600, 8);
+    let data = clustered(n, dim, 12);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idx");
+    build_at(&path, &data, dim, None, params(n, dim, |_| {}));
+    let idx = PartitionIndex::open(&path, &quiet()).unwrap();
+    assert!(idx.check().unwrap().problems.is_empty());
+    let inner = idx.loaded();
+    let slot = *lock(&inner.ids).by_ext.get(&5).unwrap();
+    let ver = read(&inner.versions)[slot as usize].load(Ordering::Acquire);
+    let other = &data[9 * dim..10 * dim];
+    let p = (0..read(&inner.heads).slots() as u32)
+        .find(|&h| {
+            read(&inner.postings)
+                .get(h as usize)
+                .cloned()
+                .flatten()
+                .is_some()
+        })
+        .unwrap();
+    let mut stream = Vec::new();
+    posting::push_entry(&mut stream, slot, ver, other);
+    posting::push_entry(&mut stream, slot, ver + 5, other);
+    assert!(inner.append(p, &stream, 2).unwrap());
+    let rep = idx.check().unwrap();
+    assert!(
+        rep.problems
+            .iter()
+            .any(|m| m.contains("live id 5 has entries of two different vectors")),
+        "{:?}",
+        rep.problems
+    );
+    assert!(
+        rep.problems
+            .iter()
+            .any(|m| m.contains(&format!("holds version {} of live id 5", ver + 5))),
+        "{:?}",
+        rep.problems
+    );
 }
 
 fn search_all(idx: &PartitionIndex, data: &[f32], dim: usize) -> Result<()> {

@@ -242,6 +242,13 @@ pub struct OpenOptions {
     /// Partition index: when inserts and deletes return (after their log
     /// record is synced, or only written).
     pub durability: crate::update::wal::Durability,
+    /// Partition index: run splits, merges and reassignments in a
+    /// background worker (default); `false`: only when `maintain` is called.
+    pub background_updates: bool,
+    /// Open for reading only. A graph index always is; a partition index
+    /// then needs no write permission and runs beside its one writer in
+    /// another process, whose acknowledged updates every search sees.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -257,6 +264,8 @@ impl Default for OpenOptions {
             nav_seeds: None,
             io: EngineKind::Auto,
             durability: crate::update::wal::Durability::Sync,
+            background_updates: true,
+            read_only: false,
         }
     }
 }

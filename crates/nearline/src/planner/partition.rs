@@ -139,7 +139,8 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
         ((replicas.min(4) as f64 / r) * entry_bytes(dim) as f64 / PAYLOAD as f64).ceil() as usize
             + 1
     };
-    let heads_at = |r: f64| ((n as f64 * r).ceil() as u64).max(1);
+    // As many heads as the build makes at that ratio.
+    let heads_at = |r: f64| crate::partition::build::max_heads(n, r) as u64;
     if !auto {
         let fixed = ids + reserve;
         let per_head = head_bytes(dim, blocks_at(ratio));
@@ -295,6 +296,112 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
     })
 }
 
+/// What an open of a partition index would hold, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PartitionOpenPlan {
+    /// The budget the open keeps (given at open, else the build's; `None`:
+    /// sized by nearline at build).
+    pub budget: Option<u64>,
+    /// Estimated resident bytes: heads (at the build's ratio of the live
+    /// vectors), id maps, the search threads' I/O buffers.
+    pub expected_bytes: u64,
+    pub heads_bytes: u64,
+    pub id_map_bytes: u64,
+    pub io_bytes: u64,
+    pub threads: usize,
+    pub decisions: Vec<Decision>,
+}
+
+/// Plans an open of the partition index of manifest `m` (what `nearline
+/// plan INDEX` shows; the open itself measures what it holds).
+pub fn plan_open(
+    m: &crate::partition::state::PartitionManifest,
+    opts: &super::OpenOptions,
+) -> Result<PartitionOpenPlan> {
+    let graph_only = [
+        (opts.cache_nodes.is_some(), "cache_nodes"),
+        (opts.cache != super::CacheChoice::Auto, "cache"),
+        (opts.entry_points != 0, "entry_points"),
+        (opts.entry != super::EntryChoice::Auto, "entry"),
+        (opts.nav_l.is_some(), "nav_L"),
+        (opts.nav_seeds.is_some(), "nav_seeds"),
+    ];
+    if let Some((_, what)) = graph_only.iter().find(|x| x.0) {
+        return Err(Error::arg(format!(
+            "{what} applies to graph indexes; this is a partition index"
+        )));
+    }
+    let mut d = Vec::new();
+    let threads = opts.threads.filter(|&t| t > 0).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    d.push(Decision::new(
+        "threads",
+        threads,
+        if opts.threads.is_some() {
+            "asked for"
+        } else {
+            "the cores"
+        },
+    ));
+    let p = &m.params;
+    let per_block = (PAYLOAD / entry_bytes(m.dim)).max(1);
+    let heads = crate::partition::build::max_heads(m.n.max(1), p.head_ratio) as u64;
+    let blocks = (p.posting_limit / 2).div_ceil(per_block).max(1);
+    let heads_bytes = heads * head_bytes(m.dim, blocks);
+    let ids = id_map_bytes(m.n);
+    let io = crate::partition::io_bytes(threads);
+    let expected = heads_bytes + ids + io;
+    let raw = (m.n * m.dim * 4) as u64;
+    let budget = match opts.memory_budget {
+        Some(b) => Some(b.resolve(raw)),
+        None => (!p.memory_budget_auto).then_some(p.memory_budget),
+    };
+    d.push(Decision::new(
+        "memory_budget",
+        budget.map_or("none".to_string(), |b| b.to_string()),
+        match (opts.memory_budget.is_some(), budget) {
+            (true, _) => "asked for at open".to_string(),
+            (false, Some(_)) => "the build's".to_string(),
+            (false, None) => "none: nearline sized the index at build".to_string(),
+        },
+    ));
+    if let Some(b) = budget {
+        d.push(Decision::new(
+            "fits",
+            if expected <= b { "yes" } else { "probably not" },
+            format!(
+                "about {expected} B held open ({heads} heads at the build's ratio, id maps, {threads} \
+                 threads' I/O buffers); the open measures it and refuses more than {b} B"
+            ),
+        ));
+    }
+    d.push(Decision::new(
+        "mode",
+        if opts.read_only {
+            "read-only"
+        } else {
+            "writer"
+        },
+        if opts.read_only {
+            "asked for: follows the writer's log and checkpoints, takes no updates"
+        } else {
+            "the one process that inserts and deletes (read_only=True to read beside it)"
+        },
+    ));
+    Ok(PartitionOpenPlan {
+        budget,
+        expected_bytes: expected,
+        heads_bytes,
+        id_map_bytes: ids,
+        io_bytes: io,
+        threads,
+        decisions: d,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,7 +415,7 @@ mod tests {
         for n in [0usize, 1, 5, 7, 8, 100, 1000, 114_895, 123_457, 1_000_000] {
             let m: std::collections::HashMap<u64, u32> =
                 std::collections::HashMap::with_capacity(n);
-            let held = n as u64 * 9 + m.capacity() as u64 * 17 * 8 / 7;
+            let held = n as u64 * 12 + m.capacity() as u64 * 17 * 8 / 7;
             let est = id_map_bytes(n);
             assert!(est >= held, "n={n}: estimate {est} < held {held}");
             assert!(
@@ -324,13 +431,16 @@ mod tests {
         let p = plan(&o, 100_000, 128, DType::F32).unwrap();
         assert_eq!(p.params.head_ratio, HEAD_RATIO);
         assert!(p.params.memory_budget_auto);
+        // Two thirds of the automatic budget: fewer heads, within it (the id
+        // maps, 4.8 MB of 100k ids' 9.6 MB, do not shrink with the heads).
+        let smaller = p.expected_bytes * 2 / 3;
         let mut o = BuildOptions {
-            memory_budget: Some(Budget::Bytes(p.expected_bytes / 2)),
+            memory_budget: Some(Budget::Bytes(smaller)),
             ..Default::default()
         };
         let q = plan(&o, 100_000, 128, DType::F32).unwrap();
         assert!(q.params.head_ratio < HEAD_RATIO && q.params.head_ratio >= MIN_HEAD_RATIO);
-        assert!(q.expected_bytes <= p.expected_bytes / 2);
+        assert!(q.expected_bytes <= smaller);
         o.memory_budget = Some(Budget::Bytes(1000));
         let e = plan(&o, 100_000, 128, DType::F32).unwrap_err().to_string();
         assert!(e.contains("too small"), "{e}");

@@ -110,7 +110,7 @@ pub const RECORD_OVERHEAD: u64 = 17;
 pub const MAX_PAYLOAD: u32 = 1 << 30;
 
 /// Bytes of a record before its payload.
-const RECORD_HEAD: usize = 13;
+pub(super) const RECORD_HEAD: usize = 13;
 /// Buffered records are written to the file once they exceed this.
 const FLUSH_BYTES: usize = 1 << 20;
 /// Read size of the sequential scan and of the search past a damaged record.
@@ -203,9 +203,9 @@ struct State {
 
 /// The file header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Header {
-    log_id: u64,
-    first_seq: u64,
+pub(super) struct Header {
+    pub(super) log_id: u64,
+    pub(super) first_seq: u64,
 }
 
 impl Header {
@@ -221,7 +221,7 @@ impl Header {
         h
     }
 
-    fn decode(path: &Path, h: &[u8; HEADER_BYTES as usize]) -> Result<Header> {
+    pub(super) fn decode(path: &Path, h: &[u8; HEADER_BYTES as usize]) -> Result<Header> {
         if h[0..8] != MAGIC {
             return Err(Error::format(
                 path,
@@ -277,7 +277,7 @@ fn encode_record(buf: &mut Vec<u8>, seq: u64, kind: u8, payload: &[u8]) {
 }
 
 /// A record's fields parsed from its first 13 bytes.
-fn parse_head(h: &[u8]) -> (u32, u64, u8) {
+pub(super) fn parse_head(h: &[u8]) -> (u32, u64, u8) {
     (u32_at(h, 0), u64_at(h, 4), h[12])
 }
 

@@ -1,0 +1,3 @@
+#![no_main]
+//! See `nearline_fuzz::posting` for what this target covers and its input.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| nearline_fuzz::posting(data));
