@@ -241,6 +241,7 @@ def build(
     posting_limit: Optional[int] = None,
     merge_threshold: Optional[int] = None,
     rng_factor: Optional[float] = None,
+    closure: Optional[float] = None,
     reassign_k: Optional[int] = None,
     lire: Optional[bool] = None,
 ) -> "Index":
@@ -345,6 +346,9 @@ def build(
             it is split (default 8 × the build's cluster size, at least 32).
             merge_threshold: live entries below which a posting is merged
             away (default 1/16 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
+            closure: SPANN's closure ε >= 0: a vector also goes into every posting
+            whose head lies within (1 + ε) of its nearest head's distance, up to
+            ``replicas`` (default: the planner's).
             reassign_k: postings around a split whose vectors LIRE checks for
             reassignment (default 64). lire: ``True`` (default) splits, merges
             and reassigns; ``False`` is SPANN+ (appends and garbage collection
@@ -369,7 +373,8 @@ def build(
         shuffle=shuffle, bnf_iters=bnf_iters, bnf_tau=bnf_tau, bns_iters=bns_iters,
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
         code_bits=code_bits, head_ratio=head_ratio, replicas=replicas, posting_limit=posting_limit,
-        merge_threshold=merge_threshold, rng_factor=rng_factor, reassign_k=reassign_k, lire=lire,
+        merge_threshold=merge_threshold, rng_factor=rng_factor, closure=closure, reassign_k=reassign_k,
+        lire=lire,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)

@@ -189,7 +189,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
                "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits", "head_ratio",
-               "replicas", "posting_limit", "merge_threshold", "rng_factor", "reassign_k", "lire")
+               "replicas", "posting_limit", "merge_threshold", "rng_factor", "closure", "reassign_k", "lire")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -701,6 +701,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    "of the limit, at most 10)")
     p.add_argument("--rng-factor", type=_finite_float, default=None,
                    help="partition index: the RNG rule's factor (default 1.0)")
+    p.add_argument("--closure", type=_finite_float, default=None, metavar="EPS",
+                   help="partition index: SPANN's closure: also replicate into every head within (1 + EPS) of the "
+                        "nearest head's distance (default: the planner's)")
     p.add_argument("--reassign-k", type=_nonneg_int, default=None, metavar="K",
                    help="partition index: postings around a split whose vectors LIRE checks (default 64)")
     p.add_argument("--lire", action=argparse.BooleanOptionalAction, default=None,

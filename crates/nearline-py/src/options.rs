@@ -249,6 +249,7 @@ pub const BUILD_KEYS: &[&str] = &[
     "posting_limit",
     "merge_threshold",
     "rng_factor",
+    "closure",
     "reassign_k",
     "lire",
 ];
@@ -366,6 +367,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             posting_limit: k.usize("posting_limit")?,
             merge_threshold: k.usize("merge_threshold")?,
             rng_factor: k.f64("rng_factor")?.map(|x| x as f32),
+            closure: k.f64("closure")?.map(|x| x as f32),
             reassign_k: k.usize("reassign_k")?,
             lire: k.bool("lire")?,
         },

@@ -72,3 +72,42 @@ pub fn recall_of(
     }
     hit as f64 / (nq * k) as f64
 }
+
+/// `n` row-major vectors in `clusters` anisotropic clusters whose centres
+/// lie closer to each other than the points to their own centre (as
+/// sentence embeddings do): centres within ±0.5 per coordinate, each point
+/// its centre plus Gaussian noise of std 0.6, stretched ×4 along 3 random
+/// directions of its cluster (deterministic for `seed`).
+pub fn anisotropic(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let gauss = move |r: &mut rand_chacha::ChaCha8Rng| -> f32 {
+        // Box-Muller.
+        let u: f32 = r.random_range(f32::EPSILON..1.0);
+        let v: f32 = r.random_range(0.0..std::f32::consts::TAU);
+        (-2.0 * u.ln()).sqrt() * v.cos()
+    };
+    let centres: Vec<f32> = (0..clusters * dim)
+        .map(|_| rng.random_range(-0.5..0.5))
+        .collect();
+    let dirs: Vec<Vec<f32>> = (0..clusters * 3)
+        .map(|_| {
+            let mut d: Vec<f32> = (0..dim).map(|_| gauss(&mut rng)).collect();
+            let norm = d.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+            d.iter_mut().for_each(|x| *x /= norm);
+            d
+        })
+        .collect();
+    let mut v = Vec::with_capacity(n * dim);
+    for _ in 0..n {
+        let c = rng.random_range(0..clusters);
+        let mut x: Vec<f32> = (0..dim)
+            .map(|j| centres[c * dim + j] + 0.6 * gauss(&mut rng))
+            .collect();
+        for d in &dirs[c * 3..c * 3 + 3] {
+            let s = 4.0 * 0.6 * gauss(&mut rng);
+            x.iter_mut().zip(d).for_each(|(a, b)| *a += s * b);
+        }
+        v.extend(x);
+    }
+    v
+}

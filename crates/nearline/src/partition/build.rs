@@ -1,11 +1,13 @@
-//! SPANN's build: balanced hierarchical k-means into small clusters (the
-//! postings), their centroids into the head graph, every vector stored in
-//! its own cluster's posting and replicated into up to `replicas` nearby
-//! postings by the RNG rule, postings written contiguously.
+//! SPANN's build: balanced hierarchical k-means into small clusters, each
+//! cluster's member nearest its centroid as its head (heads are data
+//! vectors, as SPTAG's), the heads into the head graph; then every vector
+//! searches the head graph and goes into the nearest head's posting and up
+//! to `replicas − 1` more, those within SPANN's closure of the nearest and
+//! those the RNG rule lets through; postings written contiguously.
 
 use super::heads::Heads;
 use super::posting::{blocks_for, push_entry};
-use super::state::{PartitionBuildStats, PartitionParams};
+use super::state::{Histogram, PartitionBuildStats, PartitionParams};
 use super::store::{PostingRef, Store};
 use crate::distance::Metric;
 use crate::graph::vamana::SearchScratch;
@@ -166,36 +168,78 @@ fn split(data: &[f32], dim: usize, set: &[u32], b: usize, seed: u64) -> Result<V
     Ok(parts)
 }
 
-/// Postings for `x` by the RNG rule: `first` (if given) then the nearest
-/// candidates not occluded by a chosen one, at most `replicas`.
-pub fn rng_select(
+/// How a vector picks its postings (SPANN's multi-cluster assignment).
+#[derive(Debug, Clone, Copy)]
+pub struct Replication {
+    /// Most postings a vector goes into.
+    pub replicas: usize,
+    /// The RNG rule's factor: a candidate head `c` is skipped when a head
+    /// `h` already chosen has `factor · d(h, c) <= d(x, c)`.
+    pub rng_factor: f32,
+    /// The closure ε: a candidate within (1 + ε) of the nearest head's
+    /// distance is taken whatever the RNG rule says.
+    pub closure: f32,
+}
+
+impl Replication {
+    pub fn of(p: &PartitionParams) -> Replication {
+        Replication {
+            replicas: p.replicas,
+            rng_factor: p.rng_factor,
+            closure: p.closure,
+        }
+    }
+}
+
+/// Postings for `x` among `candidates` (its nearest heads found, nearest
+/// first, with their distances): the nearest first, then, nearest first,
+/// each candidate within the closure of the nearest and each the RNG rule
+/// lets through, at most `r.replicas`. Distances are the metric's internal
+/// ones (squared for l2): the closure bound is squared to match.
+pub fn select_postings(
     heads: &Heads,
     x: &[f32],
     candidates: &[(f32, u32)],
-    first: Option<u32>,
-    replicas: usize,
-    rng_factor: f32,
+    r: Replication,
 ) -> Vec<u32> {
-    let mut chosen: Vec<u32> = Vec::with_capacity(replicas);
-    if let Some(f) = first {
-        chosen.push(f);
-    }
-    for &(_, c) in candidates {
-        if chosen.len() >= replicas {
+    let mut chosen: Vec<u32> = Vec::with_capacity(r.replicas);
+    let Some(&(d0, _)) = candidates.first() else {
+        return chosen;
+    };
+    let reach = d0.max(0.0) * (1.0 + r.closure) * (1.0 + r.closure);
+    for &(d, c) in candidates {
+        if chosen.len() >= r.replicas {
             break;
         }
         if chosen.contains(&c) {
             continue;
         }
+        if chosen.is_empty() || (r.closure > 0.0 && d <= reach) {
+            chosen.push(c);
+            continue;
+        }
         let dx = l2_f32(x, heads.vector(c));
         let occluded = chosen
             .iter()
-            .any(|&i| rng_factor * l2_f32(heads.vector(i), heads.vector(c)) <= dx);
+            .any(|&h| r.rng_factor * l2_f32(heads.vector(h), heads.vector(c)) <= dx);
         if !occluded {
             chosen.push(c);
         }
     }
     chosen
+}
+
+/// The member of `members` nearest `centre`: a cluster's head is one of its
+/// own vectors, as SPANN's are (SPTAG keeps data vectors as heads).
+pub fn nearest_member(data: &[f32], dim: usize, members: &[u32], centre: &[f32]) -> u32 {
+    members
+        .iter()
+        .map(|&i| {
+            let v = &data[i as usize * dim..(i as usize + 1) * dim];
+            (l2_f32(v, centre), i)
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+        .map_or(0, |x| x.1)
 }
 
 /// Everything a built index starts from.
@@ -205,14 +249,14 @@ pub struct Built {
     pub stats: PartitionBuildStats,
 }
 
-/// Builds heads and postings over `data` (`n × dim`, already normalised
-/// for cosine) with internal ids `0..n`, writing postings into `store`.
 /// The most heads a build over `n` vectors at `head_ratio` makes (the
 /// planner sizes memory for exactly these).
 pub fn max_heads(n: usize, head_ratio: f64) -> usize {
     ((n as f64 * head_ratio).floor() as usize).max(1)
 }
 
+/// Builds heads and postings over `data` (`n × dim`, already normalised
+/// for cosine) with internal ids `0..n`, writing postings into `store`.
 pub fn build(
     data: &[f32],
     dim: usize,
@@ -246,38 +290,36 @@ pub fn build(
     let k = leaves.len();
     let cluster_seconds = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
+    // Each cluster's head is its member nearest the centroid.
+    let head_rows: Vec<u32> = leaves
+        .par_iter()
+        .enumerate()
+        .map(|(i, l)| nearest_member(data, dim, l, &centroids[i * dim..(i + 1) * dim]))
+        .collect();
     let mut heads = Heads::new(dim, metric, k);
     let mut sc = SearchScratch::new();
-    for (i, c) in centroids.chunks_exact(dim).enumerate() {
+    for (i, &h) in head_rows.iter().enumerate() {
         if i % 4096 == 0 {
             if cancel.load(Ordering::Relaxed) {
                 return Err(Error::Cancelled);
             }
             progress("heads", i as u64, k as u64);
         }
-        heads.insert(c, &mut sc);
+        heads.insert(&data[h as usize * dim..(h as usize + 1) * dim], &mut sc);
     }
-    // Slot i is leaf i (inserted in order into an empty graph).
-    let mut primary = vec![0u32; n];
-    for (p, l) in leaves.iter().enumerate() {
-        for &i in l {
-            primary[i as usize] = p as u32;
-        }
-    }
+    // Every vector searches the head graph: its first posting is the nearest
+    // head found, the others pass the closure or the RNG rule.
     progress("assign", 0, n as u64);
-    let chosen: Vec<Vec<u32>> = (0..n)
+    let rep = Replication::of(params);
+    let chosen: Vec<Vec<(f32, u32)>> = (0..n)
         .into_par_iter()
         .map_init(SearchScratch::new, |sc, i| {
             let x = &data[i * dim..(i + 1) * dim];
             let cand = heads.search(sc, x, REPLICA_CANDIDATES, REPLICA_L);
-            rng_select(
-                &heads,
-                x,
-                &cand,
-                Some(primary[i]),
-                params.replicas,
-                params.rng_factor,
-            )
+            select_postings(&heads, x, &cand, rep)
+                .into_iter()
+                .map(|p| (l2_f32(x, heads.vector(p)), p))
+                .collect()
         })
         .collect();
     if cancel.load(Ordering::Relaxed) {
@@ -286,24 +328,24 @@ pub fn build(
     // Posting members: primaries first, then replicas nearest first, cut
     // at the posting limit (primaries are never cut).
     let mut members: Vec<Vec<(bool, f32, u32)>> = vec![Vec::new(); k];
+    let mut replicas_hist = vec![0u64; params.replicas + 1];
     for (i, c) in chosen.iter().enumerate() {
-        let x = &data[i * dim..(i + 1) * dim];
-        for (j, &p) in c.iter().enumerate() {
-            let d = if j == 0 {
-                0.0
-            } else {
-                l2_f32(x, heads.vector(p))
-            };
+        replicas_hist[c.len().min(params.replicas)] += 1;
+        for (j, &(d, p)) in c.iter().enumerate() {
             members[p as usize].push((j != 0, d, i as u32));
         }
     }
     let mut entries = 0usize;
+    let mut cut = 0u64;
     for m in members.iter_mut() {
         m.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
         let primaries = m.iter().filter(|x| !x.0).count();
-        m.truncate(params.posting_limit.max(primaries));
+        let keep = params.posting_limit.max(primaries);
+        cut += m.len().saturating_sub(keep) as u64;
+        m.truncate(keep);
         entries += m.len();
     }
+    let sizes: Vec<usize> = members.iter().map(|m| m.len()).collect();
     let assign_seconds = t1.elapsed().as_secs_f64();
     let t2 = Instant::now();
     let mut postings = Vec::with_capacity(k);
@@ -343,6 +385,9 @@ pub fn build(
             write_seconds: t2.elapsed().as_secs_f64(),
             postings: k,
             mean_replicas: entries as f64 / n.max(1) as f64,
+            replicas_chosen: replicas_hist,
+            replicas_cut: cut,
+            posting_sizes: Histogram::of(&sizes),
         },
     })
 }

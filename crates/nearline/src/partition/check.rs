@@ -2,10 +2,11 @@
 //! version against the in-memory maps.
 
 use super::posting::{self, entry_bytes, entry_head};
+use super::state::Histogram;
 use super::store::PostingRef;
 use super::{lock, read, CheckReport, Inner, DELETED};
 use crate::Result;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -30,6 +31,7 @@ impl Inner {
         let mut used = vec![false; end as usize];
         let mut found = vec![false; versions.len()];
         let mut current: HashMap<u32, u32> = HashMap::new();
+        let mut copies = vec![0u32; versions.len()];
         let external_all = read(&self.external).clone();
         let external_of = |i: u32| external_all.get(i as usize).copied().unwrap_or(u64::MAX);
         for &b in &free_list {
@@ -69,6 +71,7 @@ impl Inner {
                 continue;
             }
             let e = entry_bytes(dim);
+            let mut here: HashSet<u32> = HashSet::new();
             for i in 0..r.count as usize {
                 let h = entry_head(&s, dim, i);
                 rep.entries += 1;
@@ -79,6 +82,13 @@ impl Inner {
                     Some(&c) if c & DELETED == 0 && c == h.version => {
                         rep.live_entries += 1;
                         found[h.id as usize] = true;
+                        copies[h.id as usize] += 1;
+                        if !here.insert(h.id) {
+                            rep.problems.push(format!(
+                                "posting {p} holds live id {} twice",
+                                external_of(h.id)
+                            ));
+                        }
                         // Every current entry of an id is a copy of one
                         // vector: a second vector at the current version is
                         // a stale entry the version no longer tells apart.
@@ -105,6 +115,23 @@ impl Inner {
         for s in 0..heads.slots() as u32 {
             if heads.is_alive(s) && postings.iter().all(|(p, _)| *p != s) {
                 rep.problems.push(format!("head {s} has no posting"));
+            }
+        }
+        // Replication: the postings each live id is in, at most `replicas`.
+        let live_copies: Vec<usize> = versions
+            .iter()
+            .zip(&copies)
+            .filter(|(&v, _)| v & DELETED == 0)
+            .map(|(_, &c)| c as usize)
+            .collect();
+        rep.replicas = Histogram::of(&live_copies);
+        for (i, (&v, &c)) in versions.iter().zip(&copies).enumerate() {
+            if v & DELETED == 0 && c as usize > self.params.replicas {
+                rep.problems.push(format!(
+                    "live id {} is in {c} postings, more than replicas = {}",
+                    external_of(i as u32),
+                    self.params.replicas
+                ));
             }
         }
         let ids = lock(&self.ids);

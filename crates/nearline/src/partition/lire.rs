@@ -3,7 +3,8 @@
 //!
 //! * **Split** a posting over its limit: garbage-collect its stale and
 //!   deleted entries first; if it is still over the limit, cut it in two by
-//!   balanced 2-means, replace its head by the two new centroids, then
+//!   balanced 2-means, replace its head by the two halves' vectors nearest
+//!   their means (heads are data vectors, as at build), then
 //!   **reassign** along the paper's two necessary conditions: a vector of
 //!   the new postings nearer the old head than its new centroid moves when
 //!   its posting is no longer among its `replicas` nearest heads; a vector
@@ -278,7 +279,12 @@ impl Inner {
             let mid = all.len() / 2;
             g = [all[..mid].to_vec(), all[mid..].to_vec()];
         }
-        let cents = [mean(&g[0], dim, c0), mean(&g[1], dim, c1)];
+        // The new heads are data vectors, as the build's: each half's
+        // member nearest its mean.
+        let cents = [
+            nearest_live(&g[0], &mean(&g[0], dim, c0)),
+            nearest_live(&g[1], &mean(&g[1], dim, c1)),
+        ];
         let old_head = read(&self.heads).vector(p).to_vec();
         // The new heads' postings exist before the heads are reachable: a
         // route to a head always finds its posting (or a retired one).
@@ -538,6 +544,14 @@ impl Inner {
             }
         }
     }
+}
+
+/// The vector of `g` nearest `centre` (`centre` for an empty group).
+fn nearest_live(g: &[&Live], centre: &[f32]) -> Vec<f32> {
+    g.iter()
+        .map(|e| (l2_f32(&e.v, centre), e))
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)))
+        .map_or_else(|| centre.to_vec(), |(_, e)| e.v.clone())
 }
 
 /// The mean of a group's vectors (`fallback` for an empty group).

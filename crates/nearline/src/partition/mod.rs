@@ -30,6 +30,8 @@ mod reader;
 mod reader_tests;
 mod recovery;
 mod search;
+#[cfg(test)]
+mod spann_tests;
 pub mod state;
 pub mod store;
 #[cfg(test)]
@@ -193,6 +195,8 @@ pub struct CheckReport {
     pub live_entries: u64,
     pub stale_entries: u64,
     pub live_ids: u64,
+    /// Postings per live id (its current entries).
+    pub replicas: state::Histogram,
     /// Problems found (empty: consistent).
     pub problems: Vec<String>,
 }

@@ -60,6 +60,11 @@ pub struct PartitionParams {
     /// RNG rule factor: posting `j` is skipped when a chosen posting `i`
     /// has `rng_factor · d(c_i, c_j) < d(x, c_j)`.
     pub rng_factor: f32,
+    /// SPANN's closure: besides the RNG rule's choices, a vector goes into
+    /// every posting whose head lies within (1 + closure) of its nearest
+    /// head's distance (up to `replicas` postings). 0: the RNG rule alone.
+    #[serde(default)]
+    pub closure: f32,
     /// Postings near a split whose vectors are checked for reassignment.
     pub reassign_k: usize,
     /// LIRE (split, merge, reassign); `false`: SPANN+ (appends and
@@ -82,8 +87,68 @@ pub struct PartitionBuildStats {
     pub assign_seconds: f64,
     pub write_seconds: f64,
     pub postings: usize,
-    /// Entries over vectors: the replication the RNG rule chose.
+    /// Entries over vectors: the replication kept (after the posting limit).
     pub mean_replicas: f64,
+    /// Vectors by the number of postings the assignment chose for them
+    /// (index: count of postings; before the posting limit).
+    #[serde(default)]
+    pub replicas_chosen: Vec<u64>,
+    /// Replica entries the posting limit cut.
+    #[serde(default)]
+    pub replicas_cut: u64,
+    /// Entries per posting at the build.
+    #[serde(default)]
+    pub posting_sizes: Histogram,
+}
+
+/// A summary of counts: extremes, mean and power-of-two buckets.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histogram {
+    pub min: u64,
+    pub max: u64,
+    pub mean: f64,
+    /// `(upper bound, how many)`: values in (previous bound, bound]; the
+    /// first bucket holds 0 and 1.
+    pub buckets: Vec<(u64, u64)>,
+}
+
+impl Histogram {
+    /// The histogram of `values`.
+    pub fn of(values: &[usize]) -> Histogram {
+        if values.is_empty() {
+            return Histogram::default();
+        }
+        let max = values.iter().copied().max().unwrap_or(0) as u64;
+        let min = values.iter().copied().min().unwrap_or(0) as u64;
+        let mean = values.iter().map(|&v| v as f64).sum::<f64>() / values.len() as f64;
+        let mut buckets: Vec<(u64, u64)> = Vec::new();
+        let mut bound = 1u64;
+        loop {
+            buckets.push((bound, 0));
+            if bound >= max {
+                break;
+            }
+            bound = bound.saturating_mul(2);
+        }
+        let last = buckets.len() - 1;
+        for &v in values {
+            let v = v as u64;
+            let i = if v <= 1 {
+                0
+            } else {
+                (64 - (v - 1).leading_zeros()) as usize
+            };
+            if let Some(b) = buckets.get_mut(i.min(last)) {
+                b.1 += 1;
+            }
+        }
+        Histogram {
+            min,
+            max,
+            mean,
+            buckets,
+        }
+    }
 }
 
 /// The manifest of a partition index.
@@ -439,6 +504,28 @@ mod tests {
             blocks_end: 8,
             free_blocks: vec![2, 3],
         }
+    }
+
+    #[test]
+    fn a_histogram_buckets_by_powers_of_two() {
+        let h = Histogram::of(&[0, 1, 2, 3, 4, 5, 8, 9, 100]);
+        assert_eq!((h.min, h.max), (0, 100));
+        assert!((h.mean - 132.0 / 9.0).abs() < 1e-9);
+        assert_eq!(
+            h.buckets,
+            vec![
+                (1, 2),
+                (2, 1),
+                (4, 2),
+                (8, 2),
+                (16, 1),
+                (32, 0),
+                (64, 0),
+                (128, 1)
+            ]
+        );
+        assert_eq!(Histogram::of(&[]), Histogram::default());
+        assert_eq!(Histogram::of(&[0]).buckets, vec![(1, 1)]);
     }
 
     #[test]

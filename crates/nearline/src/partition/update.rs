@@ -144,7 +144,8 @@ impl Inner {
         }
     }
 
-    /// Postings for `x` by the RNG rule.
+    /// Postings for `x` (never `exclude`): the nearest head found, then the
+    /// closure's and the RNG rule's (see [`build::select_postings`]).
     pub(super) fn targets(
         &self,
         heads: &Heads,
@@ -157,14 +158,7 @@ impl Inner {
             .into_iter()
             .filter(|c| Some(c.1) != exclude)
             .collect();
-        build::rng_select(
-            heads,
-            x,
-            &cand,
-            None,
-            self.params.replicas,
-            self.params.rng_factor,
-        )
+        build::select_postings(heads, x, &cand, build::Replication::of(&self.params))
     }
 
     /// Applies a logged insert (also on replay): assigns internal ids, then
@@ -264,6 +258,13 @@ impl Inner {
         use rayon::prelude::*;
         let dim = self.dim;
         let mut todo: Vec<(u32, u32, usize)> = items.to_vec();
+        // Per row: the postings that already hold it, and how many of its
+        // appends must still go somewhere. A posting split or merged away
+        // under an append is replaced by the vector's next choice, never by
+        // one that holds it already (a whole re-placement would append it
+        // twice to the postings whose appends went through).
+        let mut held: HashMap<usize, Vec<u32>> = HashMap::new();
+        let mut missing: HashMap<usize, usize> = HashMap::new();
         let mut rounds = 0;
         while !todo.is_empty() {
             rounds += 1;
@@ -292,11 +293,21 @@ impl Inner {
                 let heads = read(&self.heads);
                 todo.par_iter()
                     .map_init(SearchScratch::new, |sc, &(_, _, r)| {
-                        self.targets(&heads, sc, &rows[r * dim..(r + 1) * dim], exclude)
+                        let mut t =
+                            self.targets(&heads, sc, &rows[r * dim..(r + 1) * dim], exclude);
+                        if let Some(h) = held.get(&r) {
+                            t.retain(|p| !h.contains(p));
+                            t.truncate(missing.get(&r).copied().unwrap_or(0));
+                        }
+                        t
                     })
                     .collect()
             };
-            if let Some(t) = routes.iter().position(|r| r.is_empty()) {
+            if let Some(t) = routes
+                .iter()
+                .zip(&todo)
+                .position(|(ps, &(_, _, r))| ps.is_empty() && !held.contains_key(&r))
+            {
                 // Never acknowledge a vector stored nowhere.
                 return Err(Error::arg(format!(
                     "no posting found for internal id {} (the head graph returned no live head)",
@@ -309,7 +320,7 @@ impl Inner {
                     groups.entry(p).or_default().push(t);
                 }
             }
-            let mut retry: Vec<(u32, u32, usize)> = Vec::new();
+            let mut failed: HashMap<usize, usize> = HashMap::new();
             let mut keys: Vec<u32> = groups.keys().copied().collect();
             keys.sort_unstable();
             for p in keys {
@@ -319,13 +330,22 @@ impl Inner {
                     let (id, ver, r) = todo[t];
                     posting::push_entry(&mut stream, id, ver, &rows[r * dim..(r + 1) * dim]);
                 }
-                if !self.append(p, &stream, ts.len() as u32)? {
-                    retry.extend(ts.iter().map(|&t| todo[t]));
+                let ok = self.append(p, &stream, ts.len() as u32)?;
+                for &t in ts {
+                    if ok {
+                        held.entry(todo[t].2).or_default().push(p);
+                    } else {
+                        *failed.entry(t).or_default() += 1;
+                    }
                 }
             }
             drop(placing);
+            let mut retry: Vec<(u32, u32, usize)> = Vec::new();
+            for (t, n) in failed {
+                missing.insert(todo[t].2, n);
+                retry.push(todo[t]);
+            }
             retry.sort_unstable();
-            retry.dedup();
             todo = retry;
         }
         Ok(())

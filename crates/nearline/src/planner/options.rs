@@ -121,6 +121,9 @@ pub struct PartitionOptions {
     pub merge_threshold: Option<usize>,
     /// RNG factor > 0.
     pub rng_factor: Option<f32>,
+    /// SPANN's closure ε ≥ 0: also replicate into every head within
+    /// (1 + ε) of the nearest head's distance.
+    pub closure: Option<f32>,
     /// Postings LIRE checks around a split.
     pub reassign_k: Option<usize>,
     /// LIRE on (default) or SPANN+ (appends and garbage collection only).
