@@ -20,6 +20,21 @@ def clustered(n: int, dim: int, *, clusters: int = 32, seed: int = 0, queries: i
     return np.ascontiguousarray(x[:n]), np.ascontiguousarray(x[n:])
 
 
+def anisotropic(n: int, dim: int, *, clusters: int = 24, seed: int = 0, queries: int = 200):
+    """Clusters whose centres lie closer together than the points to their own centre, each
+    stretched along 3 random directions (as sentence embeddings are), with held-out queries."""
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-0.5, 0.5, size=(clusters, dim))
+    dirs = rng.normal(size=(clusters, 3, dim))
+    dirs /= np.linalg.norm(dirs, axis=2, keepdims=True)
+    total = n + queries
+    labels = rng.integers(0, clusters, size=total)
+    x = centres[labels] + 0.6 * rng.normal(size=(total, dim))
+    x += np.einsum("nk,nkd->nd", 2.4 * rng.normal(size=(total, 3)), dirs[labels])
+    x = x.astype(np.float32)
+    return np.ascontiguousarray(x[:n]), np.ascontiguousarray(x[n:])
+
+
 def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2") -> np.ndarray:
     """Brute-force reference in numpy (independent of the engine)."""
     b = base.astype(np.float64)

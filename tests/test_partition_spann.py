@@ -1,0 +1,105 @@
+"""The partition index's SPANN build (issue 30): data-vector heads, assignment by a head-graph
+search, replication by the RNG and closure rules, and its statistics, checks and refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nearline
+from conftest import anisotropic, exact_knn
+
+N, DIM = 4000, 32
+
+
+@pytest.fixture(scope="module")
+def data():
+    return anisotropic(N, DIM, seed=3)
+
+
+@pytest.fixture(scope="module")
+def index_path(tmp_path_factory, data):
+    base, _ = data
+    path = tmp_path_factory.mktemp("spann") / "a.index"
+    nearline.build(base, path, preset="spfresh", threads=2, seed=0).close()
+    return path
+
+
+def _recall(found: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
+
+
+def test_boundary_vectors_are_replicated_and_reported(index_path, data):
+    base, _ = data
+    with nearline.open(index_path, read_only=True) as idx:
+        stats = idx.info()["build_stats"]
+        # Centres closer together than points to their centre: the replicas still come.
+        assert stats["mean_replicas"] >= 2.0, stats
+        chosen = stats["replicas_chosen"]
+        assert sum(chosen) == N and chosen[0] == 0, chosen
+        assert len(chosen) <= idx.info()["params"]["replicas"] + 1
+        sizes = stats["posting_sizes"]
+        assert sizes["max"] <= idx.info()["params"]["posting_limit"]
+        assert sum(b[1] for b in sizes["buckets"]) == stats["postings"]
+        rep = idx.check()
+        assert rep["problems"] == []
+        assert rep["replicas"]["mean"] >= 2.0 and rep["replicas"]["min"] >= 1
+        assert rep["replicas"]["max"] <= idx.info()["params"]["replicas"]
+
+
+def test_recall_against_exact_neighbours(index_path, data):
+    base, queries = data
+    truth = exact_knn(base, queries, 10)
+    with nearline.open(index_path, read_only=True) as idx:
+        ids, _ = idx.search(queries, 10, nprobe=16)
+    assert _recall(ids, truth) >= 0.95
+
+
+def test_one_replica_a_vector_when_asked(tmp_path, data):
+    base, _ = data
+    with nearline.build(base, tmp_path / "one.index", preset="spfresh", replicas=1, threads=2) as idx:
+        assert idx.info()["build_stats"]["mean_replicas"] == 1.0
+        assert idx.check()["replicas"]["max"] == 1
+
+
+@pytest.mark.parametrize("opt,match", [
+    ({"head_ratio": 0.0}, "head_ratio"),
+    ({"head_ratio": -0.1}, "head_ratio"),
+    ({"replicas": 0}, "replicas"),
+    ({"replicas": 33}, "replicas"),
+    ({"closure": -0.5}, "closure"),
+    ({"closure": float("nan")}, "closure"),
+    ({"rng_factor": 0.0}, "rng_factor"),
+])
+def test_bad_replication_parameters_are_refused(tmp_path, data, opt, match):
+    base, _ = data
+    with pytest.raises(ValueError, match=match):
+        nearline.build(base[:500], tmp_path / "bad.index", preset="spfresh", **opt)
+    assert not (tmp_path / "bad.index").exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
+
+
+def test_cli_plan_shows_the_replication_rules_and_build_takes_closure(tmp_path, data):
+    base, _ = data
+    nearline.write_vectors(tmp_path / "b.fbin", base[:1000])
+    r = _cli("plan", str(tmp_path / "b.fbin"), "--preset", "spfresh", "--closure", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert "rng_factor" in r.stdout and "RNG rule" in r.stdout
+    line = next(l for l in r.stdout.splitlines() if l.strip().startswith("closure"))
+    assert "0.1" in line and "asked for" in line
+    r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "c.index"), "--preset", "spfresh",
+             "--closure", "0.1", "--threads", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _cli("info", str(tmp_path / "c.index"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["params"]["closure"] == pytest.approx(0.1)
+    r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "d.index"), "--preset", "spfresh",
+             "--closure", "-1")
+    assert r.returncode != 0 and "closure" in r.stderr
