@@ -330,7 +330,14 @@ impl Inner {
                     let (id, ver, r) = todo[t];
                     posting::push_entry(&mut stream, id, ver, &rows[r * dim..(r + 1) * dim]);
                 }
-                let ok = self.append(p, &stream, ts.len() as u32)?;
+                // A retry may meet the vector in a posting a split wrote
+                // meanwhile: the split copied it there from a posting this
+                // placement had appended it to, before retiring that one.
+                let ok = if rounds > 1 {
+                    self.append_missing(p, &stream, ts.len() as u32)?
+                } else {
+                    self.append(p, &stream, ts.len() as u32)?
+                };
                 for &t in ts {
                     if ok {
                         held.entry(todo[t].2).or_default().push(p);
@@ -359,6 +366,11 @@ impl Inner {
             Some(c) => c,
             None => return Ok(false),
         };
+        self.append_locked(p, &cur, stream_new, n)
+    }
+
+    /// The append itself, under `p`'s stripe, onto its current `cur`.
+    fn append_locked(&self, p: u32, cur: &PostingRef, stream_new: &[u8], n: u32) -> Result<bool> {
         let e = entry_bytes(self.dim);
         let used = cur.count as usize * e;
         let full = used / PAYLOAD;
@@ -393,6 +405,40 @@ impl Inner {
             self.enqueue(lire::Job::Collect(p));
         }
         Ok(true)
+    }
+
+    /// [`Inner::append`] of those of the `n` entries of `stream_new` that
+    /// posting `p` does not hold yet (the same id at the same version);
+    /// `false` when `p` no longer exists. Reads the whole posting: for the
+    /// rare retries of a placement only.
+    pub(super) fn append_missing(&self, p: u32, stream_new: &[u8], n: u32) -> Result<bool> {
+        let _g = lock(&self.stripes[p as usize % STRIPES]);
+        let cur = match read(&self.postings).get(p as usize).cloned().flatten() {
+            Some(c) => c,
+            None => return Ok(false),
+        };
+        let dim = self.dim;
+        let held = self.store.read(p, &cur)?;
+        let present: HashSet<(u32, u32)> = (0..cur.count as usize)
+            .map(|i| {
+                let h = posting::entry_head(&held, dim, i);
+                (h.id, h.version)
+            })
+            .collect();
+        let e = entry_bytes(dim);
+        let mut keep = Vec::with_capacity(stream_new.len());
+        let mut m = 0u32;
+        for i in 0..n as usize {
+            let h = posting::entry_head(stream_new, dim, i);
+            if !present.contains(&(h.id, h.version)) {
+                keep.extend_from_slice(&stream_new[i * e..(i + 1) * e]);
+                m += 1;
+            }
+        }
+        if m == 0 {
+            return Ok(true);
+        }
+        self.append_locked(p, &cur, &keep, m)
     }
 
     /// Applies a logged delete (also on replay). Returns how many were live.
