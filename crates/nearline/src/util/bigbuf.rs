@@ -36,6 +36,23 @@ enum Store<T> {
     Map(MmapMut, PhantomData<T>),
 }
 
+impl<T: Pod> Store<T> {
+    /// The first `len` elements (a heap store holds exactly `len`).
+    fn slice(&self, len: usize) -> &[T] {
+        match self {
+            Store::Heap(v) => v,
+            Store::Map(m, _) => bytemuck::cast_slice(&m[..len * std::mem::size_of::<T>()]),
+        }
+    }
+
+    fn slice_mut(&mut self, len: usize) -> &mut [T] {
+        match self {
+            Store::Heap(v) => v,
+            Store::Map(m, _) => bytemuck::cast_slice_mut(&mut m[..len * std::mem::size_of::<T>()]),
+        }
+    }
+}
+
 impl<T: Pod> BigBuf<T> {
     /// `len` zero elements.
     pub fn zeroed(len: usize) -> Self {
@@ -110,20 +127,13 @@ impl<T: Pod> Deref for BigBuf<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        match &self.store {
-            Store::Heap(v) => v,
-            Store::Map(m, _) => bytemuck::cast_slice(&m[..self.len * std::mem::size_of::<T>()]),
-        }
+        self.store.slice(self.len)
     }
 }
 
 impl<T: Pod> DerefMut for BigBuf<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        let len = self.len;
-        match &mut self.store {
-            Store::Heap(v) => v,
-            Store::Map(m, _) => bytemuck::cast_slice_mut(&mut m[..len * std::mem::size_of::<T>()]),
-        }
+        self.store.slice_mut(self.len)
     }
 }
 
@@ -334,20 +344,13 @@ impl<T: Pod> Deref for BigVec<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
-        match &self.store {
-            Store::Heap(v) => v,
-            Store::Map(m, _) => bytemuck::cast_slice(&m[..self.len * std::mem::size_of::<T>()]),
-        }
+        self.store.slice(self.len)
     }
 }
 
 impl<T: Pod> DerefMut for BigVec<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        let len = self.len;
-        match &mut self.store {
-            Store::Heap(v) => v,
-            Store::Map(m, _) => bytemuck::cast_slice_mut(&mut m[..len * std::mem::size_of::<T>()]),
-        }
+        self.store.slice_mut(self.len)
     }
 }
 
