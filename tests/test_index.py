@@ -262,7 +262,7 @@ def test_manifest_versions_and_garbage(tmp_path, small_index):
     with pytest.raises(nearline.FormatError, match="newer"):
         nearline.open(p)
     m["format_major"] = 1
-    m["format_minor"] = 7  # a newer minor of the same major stays readable
+    m["format_minor"] = 8  # a newer minor of the same major stays readable
     m["some_future_field"] = {"x": 1}
     _write_manifest(p, m)
     nearline.open(p).close()

@@ -508,7 +508,7 @@ impl RawIndex {
         Ok(self.get()?.info().to_string())
     }
 
-    /// Inserts float32 rows (a partition index): returns their ids.
+    /// Inserts float32 rows: returns their ids.
     #[pyo3(signature = (vectors, ids=None))]
     fn insert<'py>(
         &self,
@@ -525,7 +525,7 @@ impl RawIndex {
         Ok(out.into_pyarray(py).into_any())
     }
 
-    /// Checks an insert without doing it (a partition index).
+    /// Checks an insert without doing it.
     fn validate_insert<'py>(
         &self,
         py: Python<'py>,
@@ -540,7 +540,7 @@ impl RawIndex {
             .map_err(to_py)
     }
 
-    /// Deletes ids (a partition index): returns how many were live.
+    /// Deletes ids: returns how many were live.
     fn delete(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let idx = self.get()?;
         let ids = options::ids_of(ids)?;
@@ -559,14 +559,14 @@ impl RawIndex {
         py.detach(|| idx.maintain()).map_err(to_py)
     }
 
-    /// Verifies a partition index: JSON report.
+    /// Verifies the index (either kind): JSON report.
     fn check(&self, py: Python<'_>) -> PyResult<String> {
         let idx = self.get()?;
-        let r = py.detach(|| idx.check()).map_err(to_py)?;
+        let r = py.detach(|| idx.check_json()).map_err(to_py)?;
         json_str(&r)
     }
 
-    /// The live ids of a partition index.
+    /// The live ids.
     fn live_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let idx = self.get()?;
         let ids: Vec<i64> = idx

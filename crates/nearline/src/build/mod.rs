@@ -167,6 +167,7 @@ pub fn run<T: Element>(
                 transformed,
                 Some(coding),
                 pq_seconds,
+                None,
                 &tmp,
                 &chosen,
                 job,
@@ -178,7 +179,7 @@ pub fn run<T: Element>(
         } else {
             data
         };
-        phases(data, None, 0.0, &tmp, plan, job, t0)
+        phases(data, None, 0.0, None, &tmp, plan, job, t0)
     })?;
     // What the phases freed in the allocator's arenas goes back now, not
     // when the process ends.
@@ -187,13 +188,44 @@ pub fn run<T: Element>(
     Ok(manifest)
 }
 
+/// Writes an index over `data` (as its records store it: normalised for
+/// cosine; transformed by `coding` for a coded layout) whose graph is
+/// `given` (a merge made it) into the directory `tmp`, which the caller
+/// stages and commits; runs every phase of a build but the graph's.
+pub fn run_merged<T: Element>(
+    data: Matrix<T>,
+    coding: Option<codes::Coding>,
+    given: graph::BuiltGraph,
+    tmp: &Path,
+    plan: &BuildPlan,
+    job: &BuildJob<'_>,
+) -> Result<Manifest> {
+    if given.graph.n() != data.n() {
+        return Err(Error::arg(format!(
+            "a merged graph of {} nodes for {} vectors",
+            given.graph.n(),
+            data.n()
+        )));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(plan.threads)
+        .build()
+        .map_err(|e| Error::Engine(format!("cannot start {} build threads: {e}", plan.threads)))?;
+    let t0 = Instant::now();
+    let m = pool.install(|| phases(data, coding, 0.0, Some(given), tmp, plan, job, t0))?;
+    crate::util::return_freed_memory();
+    Ok(m)
+}
+
 /// The phases of a build over `data` (transformed, with its `coding`, for a
-/// coded layout) into the staging directory `tmp`; returns the manifest
-/// written there.
+/// coded layout) into the staging directory `tmp`, with the graph `given`
+/// or built here; returns the manifest written there.
+#[allow(clippy::too_many_arguments)]
 fn phases<T: Element>(
     data: Matrix<T>,
     coding: Option<codes::Coding>,
     coding_seconds: f64,
+    given: Option<graph::BuiltGraph>,
     tmp: &Path,
     plan: &BuildPlan,
     job: &BuildJob<'_>,
@@ -262,13 +294,16 @@ fn phases<T: Element>(
         // 2. The graph (one-shot or sharded within the build budget; the PQ
         //    codes stay resident through it).
         let tg = Instant::now();
-        let g = graph::run(
-            &data,
-            plan,
-            build_budget.saturating_sub(codes.as_ref().map_or(0, |c| c.len() as u64)),
-            progress,
-            cancel,
-        )?;
+        let g = match given {
+            Some(g) => g,
+            None => graph::run(
+                &data,
+                plan,
+                build_budget.saturating_sub(codes.as_ref().map_or(0, |c| c.len() as u64)),
+                progress,
+                cancel,
+            )?,
+        };
         drop(codes);
         let graph_seconds = tg.elapsed().as_secs_f64();
 
@@ -358,6 +393,7 @@ fn phases<T: Element>(
                 }),
             },
             wal_sequence: 0,
+            next_auto_id: 0,
             sections,
             build_stats: BuildStats {
                 seconds: t0.elapsed().as_secs_f64(),

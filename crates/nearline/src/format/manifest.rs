@@ -29,8 +29,10 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// PCA, RaBitQ and in-degree sections, and no PQ; 1.5: partition indexes
 /// (kind `partition`, their own manifest fields); 1.6: a partition index's
 /// entries and state file carry 32-bit versions (state magic `NLPSTAT2`;
-/// 1.5's version bytes are still read).
-pub const FORMAT_MINOR: u32 = 6;
+/// 1.5's version bytes are still read); 1.7: a graph index takes updates
+/// (its write-ahead log `wal.log`, merged by rewriting the index; the
+/// manifest's `next_auto_id`).
+pub const FORMAT_MINOR: u32 = 7;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -312,6 +314,10 @@ pub struct Manifest {
     pub layout: LayoutInfo,
     /// Sequence number of the last write-ahead-log record applied (0: none).
     pub wal_sequence: u64,
+    /// The next automatic id of a graph index that took updates: above
+    /// every id it has given (0 before any merge: one above its largest).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_auto_id: u64,
     pub sections: BTreeMap<Section, SectionInfo>,
     #[serde(default)]
     pub build_stats: BuildStats,

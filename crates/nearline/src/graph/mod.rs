@@ -1,6 +1,8 @@
 //! Graph construction: Vamana (batched, parallel, deterministic), the
 //! memory-budgeted sharded build, and the point spaces builds run over.
 
+pub mod dynamic;
+pub mod merge;
 pub mod nav;
 pub mod sharded;
 pub mod space;

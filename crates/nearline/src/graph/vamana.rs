@@ -143,7 +143,7 @@ pub struct SearchScratch {
     best: Vec<Cand>,
     expanded: Vec<(f32, u32)>,
     pool: Vec<(f32, u32)>,
-    out: Vec<u32>,
+    pub(crate) out: Vec<u32>,
 }
 
 impl SearchScratch {
@@ -431,14 +431,14 @@ fn occlusion_rounds<D: PointDistance + ?Sized>(
 }
 
 /// Per-thread scratch slots, indexed by the rayon thread index.
-struct Slots(Vec<Mutex<SearchScratch>>);
+pub(crate) struct Slots(Vec<Mutex<SearchScratch>>);
 
 impl Slots {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let t = rayon::current_num_threads().max(1);
         Slots((0..t).map(|_| Mutex::new(SearchScratch::new())).collect())
     }
-    fn with<R>(&self, f: impl FnOnce(&mut SearchScratch) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut SearchScratch) -> R) -> R {
         let i = rayon::current_thread_index().unwrap_or(0) % self.0.len();
         // A poisoned slot only means another task panicked mid-search; the
         // scratch is reset at the start of every search, so reuse it.
@@ -563,7 +563,7 @@ pub fn build_vamana<D: PointDistance>(
 }
 
 /// Nodes pruned per parallel step of the final cleanup.
-const PRUNE_CHUNK: usize = 4096;
+pub(crate) const PRUNE_CHUNK: usize = 4096;
 
 /// Marks in `seen` every node reachable from `from`; returns how many were new.
 fn mark_reachable(g: &Graph, from: u32, seen: &mut [bool], stack: &mut Vec<u32>) -> usize {
@@ -655,7 +655,7 @@ pub(crate) fn connect_unreachable<D: PointDistance + ?Sized>(
 
 /// Prunes the current list of `v` plus `extra` into `s.out`.
 #[allow(clippy::too_many_arguments)]
-fn prune_list<D: PointDistance + ?Sized>(
+pub(crate) fn prune_list<D: PointDistance + ?Sized>(
     space: &D,
     g: &Graph,
     v: u32,
@@ -677,7 +677,7 @@ fn prune_list<D: PointDistance + ?Sized>(
 
 /// Inserts one batch (see the module documentation).
 #[allow(clippy::too_many_arguments)]
-fn insert_batch<D: PointDistance>(
+pub(crate) fn insert_batch<D: PointDistance>(
     space: &D,
     g: &mut Graph,
     start: u32,

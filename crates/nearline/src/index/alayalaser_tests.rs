@@ -167,7 +167,8 @@ fn alayalaser_finds_neighbours_within_budget_with_an_in_degree_cache() {
         N,
     )
     .unwrap();
-    let guard = idx.graph().unwrap().cache().unwrap();
+    let gref_guard = idx.graph().unwrap();
+    let guard = gref_guard.cache().unwrap();
     let crate::cache::AnyCache::Bfs(cache) = &*guard else {
         panic!("an in-degree cache holds whole records");
     };

@@ -230,6 +230,42 @@ impl Ledger {
         }
     }
 
+    /// Takes `bytes` more into the fixed structures for as long as the
+    /// index holds them (an update layer's growth): the cache yields what
+    /// the budget is short, as it does for a search. Refused when even an
+    /// empty cache leaves too little (the caller merges first).
+    pub fn grow_fixed(&self, bytes: u64, h: &dyn Holdings) -> Result<()> {
+        struct NoWorkers;
+        impl Claim for NoWorkers {
+            fn available(&self) -> u64 {
+                0
+            }
+            fn take(&mut self) -> u64 {
+                0
+            }
+        }
+        self.admit(bytes, h, &mut NoWorkers)?;
+        let mut st = self.lock()?;
+        st.view.running = st.view.running.saturating_sub(bytes);
+        st.view.fixed = st.view.fixed.saturating_add(bytes);
+        Ok(())
+    }
+
+    /// Gives back `bytes` of what [`Ledger::grow_fixed`] took: the cache
+    /// takes the room back while the budget has it.
+    pub fn shrink_fixed(&self, bytes: u64, h: &dyn Holdings) {
+        let moved = match self.lock() {
+            Ok(mut st) => {
+                let b = bytes.min(st.view.fixed);
+                st.view.fixed -= b;
+                st.view.running = st.view.running.saturating_add(b);
+                b
+            }
+            Err(_) => return,
+        };
+        self.release(moved, h, &mut || {});
+    }
+
     /// Ends a batch admitted with `need` bytes: `put_back` (called under
     /// the ledger's lock) hands its workers back to the idle pool; idle
     /// workers keep only what the budget leaves them beside a full cache,

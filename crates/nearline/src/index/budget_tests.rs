@@ -57,7 +57,8 @@ fn reserve_and_limit(idx: &Index) -> (u64, u64) {
 /// The nodes a cache holds and, for each, its record as the page file has
 /// it (whole records) or its list.
 fn cached(idx: &Index) -> (HashSet<u32>, usize) {
-    let c = idx.graph().unwrap().cache().unwrap();
+    let gref_c = idx.graph().unwrap();
+    let c = gref_c.cache().unwrap();
     let held: HashSet<u32> = (0..N as u32).filter(|&v| c.get(v).is_some()).collect();
     (held, c.memory_bytes())
 }
@@ -92,9 +93,11 @@ fn a_search_a_little_short_of_its_reserve_borrows_from_the_cache_and_gives_it_ba
     assert_eq!(m["cache"], m["cache_planned"], "{m}");
     assert_eq!(m["within_budget"], true, "{m}");
     assert!(m["peak_total"].as_u64().unwrap() <= BUDGET, "{m}");
-    let d = idx.graph().unwrap().data_f32().unwrap();
+    let gref_d = idx.graph().unwrap();
+    let d = gref_d.data_f32().unwrap();
     let mut reader = RecordReader::open(&d.pages_path, &d.layout).unwrap();
-    let c = idx.graph().unwrap().cache().unwrap();
+    let gref_c = idx.graph().unwrap();
+    let c = gref_c.cache().unwrap();
     for &v in &before.0 {
         let AnyCache::Bfs(nc) = &*c else {
             panic!("the diskann preset holds whole records")
@@ -115,7 +118,7 @@ fn each_cache_gives_up_its_least_valuable_entries_first_and_takes_the_same_back(
         let m = idx.manifest().unwrap();
         let src = CacheSource {
             dir: &dir,
-            manifest: m,
+            manifest: &m,
             pages: &d.pages_path,
             layout: &d.layout,
         };
@@ -164,7 +167,7 @@ fn each_cache_gives_up_its_least_valuable_entries_first_and_takes_the_same_back(
             d.cache.write().unwrap().evict_to(index + (now - index) / 2);
             let (part, _) = cached(&idx);
             assert!(!part.is_empty() && part.len() < full.len(), "{preset}");
-            let order = adjacency_order(&dir, m);
+            let order = adjacency_order(&dir, &m);
             let kept: HashSet<u32> = order[..part.len()].iter().copied().collect();
             assert_eq!(
                 part, kept,
@@ -175,9 +178,9 @@ fn each_cache_gives_up_its_least_valuable_entries_first_and_takes_the_same_back(
         if preset == Preset::Alayalaser {
             d.cache.write().unwrap().evict_to(full_bytes as u64 / 2);
             let (part, _) = cached(&idx);
-            let path = crate::io::files::section_path(&dir, m, crate::format::Section::InDegree);
+            let path = crate::io::files::section_path(&dir, &m, crate::format::Section::InDegree);
             let bytes =
-                crate::io::files::read_section(&dir, m, crate::format::Section::InDegree).unwrap();
+                crate::io::files::read_section(&dir, &m, crate::format::Section::InDegree).unwrap();
             let order = crate::format::in_degree::decode(&path, &bytes, N).unwrap();
             let kept: HashSet<u32> = order[..part.len()].iter().copied().collect();
             assert!(!part.is_empty() && part.len() < full.len(), "{preset}");

@@ -407,7 +407,8 @@ fn two_stage_search_equals_an_exact_rerank_of_its_candidate_list() {
     }
     assert_eq!(idx.info()["cache"]["lists"], N);
     assert_eq!(idx.info()["cache"]["vectors"], 0);
-    let d = idx.graph().unwrap().data_f32().unwrap();
+    let gref_d = idx.graph().unwrap();
+    let d = gref_d.data_f32().unwrap();
     let queries = clustered(20, DIM, 5);
     for ratio in [1.0f32, 0.5] {
         let planned = idx
@@ -501,7 +502,8 @@ fn the_packed_adjacency_cache_holds_exactly_the_graphs_lists() {
         },
     )
     .unwrap();
-    let guard = idx.graph().unwrap().cache().unwrap();
+    let gref_guard = idx.graph().unwrap();
+    let guard = gref_guard.cache().unwrap();
     let crate::cache::AnyCache::Adjacency(cache) = &*guard else {
         panic!("the gorgeous preset opens an adjacency cache");
     };

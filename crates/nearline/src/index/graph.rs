@@ -89,12 +89,21 @@ pub struct MemoryAccount {
     /// What the search workers hold now: idle ones (buffers, query slots,
     /// rings) and the scratch of the searches running.
     pub worker_scratch: u64,
+    /// What the update layer holds now (the delta graph, the delete set,
+    /// the id index; 0 before the first update).
+    pub updates: u64,
 }
 
 impl MemoryAccount {
     /// Everything but the cache and the workers' scratch.
     pub fn fixed(&self) -> u64 {
-        self.pq_codes + self.pq_codebook + self.ids + self.layout_map + self.entry + self.quantizer
+        self.pq_codes
+            + self.pq_codebook
+            + self.ids
+            + self.layout_map
+            + self.entry
+            + self.quantizer
+            + self.updates
     }
 
     /// Everything but the workers' scratch.
@@ -376,6 +385,64 @@ impl GraphIndex {
         }
     }
 
+    /// Counts `bytes` more held by the index's update layer within the
+    /// budget (the cache yields what is short).
+    pub fn hold_updates(&self, bytes: u64) -> Result<()> {
+        with_engine!(
+            &self.engine,
+            e,
+            self.ledger.grow_fixed(bytes, &self.held(e))
+        )
+    }
+
+    /// Gives back `bytes` the update layer held.
+    pub fn release_updates(&self, bytes: u64) {
+        with_engine!(
+            &self.engine,
+            e,
+            self.ledger.shrink_fixed(bytes, &self.held(e))
+        )
+    }
+
+    /// The record placement and the page file's path.
+    pub fn layout_and_pages(&self) -> (AnyLayout, PathBuf) {
+        with_engine!(
+            &self.engine,
+            e,
+            (e.data.layout.clone(), e.data.pages_path.clone())
+        )
+    }
+
+    /// The manifest's next automatic id (0: none recorded).
+    pub fn next_auto_id(&self) -> u64 {
+        self.manifest.next_auto_id
+    }
+
+    /// Vectors in the page file.
+    pub fn manifest_n(&self) -> usize {
+        self.manifest.n
+    }
+
+    /// Empties the cache (before a merged index loads its own, so the two
+    /// are never held together).
+    pub fn release_cache(&self) {
+        with_engine!(&self.engine, e, {
+            if let Ok(mut c) = e.data.cache.write() {
+                c.evict_to(0);
+            }
+        })
+    }
+
+    /// The external ids, when they are not the internal ones.
+    pub fn ids(&self) -> Option<&[u64]> {
+        self.ids.as_deref()
+    }
+
+    /// The directory the index was opened from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The external id of internal id `i`.
     #[inline]
     pub fn external(&self, i: u32) -> i64 {
@@ -412,6 +479,7 @@ impl GraphIndex {
             cache: l.cache,
             cache_nodes: nodes,
             worker_scratch: idle + l.running,
+            updates: l.fixed.saturating_sub(self.account.fixed()),
             ..self.account.clone()
         };
         (held, l)
@@ -567,6 +635,7 @@ pub fn memory_json(
         "ids": held.ids,
         "layout_map": held.layout_map,
         "entry": held.entry,
+        "updates": held.updates,
         "cache": held.cache,
         "cache_planned": ledger.cache_planned,
         "cache_nodes": held.cache_nodes,

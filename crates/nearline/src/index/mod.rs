@@ -4,7 +4,11 @@
 //! partition index or a mutable graph index is another kind beside it.
 
 pub mod budget;
+mod check;
+pub mod fresh;
 pub mod graph;
+pub mod merge;
+pub mod mutable;
 
 use crate::build::{BuildJob, Progress};
 use crate::data::files;
@@ -25,11 +29,13 @@ use crate::planner::{
 };
 use crate::search::{EntryPlan, QueryStats};
 use crate::{with_dtype, Error, Result};
-use graph::GraphIndex;
+use mutable::GraphSlot;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 pub use graph::MemoryAccount;
+pub use mutable::GraphOpen;
 
 /// Plans a build over data described by `facts` (what `build` would do).
 pub fn plan_build(opts: &BuildOptions, facts: &DataFacts) -> Result<PlannedBuild> {
@@ -228,15 +234,8 @@ pub struct SearchOutput {
     pub stats: Vec<QueryStats>,
 }
 
-/// An open graph index: its manifest, open plan and structures.
-pub struct GraphOpen {
-    manifest: Manifest,
-    plan: OpenPlan,
-    g: GraphIndex,
-}
-
 enum Kind {
-    Graph(Box<GraphOpen>),
+    Graph(Box<GraphSlot>),
     Partition(PartitionIndex),
 }
 
@@ -246,23 +245,13 @@ pub struct Index {
     kind: Kind,
 }
 
-/// What a graph index says to an update.
-const STATIC_GRAPH: &str = "this is a static graph index: it takes no inserts or deletes; build \
-     with preset=\"spfresh\" for an index that does";
-
 impl Index {
     /// Opens the index directory `dir` (either kind).
     pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Index> {
         let kind = match kind_of(dir)? {
             IndexKind::Graph => {
                 let m = read_manifest(dir)?;
-                let plan = planner::plan_open(opts, &m)?;
-                let g = GraphIndex::open(dir, &m, &plan, opts.io)?;
-                Kind::Graph(Box::new(GraphOpen {
-                    manifest: m,
-                    plan,
-                    g,
-                }))
+                Kind::Graph(Box::new(GraphSlot::open(dir, m, opts)?))
             }
             IndexKind::Partition => {
                 let graph_only = [
@@ -305,14 +294,20 @@ impl Index {
         })
     }
 
-    fn g(&self) -> Option<&GraphOpen> {
+    /// The graph index now (a merge may replace it: hold the `Arc` only
+    /// for one operation).
+    fn g(&self) -> Option<Arc<GraphOpen>> {
+        self.slot().and_then(|s| s.current().ok())
+    }
+
+    fn slot(&self) -> Option<&GraphSlot> {
         match &self.kind {
-            Kind::Graph(g) => Some(g),
+            Kind::Graph(s) => Some(s),
             Kind::Partition(_) => None,
         }
     }
 
-    fn graph_or_err(&self) -> Result<&GraphOpen> {
+    fn graph_or_err(&self) -> Result<Arc<GraphOpen>> {
         self.g().ok_or_else(|| {
             Error::arg(format!(
                 "{} holds a partition index; this operation needs a graph index",
@@ -329,10 +324,6 @@ impl Index {
         }
     }
 
-    fn partition_or_err(&self) -> Result<&PartitionIndex> {
-        self.partition().ok_or_else(|| Error::arg(STATIC_GRAPH))
-    }
-
     /// The kind of index.
     pub fn kind(&self) -> IndexKind {
         match &self.kind {
@@ -343,28 +334,30 @@ impl Index {
 
     /// The vectors' dimension.
     pub fn dim(&self) -> usize {
-        match &self.kind {
-            Kind::Graph(g) => g.manifest.dim,
-            Kind::Partition(p) => p.dim(),
+        match (&self.kind, self.g()) {
+            (Kind::Partition(p), _) => p.dim(),
+            (_, Some(g)) => g.manifest.dim,
+            _ => 0,
         }
     }
 
     /// The metric.
     pub fn metric(&self) -> Metric {
-        match &self.kind {
-            Kind::Graph(g) => g.manifest.metric,
-            Kind::Partition(p) => p.metric(),
+        match (&self.kind, self.g()) {
+            (Kind::Partition(p), _) => p.metric(),
+            (_, Some(g)) => g.manifest.metric,
+            _ => Metric::L2,
         }
     }
 
     /// A graph index's manifest (`None` for a partition index).
-    pub fn manifest(&self) -> Option<&Manifest> {
-        self.g().map(|g| &g.manifest)
+    pub fn manifest(&self) -> Option<Manifest> {
+        self.g().map(|g| g.manifest.clone())
     }
 
     /// How a graph index was opened.
-    pub fn open_plan(&self) -> Option<&OpenPlan> {
-        self.g().map(|g| &g.plan)
+    pub fn open_plan(&self) -> Option<OpenPlan> {
+        self.g().map(|g| g.plan.clone())
     }
 
     /// What a graph index holds resident now, measured.
@@ -377,71 +370,80 @@ impl Index {
         self.g().map(|g| g.plan.entry)
     }
 
-    /// The graph index (tests drive its workers directly).
-    pub fn graph(&self) -> Option<&GraphIndex> {
-        self.g().map(|g| &g.g)
+    /// The graph index now (tests drive its workers directly; it derefs
+    /// to [`graph::GraphIndex`]).
+    pub fn graph(&self) -> Option<Arc<GraphOpen>> {
+        self.g()
     }
 
     /// Inserts `vectors` (row-major, the index's dimension) with `ids` (or
-    /// new ones); a partition index only. Returns the ids.
+    /// new ones); durable and searchable on return. Returns the ids.
     pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
-        self.partition_or_err()?.insert(vectors, ids)
+        match &self.kind {
+            Kind::Partition(p) => p.insert(vectors, ids),
+            Kind::Graph(s) => s.insert(vectors, ids),
+        }
     }
 
-    /// Checks an insert without doing it; a partition index only.
+    /// Checks an insert without doing it.
     pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
-        self.partition_or_err()?.validate_insert(vectors, ids)
+        match &self.kind {
+            Kind::Partition(p) => p.validate_insert(vectors, ids),
+            Kind::Graph(s) => s.validate_insert(vectors, ids),
+        }
     }
 
-    /// Deletes `ids` (unknown ones are ignored); a partition index only.
-    /// Returns how many were live.
+    /// Deletes `ids` (unknown ones are ignored); returns how many were
+    /// live.
     pub fn delete(&self, ids: &[u64]) -> Result<usize> {
-        self.partition_or_err()?.delete(ids)
+        match &self.kind {
+            Kind::Partition(p) => p.delete(ids),
+            Kind::Graph(s) => s.delete(ids),
+        }
     }
 
-    /// Writes a checkpoint (a partition index only); returns the log
-    /// sequence it holds.
+    /// Writes a checkpoint (a graph index: merges its updates into a new
+    /// disk graph); returns the log sequence it holds.
     pub fn checkpoint(&self) -> Result<u64> {
-        self.partition_or_err()?.checkpoint()
+        match &self.kind {
+            Kind::Partition(p) => p.checkpoint(),
+            Kind::Graph(s) => s.checkpoint(),
+        }
     }
 
     /// Verifies a partition index's internal consistency.
     pub fn check(&self) -> Result<CheckReport> {
-        self.partition_or_err()?.check()
-    }
-
-    /// Runs a partition index's queued background work now.
-    pub fn maintain(&self) -> Result<()> {
-        self.partition_or_err()?.maintain()
-    }
-
-    /// The live ids of a partition index.
-    pub fn live_ids(&self) -> Result<Vec<u64>> {
-        Ok(self.partition_or_err()?.live_ids())
-    }
-
-    /// What the memory budget gives a search's workers: what it reserves
-    /// them with the cache as loaded at open, and the most with the cache
-    /// emptied (no limit when nearline sized the budget itself).
-    fn scratch_room(&self) -> ScratchRoom {
-        let Some(g) = self.g() else {
-            return ScratchRoom::UNBOUNDED;
-        };
-        if g.plan.budget_auto {
-            return ScratchRoom::UNBOUNDED;
+        match &self.kind {
+            Kind::Partition(p) => p.check(),
+            Kind::Graph(_) => Err(Error::arg(
+                "check() returns a partition index's report; use check_json() on any index",
+            )),
         }
-        ScratchRoom::of(g.plan.memory.budget, g.g.fixed_total(), g.g.cache_planned())
     }
 
-    /// What the planner knows of this index for a search.
-    fn search_facts(&self) -> Result<SearchFacts> {
-        let g = self.graph_or_err()?;
-        SearchFacts::of(
-            &g.manifest,
-            g.plan.cache,
-            g.plan.threads,
-            self.scratch_room(),
-        )
+    /// Verifies the index's internal consistency (either kind), as JSON
+    /// with a `problems` list (empty: consistent).
+    pub fn check_json(&self) -> Result<serde_json::Value> {
+        match &self.kind {
+            Kind::Partition(p) => Ok(serde_json::to_value(p.check()?).unwrap_or_default()),
+            Kind::Graph(s) => check::graph(s),
+        }
+    }
+
+    /// Runs queued background work now (a graph index: its merge).
+    pub fn maintain(&self) -> Result<()> {
+        match &self.kind {
+            Kind::Partition(p) => p.maintain(),
+            Kind::Graph(s) => s.maintain(),
+        }
+    }
+
+    /// The live ids.
+    pub fn live_ids(&self) -> Result<Vec<u64>> {
+        match &self.kind {
+            Kind::Partition(p) => Ok(p.live_ids()),
+            Kind::Graph(s) => s.live_ids(),
+        }
     }
 
     /// Plans a batch of `nq` queries (a range search with `range`), with
@@ -452,17 +454,9 @@ impl Index {
         range: Option<(f32, RangeOptions)>,
         nq: usize,
     ) -> Result<PlannedSearch> {
-        planner::plan_search(opts, range, &self.search_facts()?, nq)
-    }
-
-    /// [`Index::plan_search`] without the decisions' texts (the search path).
-    fn plan_quietly(
-        &self,
-        opts: &SearchOptions,
-        range: Option<(f32, RangeOptions)>,
-        nq: usize,
-    ) -> Result<PlannedSearch> {
-        planner::plan_search_quietly(opts, range, &self.search_facts()?, nq)
+        let g = self.graph_or_err()?;
+        let facts = SearchFacts::of(&g.manifest, g.plan.cache, g.plan.threads, scratch_room(&g))?;
+        planner::plan_search(opts, range, &facts, nq)
     }
 
     /// Searches `nq` row-major float queries.
@@ -475,8 +469,7 @@ impl Index {
                 "nprobe and probe_cut apply to partition indexes (preset \"spfresh\")",
             ));
         }
-        let planned = self.plan_quietly(opts, None, nq)?;
-        self.run(queries, nq, &planned)
+        self.run(queries, nq, opts, None)
     }
 
     fn search_partition(
@@ -534,9 +527,18 @@ impl Index {
         })
     }
 
-    /// Runs a planned batch.
-    fn run(&self, queries: &[f32], nq: usize, planned: &PlannedSearch) -> Result<SearchOutput> {
-        let go = self.graph_or_err()?;
+    /// Plans and runs a batch on the disk graph, merged with the updates
+    /// since its last merge (deleted ids dropped, the delta searched).
+    fn run(
+        &self,
+        queries: &[f32],
+        nq: usize,
+        opts: &SearchOptions,
+        range: Option<(f32, RangeOptions)>,
+    ) -> Result<SearchOutput> {
+        let slot = self.slot().ok_or_else(|| Error::arg("not a graph index"))?;
+        let st = slot.read()?;
+        let go = &st.open;
         if queries.len() != nq * go.manifest.dim {
             return Err(Error::arg(format!(
                 "queries hold {} values, expected {nq} × {} (the index's dimension)",
@@ -544,23 +546,82 @@ impl Index {
                 go.manifest.dim
             )));
         }
-        let g = &go.g;
-        let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
         let metric = go.manifest.metric;
-        let ids = r
-            .ids
-            .iter()
-            .map(|&i| if i == u32::MAX { -1 } else { g.external(i) })
-            .collect();
-        let distances = r
-            .distances
-            .iter()
-            .map(|&d| user_distance(metric, d))
-            .collect();
+        let facts = |g: &GraphOpen| {
+            SearchFacts::of(&g.manifest, g.plan.cache, g.plan.threads, scratch_room(g))
+        };
+        let planned = planner::plan_search_quietly(opts, range, &facts(go)?, nq)?;
+        let g = &go.g;
+        let updated = !st.delta.is_empty();
+        if !updated {
+            let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
+            let ids = r
+                .ids
+                .iter()
+                .map(|&i| if i == u32::MAX { -1 } else { g.external(i) })
+                .collect();
+            let distances = r
+                .distances
+                .iter()
+                .map(|&d| user_distance(metric, d))
+                .collect();
+            return Ok(SearchOutput {
+                ids,
+                distances,
+                lims: r.lims,
+                stats: r.stats,
+            });
+        }
+        if let Some((radius, _)) = range {
+            // Range: the disk's results less the deleted, and the delta's
+            // within the radius.
+            let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
+            let dim = go.manifest.dim;
+            let (mut ids, mut distances, mut lims) = (Vec::new(), Vec::new(), vec![0u64]);
+            for q in 0..nq {
+                let (a, b) = (r.lims[q] as usize, r.lims[q + 1] as usize);
+                let disk: fresh::Found = (a..b)
+                    .filter(|&j| !st.delta.is_deleted(r.ids[j]))
+                    .map(|j| (r.distances[j], g.external(r.ids[j]) as u64))
+                    .collect();
+                let delta = st.delta.range(&queries[q * dim..(q + 1) * dim], radius);
+                for (d, e) in fresh::merge_found(disk, delta, usize::MAX) {
+                    ids.push(e as i64);
+                    distances.push(user_distance(metric, d));
+                }
+                lims.push(ids.len() as u64);
+            }
+            return Ok(SearchOutput {
+                ids,
+                distances,
+                lims,
+                stats: r.stats,
+            });
+        }
+        // k-NN: the disk list widened by the deleted share, so deleted
+        // nodes do not crowd out live ones.
+        let k = planned.plan.k;
+        let l = planned.plan.l;
+        let deleted = st.delta.deleted_on_disk();
+        let k_disk = (k + deleted).min(l.max(k));
+        let planned = if k_disk > k {
+            let wide = SearchOptions {
+                k: k_disk,
+                l: Some(l.max(k_disk)),
+                ..*opts
+            };
+            planner::plan_search_quietly(&wide, None, &facts(go)?, nq)?
+        } else {
+            planned
+        };
+        let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
+        let delta = GraphSlot::delta_search(&st, queries, nq, k, l);
+        let (ids, dist) = GraphSlot::merge_batch(&st, &r.ids, &r.distances, k_disk, delta, k);
+        let distances = dist.iter().map(|&d| user_distance(metric, d)).collect();
         Ok(SearchOutput {
             ids,
             distances,
-            lims: r.lims,
+            lims: Vec::new(),
             stats: r.stats,
         })
     }
@@ -617,17 +678,33 @@ impl Index {
             Metric::InnerProduct => -radius,
             Metric::Cosine => 1.0 - radius,
         };
-        let planned = self.plan_quietly(opts, Some((internal, *range)), nq)?;
-        self.run(queries, nq, &planned)
+        self.run(queries, nq, opts, Some((internal, *range)))
     }
 
     /// A JSON description: sizes, the plan and the memory split, the build
     /// spec.
     pub fn info(&self) -> serde_json::Value {
-        let go = match &self.kind {
-            Kind::Graph(g) => g,
+        let slot = match &self.kind {
+            Kind::Graph(s) => s,
             Kind::Partition(p) => return p.info(),
         };
+        let (go, updates) = match slot.read() {
+            Ok(st) => (
+                Arc::clone(&st.open),
+                serde_json::json!({
+                    "strategy": "out_of_place",
+                    "live": st.open.manifest.n - st.delta.deleted_on_disk() + st.delta.inserted(),
+                    "inserted_since_merge": st.delta.inserted(),
+                    "deleted_since_merge": st.delta.deleted_on_disk(),
+                    "delta_bytes": st.delta.memory_bytes(),
+                    "delta_share": planner::update_share(&st.open.plan),
+                    "wal_applied": st.delta.applied,
+                    "since_open": slot.counters(),
+                }),
+            ),
+            Err(e) => return serde_json::json!({"error": e.to_string()}),
+        };
+        let go = &*go;
         let m = &go.manifest;
         let g = &go.g;
         let mut files = serde_json::Map::new();
@@ -693,8 +770,19 @@ impl Index {
             "build_stats": m.build_stats,
             "warnings": planner::build_warnings(m),
             "wal_sequence": m.wal_sequence,
+            "updates": updates,
         })
     }
+}
+
+/// What the memory budget gives a search's workers on graph index `g`:
+/// what it reserves them with the cache as loaded at open, and the most
+/// with the cache emptied (no limit when nearline sized the budget itself).
+fn scratch_room(g: &GraphOpen) -> ScratchRoom {
+    if g.plan.budget_auto {
+        return ScratchRoom::UNBOUNDED;
+    }
+    ScratchRoom::of(g.plan.memory.budget, g.g.fixed_total(), g.g.cache_planned())
 }
 
 /// An internal distance as users see it (infinite pads keep their side).
@@ -739,6 +827,8 @@ fn layout_info(m: &Manifest) -> serde_json::Value {
 mod alayalaser_tests;
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod fresh_tests;
 #[cfg(test)]
 mod gorgeous_tests;
 #[cfg(test)]

@@ -61,7 +61,8 @@ fn small_index(dir: &Path) -> (Index, Vec<f32>) {
 }
 
 fn pages(idx: &Index) -> Arc<Vec<u8>> {
-    let d = idx.graph().unwrap().data_f32().unwrap();
+    let gref_d = idx.graph().unwrap();
+    let d = gref_d.data_f32().unwrap();
     Arc::new(std::fs::read(&d.pages_path).unwrap())
 }
 
@@ -69,7 +70,8 @@ fn pages(idx: &Index) -> Arc<Vec<u8>> {
 fn out_of_order_delayed_completions_give_the_same_results() {
     let tmp = tempfile::tempdir().unwrap();
     let (idx, _) = small_index(&tmp.path().join("i"));
-    let d = idx.graph().unwrap().data_f32().unwrap();
+    let gref_d = idx.graph().unwrap();
+    let d = gref_d.data_f32().unwrap();
     let pages = pages(&idx);
     let queries = clustered(30, 16, 9);
     let p = SearchPlan::beam(10, 60, 8);
@@ -99,7 +101,8 @@ fn out_of_order_delayed_completions_give_the_same_results() {
 fn failed_reads_are_errors_and_leave_nothing_in_flight() {
     let tmp = tempfile::tempdir().unwrap();
     let (idx, _) = small_index(&tmp.path().join("i"));
-    let d = idx.graph().unwrap().data_f32().unwrap();
+    let gref_d = idx.graph().unwrap();
+    let d = gref_d.data_f32().unwrap();
     let pages = pages(&idx);
     let fake = IoEngine::fake(
         pages.clone(),

@@ -5,11 +5,11 @@
 //! to `replicas − 1` more, those within SPANN's closure of the nearest and
 //! those the RNG rule lets through; postings written contiguously.
 
-use super::heads::Heads;
 use super::posting::{blocks_for, push_entry};
 use super::state::{Histogram, PartitionBuildStats, PartitionParams};
 use super::store::{PostingRef, Store};
 use crate::distance::Metric;
+use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::graph::vamana::SearchScratch;
 use crate::kernels::l2_f32;
 use crate::quant::kmeans::{kmeans, nearest_centroids, KMeansParams};

@@ -3,11 +3,11 @@
 //! the writer's open (`recovery.rs`) and a read-only reader (`reader.rs`)
 //! load through here.
 
-use super::heads::Heads;
 use super::posting;
 use super::state::{PartitionManifest, State};
 use super::DELETED;
 use crate::elem::DType;
+use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::path::Path;

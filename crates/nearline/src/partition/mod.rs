@@ -3,7 +3,7 @@
 //!
 //! * [`build`] clusters the vectors, replicates boundary vectors by the RNG
 //!   rule and writes the postings; [`store`] owns the postings file and its
-//!   free blocks; [`posting`] is the block format; [`heads`] the head graph;
+//!   free blocks; [`posting`] is the block format; [`crate::graph::dynamic`] the head graph;
 //!   [`state`] the manifest and the checkpoint state.
 //! * A search (`search.rs`) finds the nearest heads in memory, reads all
 //!   their postings through the I/O engine at once, and scores the live
@@ -21,7 +21,6 @@
 
 pub mod build;
 mod check;
-pub mod heads;
 pub mod lire;
 mod loaded;
 pub mod posting;
@@ -43,13 +42,13 @@ mod update;
 use crate::distance::{normalize, Metric};
 use crate::elem::DType;
 use crate::format::{IndexKind, Preset, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE};
+use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::io::files::write_durable;
 use crate::io::staging::Staging;
 use crate::io::{EngineKind, IoEngine};
 use crate::search::QueryStats;
 use crate::update::wal::{Durability, Wal};
 use crate::{Error, Result};
-use heads::Heads;
 use lire::Jobs;
 use posting::BLOCK;
 use recovery::{snapshot_state, state_name, write_manifest};

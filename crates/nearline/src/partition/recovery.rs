@@ -1,7 +1,6 @@
 //! Checkpoints and recovery of a partition index: the state files, opening
 //! (the last checkpoint, then the log after it) and writing a checkpoint.
 
-use super::heads::Heads;
 use super::lire::Jobs;
 use super::loaded::{load_state, logged_rows, Loaded};
 use super::reader::Reader;
@@ -12,6 +11,7 @@ use super::{
     PartitionOpen, DELETED, STRIPES, WAL_FILE,
 };
 use crate::format::MANIFEST_FILE;
+use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::io::files::{sync_dir, write_durable};
 use crate::io::open_direct;
 use crate::update::wal::{Op, Wal};

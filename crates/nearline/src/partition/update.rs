@@ -2,7 +2,6 @@
 //! then the application (slots, versions, appends to postings).
 
 use super::build;
-use super::heads::Heads;
 use super::posting::{self, entry_bytes, PAYLOAD};
 use super::store::PostingRef;
 use super::{
@@ -11,6 +10,7 @@ use super::{
 };
 use crate::distance::{normalize, Metric};
 use crate::elem::DType;
+use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::graph::vamana::SearchScratch;
 use crate::update::wal::Op;
 use crate::{Error, Result};

@@ -822,6 +822,24 @@ pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
     )
 }
 
+/// Smallest share of a budget nearline sized that the update layer of a
+/// graph index gets.
+pub const MIN_UPDATE_SHARE: u64 = 1 << 20;
+
+/// The most bytes a graph index's update layer (FreshDiskANN's delta and
+/// delete set) may hold before a merge: half of what a given budget leaves
+/// beyond its minimum (the structures and one query per worker), so a
+/// delta at its limit still leaves the cache half its share; with a budget
+/// nearline sized, a quarter of it, at least [`MIN_UPDATE_SHARE`].
+pub fn update_share(plan: &OpenPlan) -> u64 {
+    let m = &plan.memory;
+    if plan.budget_auto {
+        (m.budget / 4).max(MIN_UPDATE_SHARE)
+    } else {
+        m.budget.saturating_sub(m.minimum) / 2
+    }
+}
+
 /// Dimensions of the neighbour codes the index's records carry (0: none).
 pub fn code_dims(m: &Manifest) -> usize {
     m.layout.codes.map_or(0, |c| c.principal_dims)

@@ -6,7 +6,7 @@ use super::options::BuildOptions;
 use super::Decision;
 use crate::distance::Metric;
 use crate::elem::DType;
-use crate::partition::heads::HEAD_R;
+use crate::graph::dynamic::HEAD_R;
 use crate::partition::id_map_bytes;
 use crate::partition::posting::{entry_bytes, PAYLOAD};
 use crate::partition::state::PartitionParams;

@@ -109,8 +109,19 @@ pub(crate) fn fixture() -> &'static Fixture {
     })
 }
 
-pub(crate) fn data(idx: &Index) -> &IndexData<f32> {
-    idx.graph().unwrap().data_f32().unwrap()
+/// The search data of a float32 graph index, held for as long as a test
+/// uses it.
+pub(crate) struct DataRef(std::sync::Arc<crate::index::GraphOpen>);
+
+impl std::ops::Deref for DataRef {
+    type Target = IndexData<f32>;
+    fn deref(&self) -> &IndexData<f32> {
+        self.0.data_f32().expect("a float32 graph index")
+    }
+}
+
+pub(crate) fn data(idx: &Index) -> DataRef {
+    DataRef(idx.graph().unwrap())
 }
 
 /// What the tests ask for, in the shape of the user's options; turned
@@ -205,7 +216,7 @@ pub(crate) fn one(
     p: &P,
     st: &mut QueryStats,
 ) -> crate::Result<()> {
-    search_one(data(idx), s, q, &p.plan(idx, 1), st)
+    search_one(&data(idx), s, q, &p.plan(idx, 1), st)
 }
 
 /// Exact k nearest external ids and distances, with the engine's kernel.
@@ -406,7 +417,8 @@ pub(crate) fn counts(s: &QueryStats) -> [u64; 7] {
 fn beam_gives_exactly_the_synchronous_beam() {
     let f = fixture();
     for idx in [&f.plain, &f.cached] {
-        let d = data(idx);
+        let d_ref = data(idx);
+        let d = &*d_ref;
         let mut s = Scratch::new(d).unwrap();
         for (l, w) in [(20, 1), (40, 4), (60, 8), (N, 8)] {
             // Early dispatch with f = 1 waits for the whole hop: the same search.
@@ -439,7 +451,8 @@ fn beam_gives_exactly_the_synchronous_beam() {
 #[test]
 fn adaptive_beam_is_the_synchronous_beam_with_doubling_width() {
     let f = fixture();
-    let d = data(&f.plain);
+    let d_ref = data(&f.plain);
+    let d = &*d_ref;
     let mut s = Scratch::new(d).unwrap();
     let mut differs = 0;
     for (l, w) in [(40, 8), (60, 16)] {
@@ -477,7 +490,8 @@ pub(crate) fn over_fake(
     seed: u64,
     delay: u32,
 ) -> (Finished, usize) {
-    let d = data(idx);
+    let d_ref = data(idx);
+    let d = &*d_ref;
     let nq = queries.len() / DIM;
     let fake = IoEngine::fake(
         pages.clone(),
@@ -620,7 +634,8 @@ fn pipelined_searches_are_repeatable_under_any_completion_order() {
     ];
     for (name, idx, pages, p) in cases {
         // The reference: in submission order, one query at a time.
-        let d = data(idx);
+        let d_ref = data(idx);
+        let d = &*d_ref;
         let mut reference = Scratch::new(d).unwrap();
         let (r0, want) = run_all(
             d,
@@ -664,7 +679,8 @@ fn auto_picks_the_pipeline_for_one_record_per_block() {
     build_index(&dir.path().join("big"), &base, n, dim, None);
     // The pread engine completes reads in submission order.
     let idx = open(&dir.path().join("big"), 0, EngineKind::Pread);
-    let d = data(&idx);
+    let d_ref = data(&idx);
+    let d = &*d_ref;
     assert_eq!(d.geo.records_per_block, 1);
     let queries = random_rows(5, dim, 4);
     let mut s = Scratch::new(d).unwrap();
@@ -688,7 +704,8 @@ fn auto_picks_the_pipeline_for_one_record_per_block() {
     assert_ne!(seen[0], seen[2], "the beam reads in another order");
     // The 16-d index holds 30 records per block: auto runs the beam.
     let f = fixture();
-    let d = data(&f.plain);
+    let d_ref = data(&f.plain);
+    let d = &*d_ref;
     assert!(d.geo.records_per_block >= 2);
     let mut s = Scratch::new(d).unwrap();
     let mut a = QueryStats::default();
@@ -717,7 +734,8 @@ fn auto_picks_the_pipeline_for_one_record_per_block() {
 #[test]
 fn pipeline_abandons_reads_and_reaps_them() {
     let f = fixture();
-    let d = data(&f.plain);
+    let d_ref = data(&f.plain);
+    let d = &*d_ref;
     let mut stale = 0;
     for seed in 0..6 {
         let fake = IoEngine::fake(
@@ -837,7 +855,8 @@ fn bad_parameters_are_refused_by_the_index() {
         assert!(e.contains(msg), "{e}");
     }
     // A plan made by hand is checked by the executor too.
-    let d = data(&f.plain);
+    let d_ref = data(&f.plain);
+    let d = &*d_ref;
     let mut s = Scratch::new(d).unwrap();
     let mut st = QueryStats::default();
     for (plan, msg) in [
@@ -928,7 +947,8 @@ proptest! {
     ) {
         let f = fixture();
         let idx = if cached { &f.cached } else { &f.plain };
-        let d = data(idx);
+        let d_ref = data(idx);
+        let d = &*d_ref;
         let nq = 8;
         let queries = &f.queries[..nq * DIM];
         let p = P { repeatable, ..kind_params(kind, q) };
@@ -980,7 +1000,8 @@ proptest! {
 #[test]
 fn several_queries_fill_the_queue() {
     let f = fixture();
-    let d = data(&f.plain);
+    let d_ref = data(&f.plain);
+    let d = &*d_ref;
     let fake = IoEngine::fake(
         f.pages.clone(),
         FakeOptions {

@@ -987,6 +987,18 @@ pub fn dtype_from_tag(tag: u8) -> Option<DType> {
 
 /// The operations the index updaters log.
 ///
+/// The rows of an insert's payload widened to f32, in the element type
+/// the record logged (its dtype tag); `vectors` holds whole elements (the
+/// decoder checked its length).
+pub fn decode_vectors(dtype: DType, vectors: &[u8]) -> Vec<f32> {
+    crate::with_dtype!(dtype, T, {
+        vectors
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(|c| crate::elem::Element::to_f32(bytemuck::pod_read_unaligned::<T>(c)))
+            .collect()
+    })
+}
+
 /// Payload of [`kind::INSERT`]:
 ///
 /// | bytes | field |

@@ -91,7 +91,8 @@ fn shuffled_layout_improves_locality_and_vertex_utilisation() {
     let id_or = f.plain.manifest().unwrap().layout.overlap_ratio.unwrap();
     assert!((id_or - info.id_overlap_ratio).abs() < 1e-9);
     // The placement is a permutation within capacity.
-    let d = data(&sf.plain);
+    let d_ref = data(&sf.plain);
+    let d = &*d_ref;
     let rpb = d.geo.records_per_block;
     let mut seen = vec![0u32; N];
     for b in 0..d.geo.n_blocks {
@@ -271,7 +272,8 @@ fn range_entry_cutoff_skips_only_far_queries() {
     // A list as large as the set: every query that is not cut gets its
     // exact answer whatever order its reads complete in.
     let p = P::new(10, N, 4);
-    let d = data(&idx);
+    let d_ref = data(&idx);
+    let d = &*d_ref;
     let nearest_entry: Vec<f32> = queries
         .chunks_exact(DIM)
         .map(|q| {
@@ -347,7 +349,8 @@ proptest! {
         let f = fixture();
         let sf = shuffled_fixture();
         let idx = &sf.plain;
-        let d = data(idx);
+        let d_ref = data(idx);
+        let d = &*d_ref;
         let nq = 6;
         let queries = &f.queries[..nq * DIM];
         let kind = if pipeline { ExecutorChoice::Pipeline } else { ExecutorChoice::Beam };

@@ -1,12 +1,14 @@
-//! The in-memory graph over the postings' heads (their centroids): a
-//! Vamana-style graph that grows and shrinks with splits and merges.
+//! A dynamic in-memory Vamana graph: points come and go one at a time.
+//! It is the partition index's head graph (a head's slot is its posting's
+//! id; it grows and shrinks with splits and merges) and the delta graph of
+//! a graph index updated out of place (FreshDiskANN's in-memory index).
 //!
-//! A head's slot is its posting's id. Inserting a head searches the graph
-//! for its neighbourhood, prunes it with the α rule and adds back edges
-//! (pruning a neighbour's list when it overflows). Removing a head leaves a
-//! tombstone that searches still route through but never return;
-//! [`Heads::consolidate`] later rewires the lists that point at tombstones
-//! (FreshDiskANN's delete phase) and frees their slots for new heads.
+//! Inserting a point searches the graph for its neighbourhood, prunes it
+//! with the α rule and adds back edges (pruning a neighbour's list when it
+//! overflows). Removing a point leaves a tombstone that searches still
+//! route through but never return; [`DynamicGraph::consolidate`] later
+//! rewires the lists that point at tombstones (FreshDiskANN's delete phase)
+//! and frees their slots for new points.
 
 use crate::distance::Metric;
 use crate::graph::space::PointDistance;
@@ -23,8 +25,8 @@ pub const ENTRY_SEEDS: usize = 256;
 /// α of the head graph's pruning.
 const ALPHA: f32 = 1.2;
 
-/// The heads and their graph.
-pub struct Heads {
+/// The points and their graph.
+pub struct DynamicGraph {
     dim: usize,
     metric: Metric,
     vecs: Vec<f32>,
@@ -32,7 +34,7 @@ pub struct Heads {
     graph: Graph,
     /// Slots handed out (alive or tombstones).
     len: usize,
-    /// Slots freed by [`Heads::consolidate`], reused first.
+    /// Slots freed by [`DynamicGraph::consolidate`], reused first.
     free: Vec<u32>,
     start: u32,
     live: usize,
@@ -57,11 +59,11 @@ impl PointDistance for Space<'_> {
     }
 }
 
-impl Heads {
+impl DynamicGraph {
     /// An empty graph for `dim`-dimensional heads, room for `capacity`.
-    pub fn new(dim: usize, metric: Metric, capacity: usize) -> Heads {
+    pub fn new(dim: usize, metric: Metric, capacity: usize) -> DynamicGraph {
         let cap = capacity.max(16);
-        Heads {
+        DynamicGraph {
             dim,
             metric,
             vecs: vec![0.0; cap * dim],
@@ -84,9 +86,9 @@ impl Heads {
         lists: &[Vec<u32>],
         start: u32,
         free: Vec<u32>,
-    ) -> Heads {
+    ) -> DynamicGraph {
         let len = alive.len();
-        let mut h = Heads::new(dim, metric, len);
+        let mut h = DynamicGraph::new(dim, metric, len);
         h.vecs[..len * dim].copy_from_slice(&vecs[..len * dim]);
         h.alive[..len].copy_from_slice(&alive);
         for (v, l) in lists.iter().enumerate() {
@@ -179,7 +181,7 @@ impl Heads {
 
     /// Where a search for `q` starts: the nearest of the start head and a
     /// spread of alive heads (every `len / ENTRY_SEEDS`-th slot, at most
-    /// [`ENTRY_SEEDS`] distances). Heads that splits add where the build
+    /// [`ENTRY_SEEDS`] distances). DynamicGraph that splits add where the build
     /// had no data form regions a greedy search from one start may not
     /// enter with a short list; a seed near the query puts it inside.
     pub fn seed_for(&self, q: &[f32]) -> u32 {
@@ -219,7 +221,7 @@ impl Heads {
     }
 
     /// A slot for a head that is not searchable yet (no vector, no edges):
-    /// its posting can be written under its id before [`Heads::link`] makes
+    /// its posting can be written under its id before [`DynamicGraph::link`] makes
     /// it reachable.
     pub fn reserve(&mut self) -> u32 {
         let slot = match self.free.pop() {
@@ -248,8 +250,8 @@ impl Heads {
         self.link_from(slot, v, scratch, s)
     }
 
-    /// [`Heads::link`] with the candidate search started at `seed`. Seeding
-    /// it where a query for `v` would start ([`Heads::seed_for`]) makes the
+    /// [`DynamicGraph::link`] with the candidate search started at `seed`. Seeding
+    /// it where a query for `v` would start ([`DynamicGraph::seed_for`]) makes the
     /// expanded path, whose far nodes the α rule keeps as long edges, the
     /// path queries take: seeded at the head a split replaces, new heads got
     /// only local edges and queries from the seeds reached them less often.
@@ -379,7 +381,7 @@ impl Heads {
     /// Rewires every list that points at a tombstone (its alive neighbours
     /// and the tombstones' alive neighbours, pruned) and empties the
     /// tombstones' lists. Returns their slots, which become reusable only
-    /// through [`Heads::reuse`]: the caller first waits out whoever may still
+    /// through [`DynamicGraph::reuse`]: the caller first waits out whoever may still
     /// hold a route to them.
     pub fn consolidate(&mut self) -> Vec<u32> {
         let mut freed: Vec<bool> = self.alive[..self.len].iter().map(|&a| !a).collect();
@@ -435,7 +437,7 @@ impl Heads {
         slots
     }
 
-    /// Makes slots returned by [`Heads::consolidate`] reusable.
+    /// Makes slots returned by [`DynamicGraph::consolidate`] reusable.
     pub fn reuse(&mut self, slots: &[u32]) {
         self.free.reserve_exact(slots.len());
         self.free.extend(
@@ -457,7 +459,7 @@ mod tests {
         (0..n * dim).map(|_| r.random_range(-1.0f32..1.0)).collect()
     }
 
-    fn exact(h: &Heads, q: &[f32], k: usize) -> Vec<u32> {
+    fn exact(h: &DynamicGraph, q: &[f32], k: usize) -> Vec<u32> {
         let mut all: Vec<(f32, u32)> = (0..h.slots() as u32)
             .filter(|&s| h.is_alive(s))
             .map(|s| (h.distance(q, s), s))
@@ -466,7 +468,7 @@ mod tests {
         all.into_iter().take(k).map(|x| x.1).collect()
     }
 
-    fn recall(h: &Heads, qs: &[f32], dim: usize) -> f64 {
+    fn recall(h: &DynamicGraph, qs: &[f32], dim: usize) -> f64 {
         let mut sc = SearchScratch::new();
         let mut hit = 0;
         let nq = qs.len() / dim;
@@ -482,7 +484,7 @@ mod tests {
         let dim = 16;
         let n = 2000;
         let p = points(n, dim, 1);
-        let mut h = Heads::new(dim, Metric::L2, 10);
+        let mut h = DynamicGraph::new(dim, Metric::L2, 10);
         let mut sc = SearchScratch::new();
         for v in p.chunks_exact(dim) {
             h.insert(v, &mut sc);
@@ -517,7 +519,7 @@ mod tests {
 
     #[test]
     fn the_last_head_stays() {
-        let mut h = Heads::new(4, Metric::L2, 1);
+        let mut h = DynamicGraph::new(4, Metric::L2, 1);
         let mut sc = SearchScratch::new();
         let a = h.insert(&[0.0; 4], &mut sc);
         assert!(!h.remove(a));

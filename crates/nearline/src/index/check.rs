@@ -1,0 +1,137 @@
+//! `check()` of a graph index: every block of the page file read back and
+//! verified (checksum, header, records), every edge in range, every node
+//! reachable from the start, external ids distinct, and the update
+//! layer's maps consistent with the disk graph.
+
+use super::mutable::GraphSlot;
+use crate::format::page::verify_block;
+use crate::graph::Graph;
+use crate::io::BlockReader;
+use crate::Result;
+
+/// Problems listed at most (the count is always exact).
+const MAX_LISTED: usize = 50;
+
+/// The report of [`GraphSlot`]'s check, as JSON.
+pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
+    let st = slot.read()?;
+    let go = &st.open;
+    let m = &go.manifest;
+    let (layout, pages) = go.g.layout_and_pages();
+    let geo = *layout.geometry();
+    let n = m.n;
+    let mut problems: Vec<String> = Vec::new();
+    let mut count = 0usize;
+    let mut note = |p: String, problems: &mut Vec<String>| {
+        count += 1;
+        if problems.len() < MAX_LISTED {
+            problems.push(p);
+        }
+    };
+    let mut graph = Graph::new(n, geo.max_degree.max(1));
+    let mut reader = BlockReader::open(&pages, geo.block_size)?;
+    let mut nodes = Vec::new();
+    let mut seen = vec![false; n];
+    let mut edges = 0u64;
+    for b in 0..geo.n_blocks {
+        let block = reader.read(geo.block_offset(b))?;
+        if let Err(e) = verify_block(block, b, &geo) {
+            note(format!("block {b}: {e}"), &mut problems);
+            continue;
+        }
+        nodes.clear();
+        layout.block_nodes(b, &mut nodes);
+        for (slot_no, &v) in nodes.iter().enumerate() {
+            if v as usize >= n {
+                continue;
+            }
+            match geo.decode(block, slot_no) {
+                Ok(rec) => {
+                    if seen[v as usize] {
+                        note(format!("node {v} is stored twice"), &mut problems);
+                    }
+                    seen[v as usize] = true;
+                    let bad: Vec<u32> = rec
+                        .neighbours
+                        .iter()
+                        .copied()
+                        .filter(|&u| u as usize >= n)
+                        .collect();
+                    if !bad.is_empty() {
+                        note(
+                            format!("node {v} has edges to {bad:?}, past the {n} nodes"),
+                            &mut problems,
+                        );
+                    }
+                    let ok: Vec<u32> = rec
+                        .neighbours
+                        .iter()
+                        .copied()
+                        .filter(|&u| (u as usize) < n)
+                        .collect();
+                    edges += ok.len() as u64;
+                    graph.set_neighbors(v, &ok);
+                }
+                Err(e) => note(format!("node {v} in block {b}: {e}"), &mut problems),
+            }
+        }
+    }
+    let missing = seen.iter().filter(|&&s| !s).count();
+    if missing > 0 {
+        note(
+            format!("{missing} of the {n} nodes have no record"),
+            &mut problems,
+        );
+    }
+    // Reachability from the start node.
+    let mut reached = vec![false; n];
+    let mut stack = Vec::new();
+    if (m.medoid as usize) < n {
+        reached[m.medoid as usize] = true;
+        stack.push(m.medoid);
+    }
+    while let Some(v) = stack.pop() {
+        for &u in graph.neighbors(v) {
+            if !reached[u as usize] {
+                reached[u as usize] = true;
+                stack.push(u);
+            }
+        }
+    }
+    let unreachable = reached.iter().filter(|&&r| !r).count();
+    if unreachable > 0 {
+        note(
+            format!(
+                "{unreachable} nodes are not reachable from the start node {}",
+                m.medoid
+            ),
+            &mut problems,
+        );
+    }
+    if let Some(ids) = go.g.ids() {
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        let dups = sorted.windows(2).filter(|w| w[0] == w[1]).count();
+        if dups > 0 {
+            note(
+                format!("{dups} external ids appear more than once"),
+                &mut problems,
+            );
+        }
+    }
+    for p in st.delta.problems(&go.g) {
+        note(p, &mut problems);
+    }
+    Ok(serde_json::json!({
+        "kind": "graph",
+        "nodes": n,
+        "blocks": geo.n_blocks,
+        "edges": edges,
+        "unreachable": unreachable,
+        "live_ids": n - st.delta.deleted_on_disk() + st.delta.inserted(),
+        "deleted_since_merge": st.delta.deleted_on_disk(),
+        "inserted_since_merge": st.delta.inserted(),
+        "problem_count": count,
+        "problems": problems,
+    }))
+}

@@ -1,0 +1,363 @@
+//! Out-of-place updates of a graph index, end to end: every graph preset
+//! (id, shuffled, replicated and coded layouts) takes inserts and deletes,
+//! finds inserted vectors, never returns deleted ids, merges into a new
+//! disk graph with the recall of a fresh build, replays its log after a
+//! reopen, follows a writer from a read-only open, stays within its
+//! memory budget, and refuses bad updates without changing anything.
+
+use super::test_data::{clustered, l2};
+use super::Index;
+use crate::data::matrix::Matrix;
+use crate::distance::Metric;
+use crate::format::Preset;
+use crate::planner::{BuildOptions, OpenOptions, PresetChoice, SearchOptions};
+use crate::util::Budget;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+const DIM: usize = 16;
+const N: usize = 3000;
+
+fn build(dir: &Path, preset: Preset, data: &[f32], n: usize) {
+    let o = BuildOptions {
+        metric: Metric::L2,
+        preset: PresetChoice::Named(preset),
+        r: Some(24),
+        build_l: Some(48),
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(4 << 20)),
+        ..Default::default()
+    };
+    super::build(
+        Matrix::from_vec(data[..n * DIM].to_vec(), n, DIM).unwrap(),
+        dir,
+        &o,
+        &|_, _, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+}
+
+fn open(dir: &Path, read_only: bool) -> Index {
+    Index::open(
+        dir,
+        &OpenOptions {
+            threads: Some(2),
+            read_only,
+            memory_budget: Some(Budget::Bytes(4 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Recall@10 of `idx` at L 64 against the live set `live`, and whether
+/// every live vector queried finds its own id; panics on a result that is
+/// not live.
+fn measure(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, queries: &[f32]) -> f64 {
+    let k = 10;
+    let nq = queries.len() / DIM;
+    let out = idx
+        .search(
+            queries,
+            nq,
+            &SearchOptions {
+                l: Some(64),
+                ..SearchOptions::new(k)
+            },
+        )
+        .unwrap();
+    let mut hit = 0;
+    for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+        let mut d: Vec<(f32, u64)> = live.iter().map(|(&i, v)| (l2(q, v), i)).collect();
+        d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let truth: Vec<i64> = d[..k].iter().map(|x| x.1 as i64).collect();
+        for &id in &out.ids[qi * k..(qi + 1) * k] {
+            if id >= 0 {
+                assert!(
+                    live.contains_key(&(id as u64)),
+                    "returned id {id} is not live"
+                );
+            }
+        }
+        hit += out.ids[qi * k..(qi + 1) * k]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    hit as f64 / (nq * k) as f64
+}
+
+fn finds_itself(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, ids: &[u64]) {
+    let qs: Vec<f32> = ids.iter().flat_map(|i| live[i].clone()).collect();
+    let out = idx.search(&qs, ids.len(), &SearchOptions::new(5)).unwrap();
+    for (j, &i) in ids.iter().enumerate() {
+        assert!(
+            out.ids[j * 5..(j + 1) * 5].contains(&(i as i64)),
+            "id {i} is not found by its own vector"
+        );
+    }
+}
+
+fn check_ok(idx: &Index) {
+    let rep = idx.check_json().unwrap();
+    assert_eq!(rep["problems"], serde_json::json!([]), "check: {rep}");
+}
+
+/// Builds on 80% of the data, inserts the rest and deletes 10% of the
+/// built vectors, then merges and reopens, checking recall and results
+/// at every stage.
+fn round_trip(preset: Preset) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N + 100, DIM, 11);
+    let (data, queries) = all.split_at(N * DIM);
+    let n0 = N * 8 / 10;
+    build(&dir, preset, data, n0);
+    let mut live: BTreeMap<u64, Vec<f32>> = (0..n0)
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    let idx = open(&dir, false);
+    let reader = open(&dir, true);
+    let before = measure(&idx, &live, queries);
+
+    let new: Vec<f32> = data[n0 * DIM..].to_vec();
+    let ids = idx.insert(&new, None).unwrap();
+    assert_eq!(ids, (n0 as u64..N as u64).collect::<Vec<_>>());
+    for (j, &i) in ids.iter().enumerate() {
+        live.insert(i, new[j * DIM..(j + 1) * DIM].to_vec());
+    }
+    let gone: Vec<u64> = (0..n0 as u64).filter(|i| i % 10 == 3).collect();
+    assert_eq!(idx.delete(&gone).unwrap(), gone.len());
+    assert_eq!(
+        idx.delete(&gone).unwrap(),
+        0,
+        "a second delete finds nothing live"
+    );
+    for i in &gone {
+        live.remove(i);
+    }
+    let during = measure(&idx, &live, queries);
+    finds_itself(&idx, &live, &ids[..50]);
+    assert_eq!(
+        measure(&reader, &live, queries),
+        during,
+        "{preset:?}: the reader sees the writer's updates"
+    );
+    assert_eq!(
+        idx.live_ids().unwrap(),
+        live.keys().copied().collect::<Vec<_>>()
+    );
+    check_ok(&idx);
+    let info = idx.info();
+    assert_eq!(info["updates"]["live"], live.len());
+    assert_eq!(info["memory"]["within_budget"], true, "{info}");
+    assert!(info["memory"]["updates"].as_u64().unwrap() > 0);
+
+    // The merge writes a new disk graph holding the live set.
+    let seq = idx.checkpoint().unwrap();
+    assert!(seq >= 2);
+    let m = idx.manifest().unwrap();
+    assert_eq!(m.n, live.len());
+    assert_eq!(m.wal_sequence, seq);
+    assert_eq!(
+        m.layout.kind,
+        open(&dir, true).manifest().unwrap().layout.kind
+    );
+    let after = measure(&idx, &live, queries);
+    check_ok(&idx);
+    finds_itself(&idx, &live, &ids[..50]);
+    assert_eq!(idx.info()["updates"]["inserted_since_merge"], 0);
+    assert_eq!(
+        measure(&reader, &live, queries),
+        after,
+        "{preset:?}: the reader loads the merged index"
+    );
+
+    // A fresh build of the same live set, for comparison.
+    let fresh_dir = tmp.path().join("fresh");
+    let rows: Vec<f32> = live.values().flatten().copied().collect();
+    build(&fresh_dir, preset, &rows, live.len());
+    let fresh = open(&fresh_dir, true);
+    let keys: Vec<u64> = live.keys().copied().collect();
+    let relabeled: BTreeMap<u64, Vec<f32>> = keys
+        .iter()
+        .enumerate()
+        .map(|(j, k)| (j as u64, live[k].clone()))
+        .collect();
+    let fresh_recall = measure(&fresh, &relabeled, queries);
+    eprintln!(
+        "{preset:?}: recall@10 before {before:.3}, with updates {during:.3}, merged {after:.3}, \
+         fresh build {fresh_recall:.3}"
+    );
+    assert!(during >= 0.9, "{preset:?}: recall with updates {during}");
+    assert!(
+        after >= fresh_recall - 0.03,
+        "{preset:?}: merged {after} vs fresh {fresh_recall}"
+    );
+
+    // Updates after the merge, then a reopen replays them.
+    let more = clustered(40, DIM, 99);
+    let ids2 = idx.insert(&more, None).unwrap();
+    assert_eq!(
+        ids2[0], N as u64,
+        "automatic ids continue above every id given"
+    );
+    for (j, &i) in ids2.iter().enumerate() {
+        live.insert(i, more[j * DIM..(j + 1) * DIM].to_vec());
+    }
+    idx.delete(&ids[..5]).unwrap();
+    for i in &ids[..5] {
+        live.remove(i);
+    }
+    drop(idx);
+    let idx = open(&dir, false);
+    assert_eq!(
+        idx.live_ids().unwrap(),
+        live.keys().copied().collect::<Vec<_>>()
+    );
+    finds_itself(&idx, &live, &ids2);
+    measure(&idx, &live, queries);
+    check_ok(&idx);
+}
+
+#[test]
+fn diskann_preset_updates_out_of_place() {
+    round_trip(Preset::Diskann);
+}
+
+#[test]
+fn starling_preset_updates_out_of_place() {
+    round_trip(Preset::Starling);
+}
+
+#[test]
+fn gorgeous_preset_updates_out_of_place() {
+    round_trip(Preset::Gorgeous);
+}
+
+#[test]
+fn alayalaser_preset_updates_out_of_place() {
+    round_trip(Preset::Alayalaser);
+}
+
+#[test]
+fn bad_updates_are_refused_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(500, DIM, 3);
+    build(&dir, Preset::Diskann, &data, 500);
+    let idx = open(&dir, false);
+    let v = clustered(2, DIM, 5);
+    let msg = |r: crate::Result<Vec<u64>>| r.unwrap_err().to_string();
+    assert!(msg(idx.insert(&v[..DIM + 1], None)).contains("dimension"));
+    let mut nan = v.clone();
+    nan[3] = f32::NAN;
+    assert!(msg(idx.insert(&nan, None)).contains("row 0"));
+    assert!(msg(idx.insert(&v, Some(&[7, 501]))).contains("already in the index"));
+    assert!(msg(idx.insert(&v, Some(&[600, 600]))).contains("twice"));
+    assert!(msg(idx.insert(&v, Some(&[600]))).contains("ids for"));
+    assert_eq!(idx.live_ids().unwrap().len(), 500);
+    assert_eq!(idx.delete(&[10_000]).unwrap(), 0);
+    let ro = open(&dir, true);
+    assert!(ro
+        .insert(&v, None)
+        .unwrap_err()
+        .to_string()
+        .contains("read-only"));
+    assert!(ro
+        .delete(&[1])
+        .unwrap_err()
+        .to_string()
+        .contains("read-only"));
+    assert!(ro
+        .checkpoint()
+        .unwrap_err()
+        .to_string()
+        .contains("read-only"));
+    assert_eq!(ro.live_ids().unwrap().len(), 500);
+    // A second writer of the same index is refused at its first update.
+    idx.delete(&[1]).unwrap();
+    let other = open(&dir, false);
+    assert!(other.delete(&[2]).is_err());
+    check_ok(&idx);
+}
+
+#[test]
+fn a_torn_log_tail_is_dropped_on_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(400, DIM, 4);
+    build(&dir, Preset::Diskann, &data, 400);
+    {
+        let idx = open(&dir, false);
+        idx.insert(&clustered(3, DIM, 8), Some(&[1000, 1001, 1002]))
+            .unwrap();
+        idx.delete(&[5]).unwrap();
+    }
+    // A record cut short by a kill.
+    use std::io::Write;
+    let wal = dir.join(super::fresh::WAL_FILE);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&wal).unwrap();
+    f.write_all(&[200, 0, 0, 0, 3, 0, 0]).unwrap();
+    drop(f);
+    let idx = open(&dir, false);
+    let live = idx.live_ids().unwrap();
+    assert_eq!(live.len(), 402);
+    assert!(live.contains(&1001) && !live.contains(&5));
+    idx.insert(&clustered(1, DIM, 9), Some(&[2000])).unwrap();
+    drop(idx);
+    let idx = open(&dir, false);
+    assert!(idx.live_ids().unwrap().contains(&2000));
+    check_ok(&idx);
+}
+
+#[test]
+fn a_full_delta_merges_within_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(2000, DIM, 6);
+    build(&dir, Preset::Diskann, &data, 1000);
+    // A budget just above the open's minimum leaves the delta little room.
+    let probe = open(&dir, true);
+    let min = probe.open_plan().unwrap().memory.minimum;
+    drop(probe);
+    let budget = min + (200 << 10);
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            threads: Some(2),
+            memory_budget: Some(Budget::Bytes(budget)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut live: BTreeMap<u64, Vec<f32>> = (0..1000)
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    for b in 0..10 {
+        let rows = &data[(1000 + b * 100) * DIM..(1100 + b * 100) * DIM];
+        let ids = idx.insert(rows, None).unwrap();
+        for (j, &i) in ids.iter().enumerate() {
+            live.insert(i, rows[j * DIM..(j + 1) * DIM].to_vec());
+        }
+        let info = idx.info();
+        assert_eq!(
+            info["memory"]["within_budget"], true,
+            "batch {b}: {}",
+            info["memory"]
+        );
+    }
+    let info = idx.info();
+    assert!(
+        info["updates"]["since_open"]["merges"].as_u64().unwrap() >= 1,
+        "the delta's share should have forced a merge: {}",
+        info["updates"]
+    );
+    // Queries from the data's distribution (rows of the same clusters).
+    let q = clustered(2020, DIM, 6)[2000 * DIM..].to_vec();
+    let r = measure(&idx, &live, &q);
+    assert!(r > 0.9, "recall@10 {r} after merges");
+    check_ok(&idx);
+}

@@ -1,0 +1,320 @@
+//! StreamingMerge of a graph index updated out of place (FreshDiskANN):
+//! the page file is read back in block order, the graph edit of
+//! [`crate::graph::merge`] removes the deleted nodes and places the
+//! delta's vectors, and every other phase of a build (PQ, placement and
+//! page file, entry structures, ids) writes the result as a new index
+//! directory, which takes the old one's place atomically
+//! ([`crate::io::staging`]). The layout is the old index's: a shuffled,
+//! replicated or coded layout is re-laid as a build lays it.
+
+use super::graph::GraphIndex;
+use crate::build::{codes::Coding, graph::BuiltGraph, BuildJob, Progress};
+use crate::data::matrix::{Matrix, MatrixView};
+use crate::elem::Element;
+use crate::format::page::verify_block;
+use crate::format::{LayoutKind, Manifest, Section};
+use crate::graph::merge::merge;
+use crate::graph::vamana::slack_degree;
+use crate::graph::{Graph, MatrixSpace, VamanaParams};
+use crate::io::files::{read_section, section_path, write_manifest};
+use crate::io::staging::Staging;
+use crate::io::BlockReader;
+use crate::planner::{BuildOptions, DataFacts, PresetChoice};
+use crate::util::Budget;
+use crate::{with_dtype, Error, Result};
+use serde::Serialize;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+/// What a merge is given besides the index.
+pub struct MergeJob<'a> {
+    /// One flag per disk node: deleted.
+    pub deleted: &'a [bool],
+    /// The delta's live vectors (row-major, f32, normalised for cosine)
+    /// and their external ids.
+    pub inserts: &'a [f32],
+    pub insert_ids: &'a [u64],
+    /// The log sequence the merged index holds.
+    pub wal_sequence: u64,
+    /// The next automatic id after it.
+    pub next_auto_id: u64,
+    /// Called with the staging directory before it takes the index's
+    /// place (the caller writes the new log there).
+    pub before_commit: &'a dyn Fn(&Path) -> Result<()>,
+    pub progress: Progress<'a>,
+    pub cancel: &'a AtomicBool,
+}
+
+/// What a merge did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MergeReport {
+    pub seconds: f64,
+    /// Reading the page file back.
+    pub read_seconds: f64,
+    /// The graph edit.
+    pub graph_seconds: f64,
+    /// Writing the new index (PQ, pages, entry structures).
+    pub write_seconds: f64,
+    pub deleted: usize,
+    pub inserted: usize,
+    /// Live nodes whose lists consolidation rewrote.
+    pub consolidated: usize,
+    /// Vectors in the merged index.
+    pub n: usize,
+}
+
+/// The build options that reproduce the index of manifest `m` (its
+/// preset, graph parameters, layout and budgets).
+pub fn options_of(m: &Manifest) -> BuildOptions {
+    let s = &m.spec;
+    BuildOptions {
+        metric: m.metric,
+        preset: PresetChoice::Named(s.preset),
+        r: Some(s.r),
+        build_l: Some(s.build_l),
+        alpha: Some(s.alpha),
+        passes: Some(s.passes),
+        saturate: Some(s.saturate),
+        pq_bytes: (s.pq_bytes > 0).then_some(s.pq_bytes),
+        memory_budget: (!s.memory_budget_auto).then_some(Budget::Bytes(s.memory_budget)),
+        build_memory_budget: (s.build_memory_budget > 0)
+            .then_some(Budget::Bytes(s.build_memory_budget)),
+        page_size: Some(m.layout.page_size),
+        threads: (s.threads > 0).then_some(s.threads),
+        seed: s.seed,
+        nav_sample: Some(s.nav_sample),
+        entry_clusters: Some(s.entry_clusters),
+        layout: Some(m.layout.kind),
+        disk_budget: (s.disk_budget > 0).then_some(s.disk_budget),
+        adjacency: Some(m.has(Section::Adjacency)),
+        principal_dims: m.layout.codes.map(|c| c.principal_dims),
+        code_bits: m.layout.codes.map(|c| c.bits),
+        overwrite: true,
+        ..BuildOptions::default()
+    }
+}
+
+/// Merges the updates of `job` into the index `g` (manifest `m`) in `dir`:
+/// writes the merged index and swaps it in. Returns its manifest.
+pub fn merge_index(
+    dir: &Path,
+    m: &Manifest,
+    g: &GraphIndex,
+    job: &MergeJob<'_>,
+) -> Result<(Manifest, MergeReport)> {
+    with_dtype!(m.dtype, T, merge_typed::<T>(dir, m, g, job))
+}
+
+fn merge_typed<T: Element>(
+    dir: &Path,
+    m: &Manifest,
+    g: &GraphIndex,
+    job: &MergeJob<'_>,
+) -> Result<(Manifest, MergeReport)> {
+    let t0 = Instant::now();
+    let (n_old, dim) = (m.n, m.dim);
+    let n_ins = job.insert_ids.len();
+    if job.deleted.len() != n_old || job.inserts.len() != n_ins * dim {
+        return Err(Error::arg(format!(
+            "merge: {} delete flags for {n_old} nodes, {} values for {n_ins} inserts",
+            job.deleted.len(),
+            job.inserts.len()
+        )));
+    }
+    let n_all = n_old + n_ins;
+    let coding = if m.layout.kind == LayoutKind::Coded {
+        Some(load_coding(dir, m)?)
+    } else {
+        None
+    };
+
+    // 1. The records, in block order.
+    let (layout, pages) = g.layout_and_pages();
+    let geo = *layout.geometry();
+    let mut rows: Vec<T> = Vec::with_capacity(n_all * dim);
+    rows.resize(n_all * dim, bytemuck::Zeroable::zeroed());
+    let mut graph = Graph::new(n_all, slack_degree(m.spec.r.max(1)));
+    let mut reader = BlockReader::open(&pages, geo.block_size)?;
+    let mut nodes = Vec::new();
+    let mut seen = 0usize;
+    for b in 0..geo.n_blocks {
+        crate::build::check_cancel(job.cancel)?;
+        let block = reader.read(geo.block_offset(b))?;
+        verify_block(block, b, &geo).map_err(|e| Error::corrupt(&pages, e))?;
+        nodes.clear();
+        layout.block_nodes(b, &mut nodes);
+        for (slot, &v) in nodes.iter().enumerate() {
+            if v as usize >= n_old {
+                continue;
+            }
+            let rec = geo
+                .decode(block, slot)
+                .map_err(|e| Error::corrupt(&pages, format!("node {v}: {e}")))?;
+            let at = v as usize * dim;
+            for (k, c) in rec
+                .vector
+                .chunks_exact(std::mem::size_of::<T>())
+                .take(dim)
+                .enumerate()
+            {
+                rows[at + k] = bytemuck::pod_read_unaligned::<T>(c);
+            }
+            let list: Vec<u32> = rec
+                .neighbours
+                .iter()
+                .copied()
+                .filter(|&u| (u as usize) < n_old && u != v)
+                .collect();
+            graph.set_neighbors(v, &list);
+            seen += 1;
+        }
+    }
+    if seen != n_old {
+        return Err(Error::corrupt(
+            &pages,
+            format!("the page file holds {seen} records; the manifest says {n_old}"),
+        ));
+    }
+    drop(reader);
+    // The inserts, as the records store them.
+    let mut t = vec![0f32; dim];
+    let mut y = vec![0f32; dim];
+    for (i, r) in job.inserts.chunks_exact(dim).enumerate() {
+        let r: &[f32] = match &coding {
+            Some(c) => {
+                let p = c.pca.principal();
+                c.pca.transform(r, &mut t)?;
+                c.rabitq.rotate(&t[..p], &mut y[..p])?;
+                y[p..].copy_from_slice(&t[p..]);
+                &y
+            }
+            None => r,
+        };
+        for (k, &x) in r.iter().enumerate() {
+            rows[(n_old + i) * dim + k] = T::from_f32(x).ok_or_else(|| {
+                Error::arg(format!(
+                    "inserted vector {} holds {x}, which a {} index cannot store",
+                    job.insert_ids[i],
+                    T::DTYPE
+                ))
+            })?;
+        }
+    }
+    let read_seconds = t0.elapsed().as_secs_f64();
+
+    // 2. The graph edit, on the build's threads.
+    let threads = if m.spec.threads > 0 {
+        m.spec.threads
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| Error::Engine(format!("cannot start {threads} merge threads: {e}")))?;
+    let tg = Instant::now();
+    let mut deleted = job.deleted.to_vec();
+    deleted.resize(n_all, false);
+    let inserted: Vec<u32> = (n_old as u32..n_all as u32).collect();
+    let params = VamanaParams {
+        r: m.spec.r,
+        l: m.spec.build_l,
+        alpha: m.spec.alpha,
+        passes: 1,
+        seed: m.spec.seed,
+        saturate: m.spec.saturate,
+        ..VamanaParams::default()
+    };
+    let merged = pool.install(|| {
+        let view = MatrixView::new(&rows, n_all, dim)?;
+        let space = MatrixSpace::new(view, m.metric);
+        let gp = |d: u64, t: u64| (job.progress)("merge", d, t);
+        merge(
+            &space, graph, m.medoid, &deleted, &inserted, &params, &gp, job.cancel,
+        )
+    })?;
+    let graph_seconds = tg.elapsed().as_secs_f64();
+
+    // 3. Compaction of the rows and the ids.
+    let n_new = merged.kept.len();
+    let mut data: Vec<T> = Vec::with_capacity(n_new * dim);
+    let mut ids: Vec<u64> = Vec::with_capacity(n_new);
+    for &old in &merged.kept {
+        let o = old as usize;
+        data.extend_from_slice(&rows[o * dim..(o + 1) * dim]);
+        ids.push(if o < n_old {
+            g.external(old) as u64
+        } else {
+            job.insert_ids[o - n_old]
+        });
+    }
+    drop(rows);
+    let data = Matrix::from_vec(data, n_new, dim)?;
+
+    // 4. Every other phase of a build, into a staging directory.
+    let tw = Instant::now();
+    let mut opts = options_of(m);
+    opts.threads = Some(threads);
+    let facts = DataFacts {
+        n: n_new,
+        dim,
+        dtype: T::DTYPE,
+    };
+    let mut plan = crate::planner::plan_build(&opts, &facts)?.plan;
+    plan.pq_selection = None;
+    plan.code_selection = None;
+    plan.layout = m.layout.kind;
+    let staging = Staging::begin(dir, true, &crate::io::files::is_index, &[])?;
+    let no_progress = |_: &str, _: u64, _: u64| {};
+    let bjob = BuildJob {
+        ids: Some(&ids),
+        overwrite: true,
+        inputs: &[],
+        progress: &no_progress,
+        cancel: job.cancel,
+    };
+    let built = BuiltGraph {
+        graph: merged.graph,
+        medoid: merged.start,
+        shards: 1,
+    };
+    let mut manifest = crate::build::run_merged(data, coding, built, staging.path(), &plan, &bjob)?;
+    manifest.wal_sequence = job.wal_sequence;
+    manifest.next_auto_id = job.next_auto_id;
+    write_manifest(staging.path(), &manifest)?;
+    (job.before_commit)(staging.path())?;
+    staging.commit()?;
+    let write_seconds = tw.elapsed().as_secs_f64();
+    Ok((
+        manifest,
+        MergeReport {
+            seconds: t0.elapsed().as_secs_f64(),
+            read_seconds,
+            graph_seconds,
+            write_seconds,
+            deleted: job.deleted.iter().filter(|&&d| d).count(),
+            inserted: n_ins,
+            consolidated: merged.consolidated,
+            n: n_new,
+        },
+    ))
+}
+
+/// A coded layout's transform, as its sections hold it.
+fn load_coding(dir: &Path, m: &Manifest) -> Result<Coding> {
+    let pca = crate::format::quant::decode_pca(
+        &section_path(dir, m, Section::Pca),
+        &read_section(dir, m, Section::Pca)?,
+    )?;
+    let rabitq = crate::format::quant::decode_rabitq(
+        &section_path(dir, m, Section::Rabitq),
+        &read_section(dir, m, Section::Rabitq)?,
+    )?;
+    Ok(Coding {
+        pca,
+        rabitq,
+        bits: m.layout.codes.map_or(1, |c| c.bits),
+        trials: Vec::new(),
+    })
+}

@@ -1,0 +1,475 @@
+//! An open graph index with its updates: the disk graph that serves, the
+//! delta of the updates since its last merge ([`super::fresh`]), the
+//! writer's log, and the merge that swaps a new disk graph in.
+//!
+//! Locks: `writer` serialises updates and merges (and holds the writer's
+//! log, opened at the first update: a process that only searches never
+//! takes the log's lock); `state` holds the disk graph and the delta
+//! together, so a search sees one consistent pair: it reads both under one
+//! read hold, an update applies under a write hold after its log record is
+//! durable, and a merge swaps both at once.
+
+use super::fresh::{merge_found, Delta, Found, WAL_FILE};
+use super::graph::GraphIndex;
+use super::merge::{merge_index, MergeJob, MergeReport};
+use crate::elem::DType;
+use crate::format::Manifest;
+use crate::planner::{self, OpenOptions, OpenPlan};
+use crate::update::tail::{TailStatus, WalTail};
+use crate::update::wal::{Op, Wal};
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// An open graph index: its manifest, open plan and structures.
+pub struct GraphOpen {
+    pub manifest: Manifest,
+    pub plan: OpenPlan,
+    pub g: GraphIndex,
+}
+
+impl std::ops::Deref for GraphOpen {
+    type Target = GraphIndex;
+    fn deref(&self) -> &GraphIndex {
+        &self.g
+    }
+}
+
+/// The disk graph and the delta a search sees together.
+pub struct GraphState {
+    pub open: Arc<GraphOpen>,
+    pub delta: Delta,
+}
+
+/// What the index's updates did since it was opened.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct UpdateCounters {
+    pub inserted: u64,
+    pub deleted: u64,
+    pub merges: u64,
+    pub last_merge: Option<MergeReport>,
+}
+
+/// A graph index open for search and updates.
+pub struct GraphSlot {
+    dir: PathBuf,
+    opts: OpenOptions,
+    state: RwLock<GraphState>,
+    /// The writer's log (opened at the first update).
+    writer: Mutex<Option<Wal>>,
+    /// A read-only open follows the writer's log.
+    tail: Mutex<Option<WalTail>>,
+    counters: Mutex<UpdateCounters>,
+}
+
+fn poisoned() -> Error {
+    Error::Engine("a graph index lock was poisoned by a panic".into())
+}
+
+/// The log's path in `dir`.
+pub fn wal_path(dir: &Path) -> PathBuf {
+    dir.join(WAL_FILE)
+}
+
+/// Opens the graph index in `dir` (manifest `m`) and its delta: the log
+/// after the manifest's sequence is replayed into it.
+fn open_state(
+    dir: &Path,
+    m: Manifest,
+    opts: &OpenOptions,
+) -> Result<(GraphState, Option<WalTail>)> {
+    let plan = planner::plan_open(opts, &m)?;
+    let g = GraphIndex::open(dir, &m, &plan, opts.io)?;
+    let open = Arc::new(GraphOpen {
+        manifest: m,
+        plan,
+        g,
+    });
+    let m = &open.manifest;
+    let mut delta = Delta::new(&open.g, m.dim, m.metric, m.dtype, m.wal_sequence);
+    let path = wal_path(dir);
+    let tail = if path.exists() {
+        let mut t = WalTail::open(&path)?;
+        if t.first_seq() > m.wal_sequence + 1 {
+            return Err(Error::corrupt(
+                &path,
+                format!(
+                    "the log starts at sequence {} but the index holds only up to {}: records \
+                     {}..{} are missing",
+                    t.first_seq(),
+                    m.wal_sequence,
+                    m.wal_sequence + 1,
+                    t.first_seq()
+                ),
+            ));
+        }
+        let after = delta.applied;
+        t.read_new(after, &mut |r| delta.apply_record(&open.g, &r, &path))?;
+        Some(t)
+    } else {
+        None
+    };
+    let bytes = delta.memory_bytes();
+    if !delta.is_empty() {
+        open.g.hold_updates(bytes).map_err(|e| {
+            Error::arg(format!(
+                "the updates logged since the last merge hold {bytes} bytes, more than the \
+                 memory budget leaves them ({e}); open with a larger memory_budget and run \
+                 checkpoint() to merge them"
+            ))
+        })?;
+        delta.counted = bytes;
+    }
+    Ok((GraphState { open, delta }, tail))
+}
+
+impl GraphSlot {
+    /// Opens the graph index in `dir` (manifest `m`).
+    pub fn open(dir: &Path, m: Manifest, opts: &OpenOptions) -> Result<GraphSlot> {
+        let (state, tail) = open_state(dir, m, opts)?;
+        Ok(GraphSlot {
+            dir: dir.to_path_buf(),
+            opts: opts.clone(),
+            state: RwLock::new(state),
+            writer: Mutex::new(None),
+            tail: Mutex::new(if opts.read_only { tail } else { None }),
+            counters: Mutex::new(UpdateCounters::default()),
+        })
+    }
+
+    /// The disk graph and the delta, for reading (a read-only open first
+    /// applies what the writer logged since).
+    pub fn read(&self) -> Result<RwLockReadGuard<'_, GraphState>> {
+        if self.opts.read_only {
+            self.follow()?;
+        }
+        self.state.read().map_err(|_| poisoned())
+    }
+
+    fn write(&self) -> Result<RwLockWriteGuard<'_, GraphState>> {
+        self.state.write().map_err(|_| poisoned())
+    }
+
+    /// The disk graph now.
+    pub fn current(&self) -> Result<Arc<GraphOpen>> {
+        Ok(Arc::clone(&self.state.read().map_err(|_| poisoned())?.open))
+    }
+
+    /// What the updates did since the open.
+    pub fn counters(&self) -> UpdateCounters {
+        self.counters.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// A read-only open: applies the records the writer logged since the
+    /// last look; reloads the index when a merge replaced it.
+    fn follow(&self) -> Result<()> {
+        let mut tail = self.tail.lock().map_err(|_| poisoned())?;
+        let path = wal_path(&self.dir);
+        if tail.is_none() {
+            if !path.exists() {
+                return Ok(());
+            }
+            *tail = Some(WalTail::open(&path)?);
+        }
+        let Some(t) = tail.as_mut() else {
+            return Ok(());
+        };
+        let mut st = self.write()?;
+        let after = st.delta.applied;
+        let open = Arc::clone(&st.open);
+        let status = t.read_new(after, &mut |r| st.delta.apply_record(&open.g, &r, &path))?;
+        if status == TailStatus::Replaced {
+            // A merge swapped a new index in: load it.
+            let m = crate::io::files::read_manifest(&self.dir)?;
+            if m.wal_sequence != open.manifest.wal_sequence || m.n != open.manifest.n {
+                drop(st);
+                let (fresh, t2) = open_state(&self.dir, m, &self.opts)?;
+                *self.write()? = fresh;
+                *tail = t2;
+            } else {
+                *t = WalTail::open(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The writer's log, opened (and any record another writer left after
+    /// what this open applied replayed) at the first update.
+    fn writer(&self) -> Result<MutexGuard<'_, Option<Wal>>> {
+        if self.opts.read_only {
+            return Err(Error::arg(
+                "this index is open read-only (read_only=True): open it without read_only to \
+                 insert, delete or checkpoint",
+            ));
+        }
+        let mut w = self.writer.lock().map_err(|_| poisoned())?;
+        if w.is_none() {
+            let path = wal_path(&self.dir);
+            let mut st = self.write()?;
+            let wal = if path.exists() {
+                let open = Arc::clone(&st.open);
+                let after = st.delta.applied;
+                let delta = &mut st.delta;
+                Wal::open_after(&path, self.opts.durability, after, &mut |r| {
+                    delta.apply_record(&open.g, &r, &path)
+                })?
+                .0
+            } else {
+                Wal::create(
+                    &path,
+                    st.open.manifest.wal_sequence + 1,
+                    self.opts.durability,
+                )?
+            };
+            *w = Some(wal);
+        }
+        Ok(w)
+    }
+
+    /// The most bytes the delta may hold before a merge: the planner's
+    /// rule on the open plan.
+    fn share(open: &GraphOpen) -> u64 {
+        planner::update_share(&open.plan)
+    }
+
+    /// Checks an insert without doing it.
+    pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
+        let mut st = self.write()?;
+        let open = Arc::clone(&st.open);
+        st.delta.prepare_insert(&open.g, vectors, ids).map(drop)
+    }
+
+    /// Inserts `vectors` with `ids` (or automatic ones); durable and
+    /// searchable on return. Returns the ids.
+    pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
+        let mut w = self.writer()?;
+        let (rows, ids, dim) = {
+            let mut st = self.write()?;
+            let open = Arc::clone(&st.open);
+            let (rows, ids) = st.delta.prepare_insert(&open.g, vectors, ids)?;
+            (rows, ids, open.manifest.dim)
+        };
+        // Batches that fit the delta's share, with a merge whenever the
+        // next one would pass it.
+        let mut at = 0;
+        while at < ids.len() {
+            let open = self.current()?;
+            let share = Self::share(&open);
+            let (take, fits) = {
+                let st = self.state.read().map_err(|_| poisoned())?;
+                let mut take = ids.len() - at;
+                while take > 1 && st.delta.bytes_after(take) > share {
+                    take = take.div_ceil(2);
+                }
+                (take, st.delta.bytes_after(take) <= share)
+            };
+            if !fits {
+                let empty = self.state.read().map_err(|_| poisoned())?.delta.is_empty();
+                if empty {
+                    return Err(Error::arg(format!(
+                        "the memory budget leaves the update layer {share} bytes, too little \
+                         for one vector's insert; open with a larger memory_budget"
+                    )));
+                }
+                self.merge_locked(&mut w, &AtomicBool::new(false))?;
+                continue;
+            }
+            let (r, i) = (&rows[at * dim..(at + take) * dim], &ids[at..at + take]);
+            self.insert_batch(&mut w, r, i)?;
+            at += take;
+        }
+        if let Ok(mut c) = self.counters.lock() {
+            c.inserted += ids.len() as u64;
+        }
+        Ok(ids)
+    }
+
+    fn insert_batch(
+        &self,
+        w: &mut MutexGuard<'_, Option<Wal>>,
+        rows: &[f32],
+        ids: &[u64],
+    ) -> Result<()> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let mut st = self.write()?;
+        let open = Arc::clone(&st.open);
+        // The room first: the cache yields what the budget is short.
+        let need = st
+            .delta
+            .bytes_after(ids.len())
+            .saturating_sub(st.delta.counted);
+        open.g.hold_updates(need)?;
+        st.delta.counted += need;
+        let vectors: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let seq = wal.append_op_durable(&Op::Insert {
+            ids: ids.to_vec(),
+            dim: open.manifest.dim as u32,
+            dtype: DType::F32,
+            vectors,
+        })?;
+        st.delta.apply_insert(&open.g, rows, ids);
+        st.delta.applied = seq;
+        let held = st.delta.memory_bytes();
+        if held < st.delta.counted {
+            open.g.release_updates(st.delta.counted - held);
+            st.delta.counted = held;
+        }
+        Ok(())
+    }
+
+    /// Deletes `ids` (unknown ones are ignored); returns how many were live.
+    pub fn delete(&self, ids: &[u64]) -> Result<usize> {
+        let w = self.writer()?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let mut st = self.write()?;
+        let open = Arc::clone(&st.open);
+        // The delete set's bits are held from the first delete on.
+        let need = st.delta.bytes_after(0).saturating_sub(st.delta.counted);
+        open.g.hold_updates(need)?;
+        st.delta.counted += need;
+        let seq = wal.append_op_durable(&Op::Delete { ids: ids.to_vec() })?;
+        let live = st.delta.apply_delete(&open.g, ids);
+        st.delta.applied = seq;
+        if let Ok(mut c) = self.counters.lock() {
+            c.deleted += live as u64;
+        }
+        Ok(live)
+    }
+
+    /// Merges the delta into a new disk graph (when it holds anything);
+    /// returns the log sequence the index holds.
+    pub fn checkpoint(&self) -> Result<u64> {
+        let mut w = self.writer()?;
+        self.merge_locked(&mut w, &AtomicBool::new(false))
+    }
+
+    fn merge_locked(
+        &self,
+        w: &mut MutexGuard<'_, Option<Wal>>,
+        cancel: &AtomicBool,
+    ) -> Result<u64> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let seq = wal.sync()?.saturating_sub(1);
+        let (open, deleted, rows, ids, empty, next_auto) = {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            let (rows, ids) = st.delta.live_rows();
+            (
+                Arc::clone(&st.open),
+                st.delta.deleted_flags(),
+                rows,
+                ids,
+                st.delta.is_empty(),
+                st.delta.next_auto(),
+            )
+        };
+        if empty {
+            return Ok(open.manifest.wal_sequence.max(seq));
+        }
+        if ids.is_empty() && deleted.iter().all(|&d| d) {
+            // Nothing would be left: a graph holds at least one vector, so
+            // the log keeps the deletes until an insert comes.
+            return Ok(open.manifest.wal_sequence);
+        }
+        let dur = self.opts.durability;
+        let before_commit = |staging: &Path| -> Result<()> {
+            Wal::create(&staging.join(WAL_FILE), seq + 1, dur).map(drop)
+        };
+        let quiet = |_: &str, _: u64, _: u64| {};
+        let (m, report) = merge_index(
+            &self.dir,
+            &open.manifest,
+            &open.g,
+            &MergeJob {
+                deleted: &deleted,
+                inserts: &rows,
+                insert_ids: &ids,
+                wal_sequence: seq,
+                next_auto_id: next_auto,
+                before_commit: &before_commit,
+                progress: &quiet,
+                cancel,
+            },
+        )?;
+        drop((deleted, rows, ids));
+        // The old index's cache goes before the new one loads its own.
+        open.g.release_cache();
+        let path = wal_path(&self.dir);
+        let (new_wal, _) = Wal::open_after(&path, dur, seq, &mut |_| Ok(()))?;
+        let (state, _) = open_state(&self.dir, m, &self.opts)?;
+        *self.write()? = state;
+        **w = Some(new_wal);
+        if let Ok(mut c) = self.counters.lock() {
+            c.merges += 1;
+            c.last_merge = Some(report);
+        }
+        Ok(seq)
+    }
+
+    /// Runs the merge now if the delta holds anything.
+    pub fn maintain(&self) -> Result<()> {
+        self.checkpoint().map(drop)
+    }
+
+    /// The live external ids.
+    pub fn live_ids(&self) -> Result<Vec<u64>> {
+        let st = self.read()?;
+        let mut ids = st.delta.live_ids(&st.open.g);
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
+    /// Searches the delta for each of `nq` queries: its `k` nearest.
+    pub fn delta_search(
+        st: &GraphState,
+        queries: &[f32],
+        nq: usize,
+        k: usize,
+        l: usize,
+    ) -> Vec<Found> {
+        let dim = st.open.manifest.dim;
+        (0..nq)
+            .map(|i| st.delta.search(&queries[i * dim..(i + 1) * dim], k, l))
+            .collect()
+    }
+
+    /// Merges a disk batch's results (`ids` internal, `k_disk` a query) with
+    /// the delta's, dropping deleted disk nodes: `k` external ids and
+    /// internal distances a query, padded with −1 and infinity.
+    pub fn merge_batch(
+        st: &GraphState,
+        ids: &[u32],
+        dists: &[f32],
+        k_disk: usize,
+        delta: Vec<Found>,
+        k: usize,
+    ) -> (Vec<i64>, Vec<f32>) {
+        let mut out_ids = Vec::with_capacity(delta.len() * k);
+        let mut out_d = Vec::with_capacity(delta.len() * k);
+        for (q, dq) in delta.into_iter().enumerate() {
+            let disk: Found = (q * k_disk..(q + 1) * k_disk)
+                .filter(|&j| ids[j] != u32::MAX && !st.delta.is_deleted(ids[j]))
+                .map(|j| (dists[j], st.open.g.external(ids[j]) as u64))
+                .collect();
+            let merged = merge_found(disk, dq, k);
+            for &(d, e) in &merged {
+                out_ids.push(e as i64);
+                out_d.push(d);
+            }
+            for _ in merged.len()..k {
+                out_ids.push(-1);
+                out_d.push(f32::INFINITY);
+            }
+        }
+        (out_ids, out_d)
+    }
+
+    /// Consistency problems of the delta (empty: none).
+    pub fn problems(&self) -> Result<Vec<String>> {
+        let st = self.read()?;
+        Ok(st.delta.problems(&st.open.g))
+    }
+}
