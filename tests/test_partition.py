@@ -477,12 +477,6 @@ def test_bad_input_is_refused(tmp_path, index_path, data):
     with pytest.raises(ValueError, match="non-finite"):
         nearline.build(nan, tmp_path / "x.index", **SPFRESH)
     assert not (tmp_path / "x.index").exists()
-    # A graph index is static.
-    with nearline.build(base[:500], tmp_path / "g.index", preset="diskann", R=16, build_L=32, threads=2) as g:
-        assert g.kind == "graph"
-        for call in (lambda: g.insert(queries[:1]), lambda: g.delete([1]), g.checkpoint, g.check):
-            with pytest.raises(ValueError, match="static"):
-                call()
 
 
 def _used_block(postings) -> int:

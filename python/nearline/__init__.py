@@ -501,21 +501,22 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             ``"medoid"``, ``"sampled"``, ``"nav"`` or ``"centroids"``.
         nav_L: list size of the navigation-graph search (default 32).
         nav_seeds: navigation-graph seeds per query (default 1, at most ``nav_L``).
-        durability: partition index: when ``insert``/``delete`` return —
+        durability: when ``insert``/``delete`` return —
             ``"sync"`` (default: after their log record is fsynced, so they
             survive power loss) or ``"buffered"`` (after it is written: they
             survive the process being killed, not an OS crash).
-        read_only: partition index: open for reading only (a graph index
-            always is). Needs no write permission and runs beside the one
-            writer of another process: every search (and ``len``, ``ids``,
-            ``check``, ``info``) first reads the writer's log since the
-            checkpoint it loaded, and loads a newer checkpoint when the
-            writer has taken one, so it sees every insert and delete the
-            writer acknowledged before the search began. Vectors inserted
-            since the loaded checkpoint are held in memory and scored
-            exhaustively (``info()["memory"]["log_vectors"]``), until the
-            writer's next checkpoint. ``insert``, ``delete``, ``checkpoint``
-            and ``maintain`` are refused. Default False.
+        read_only: open for reading only. Needs no write permission and runs
+            beside the one writer of another process: every search (and
+            ``len``, ``ids``, ``check``, ``info``) first reads the writer's log
+            since the checkpoint (a graph index: the merge) it loaded, and loads
+            a newer one when the writer has written it, so it sees every insert
+            and delete the writer acknowledged before the search began. A
+            partition index scores the vectors inserted since its checkpoint
+            exhaustively from memory (``info()["memory"]["log_vectors"]``); a
+            graph index holds them in its delta graph. ``insert``, ``delete``,
+            ``checkpoint`` and ``maintain`` are refused. Default False. (A
+            graph index opened for writing takes the log's lock only at its
+            first update, so any number of processes may open it to search.)
         background_updates: partition index: run splits, merges and
             reassignments in a background thread (default True); False runs
             them only when :meth:`Index.maintain` is called.
@@ -545,15 +546,17 @@ class Index:
 
     @property
     def kind(self) -> str:
-        """``"graph"`` (static) or ``"partition"`` (takes inserts and deletes)."""
+        """``"graph"`` (a Vamana graph on disk) or ``"partition"`` (SPANN postings);
+        both take inserts and deletes."""
         return str(self._info.get("kind", "graph"))
 
     @property
     def n(self) -> int:
         """Number of (live) vectors."""
+        info = json.loads(self._raw.info())
         if self.kind == "partition":
-            return int(json.loads(self._raw.info())["n"])
-        return int(self._info["n"])
+            return int(info["n"])
+        return int(info.get("updates", {}).get("live", info["n"]))
 
     def __len__(self) -> int:
         return self.n
@@ -807,7 +810,10 @@ class Index:
         return info
 
     def insert(self, vectors: np.ndarray, ids: Optional[np.ndarray] = None) -> np.ndarray:
-        """Inserts vectors into a partition index (preset ``"spfresh"``).
+        """Inserts vectors. A partition index (preset ``"spfresh"``) places them
+        in its postings (SPFresh); a graph index (every other preset) holds them in
+        an in-memory delta graph searched beside the disk graph until a merge
+        writes them into a new disk graph (FreshDiskANN's out-of-place updates).
 
         Args:
             vectors: ``(n, dim)`` or ``(dim,)`` array of floats or integers, cast
@@ -825,8 +831,8 @@ class Index:
             ``durability="buffered"``) and every search finds the vectors.
 
         Raises:
-            ValueError: a graph index (static), a wrong shape, non-finite or
-                oversized values, duplicate or live ids, an index opened
+            ValueError: a wrong shape, non-finite or oversized values, values an
+                integer index cannot store, duplicate or live ids, an index opened
                 ``read_only``. Nothing is inserted then.
         """
         v, ids = self._insert_args(vectors, ids)
@@ -856,7 +862,7 @@ class Index:
         return v, ids
 
     def delete(self, ids: Any) -> int:
-        """Deletes ids from a partition index; unknown ids are ignored.
+        """Deletes ids; unknown ids are ignored.
 
         Returns how many were live. When this returns, the delete is logged and
         no search returns the ids. An empty list deletes nothing (returns 0).
@@ -869,25 +875,33 @@ class Index:
         return int(self._raw.delete(a))
 
     def checkpoint(self) -> int:
-        """Writes the partition index's in-memory maps and advances its manifest
-        (atomically), then trims the write-ahead log; returns the log sequence
-        the checkpoint holds. Opening replays only what follows it."""
+        """Makes the updates so far part of the index files and trims the
+        write-ahead log; returns the log sequence the index then holds. A
+        partition index writes its in-memory maps; a graph index merges its
+        delta and delete set into a new disk graph (FreshDiskANN's StreamingMerge:
+        deletes consolidated, inserts placed, pages re-laid as a build lays them)
+        that replaces the old one atomically. Opening replays only what follows."""
         return int(self._raw.checkpoint())
 
     def maintain(self) -> None:
-        """Runs the partition index's queued splits, merges and reassignments
-        now (a background worker runs them otherwise)."""
+        """Runs queued background work now: a partition index's splits, merges
+        and reassignments (a background worker runs them otherwise); a graph
+        index's merge of its updates (it also runs when the delta reaches its
+        share of the memory budget)."""
         self._raw.maintain()
 
     def check(self) -> Dict[str, Any]:
-        """Verifies a partition index: every posting block decodes and matches
-        its checksum, every entry names a known id, every live id has a current
-        entry in some posting, no block is used twice. Returns the report;
-        ``report["problems"]`` is empty when the index is consistent."""
+        """Verifies the index. A partition index: every posting block decodes and
+        matches its checksum, every entry names a known id, every live id has a
+        current entry in some posting, no block is used twice. A graph index: every
+        page block matches its checksum and decodes, every edge is in range, every
+        node is reachable from the start, ids are distinct, and the updates' maps
+        agree with the disk graph. Returns the report; ``report["problems"]`` is
+        empty when the index is consistent."""
         return json.loads(self._raw.check())
 
     def ids(self) -> np.ndarray:
-        """The live ids of a partition index (int64, ascending)."""
+        """The live ids (int64, ascending)."""
         return self._raw.live_ids()
 
     def close(self) -> None:

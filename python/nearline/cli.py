@@ -290,9 +290,9 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if v is not None}
 
 
-#: Opens of commands that only read: a partition index is then opened read-only, so they run
-#: beside its writer (another process) and without write permission, and see every update it
-#: acknowledged (a graph index is read-only anyway).
+#: Opens of commands that only read: the index is then opened read-only, so they run beside
+#: its writer (another process) and without write permission, and see every update it
+#: acknowledged.
 _READ = {"read_only": True}
 
 
@@ -400,8 +400,10 @@ def cmd_insert(args: argparse.Namespace) -> int:
     """``nearline insert INDEX VECTORS``."""
     nl = _engine()
     vectors = np.asarray(nl.read_vectors(args.vectors))
+    if np.issubdtype(vectors.dtype, np.integer):
+        vectors = vectors.astype(np.float32)
     if vectors.dtype != np.float32:
-        raise ValueError(f"{args.vectors} holds {vectors.dtype} vectors; a partition index takes float32")
+        raise ValueError(f"{args.vectors} holds {vectors.dtype} vectors; an insert takes float32 or integer rows")
     ids = _read_ids(args.ids) if args.ids else None
     if ids is not None and len(ids) != len(vectors):
         raise ValueError(f"{args.ids} holds {len(ids)} ids for {len(vectors)} vectors")
@@ -858,7 +860,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("insert", help="insert vectors into a partition index (preset spfresh)")
+    p = sub.add_parser("insert", help="insert vectors into an index (a graph index: out of place, merged at checkpoint)")
     p.add_argument("index", help="index directory")
     p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
@@ -870,7 +872,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
     p.set_defaults(func=cmd_insert)
 
-    p = sub.add_parser("delete", help="delete ids from a partition index (preset spfresh)")
+    p = sub.add_parser("delete", help="delete ids from an index")
     p.add_argument("index", help="index directory")
     p.add_argument("ids", nargs="*", type=_nonneg_int, help="ids to delete (default: none; see --ids-file)")
     p.add_argument("--ids-file", default=None,
@@ -881,12 +883,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
     p.set_defaults(func=cmd_delete)
 
-    p = sub.add_parser("check", help="verify a partition index's internal consistency")
+    p = sub.add_parser("check", help="verify an index's internal consistency (pages, edges, reachability, update maps)")
     p.add_argument("index", help="index directory")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("checkpoint", help="write a partition index's checkpoint and trim its log")
+    p = sub.add_parser("checkpoint", help="write an index's checkpoint (a graph index: merge its updates) and trim its log")
     p.add_argument("index", help="index directory")
     p.set_defaults(func=cmd_checkpoint)
 

@@ -1,0 +1,143 @@
+"""Out-of-place updates of a graph index (FreshDiskANN): every graph preset takes
+inserts and deletes from Python and the CLI, finds what it inserted, never returns a
+deleted id, merges at checkpoint into a new disk graph with the recall of a fresh build,
+replays its log after a reopen, and refuses bad updates without changing anything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nearline
+from conftest import clustered, exact_knn
+
+DIM = 16
+BUILD = dict(R=24, build_L=48, threads=2, memory_budget="4MB")
+
+
+def _recall(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarray, k: int = 10) -> float:
+    ids, _ = idx.search(queries, k=k, L=64)
+    live = set(int(i) for i in live_ids)
+    assert all(int(i) in live for i in ids.ravel() if i >= 0), "a search returned an id that is not live"
+    truth = live_ids[exact_knn(live_vecs, queries, k)]
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))
+
+
+@pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser"])
+def test_graph_presets_take_inserts_and_deletes(tmp_path, preset):
+    base, queries = clustered(2500, DIM, seed=21, queries=60)
+    n0 = 2000
+    with nearline.build(base[:n0], tmp_path / "g.index", preset=preset, **BUILD) as idx:
+        assert idx.kind == "graph"
+        new_ids = idx.insert(base[n0:])
+        assert new_ids.tolist() == list(range(n0, 2500))
+        gone = np.arange(0, n0, 10)
+        assert idx.delete(gone) == len(gone)
+        assert idx.delete(gone) == 0
+        live_mask = np.ones(2500, bool)
+        live_mask[gone] = False
+        live_ids = np.flatnonzero(live_mask)
+        assert len(idx) == len(live_ids)
+        assert idx.ids().tolist() == live_ids.tolist()
+        # Every inserted vector finds itself; no deleted id comes back.
+        got, _ = idx.search(base[n0:n0 + 50], k=3)
+        assert all(new_ids[i] in got[i] for i in range(50))
+        during = _recall(idx, live_ids, base[live_ids], queries)
+        assert during >= 0.9, during
+        info = idx.info()
+        assert info["updates"]["strategy"] == "out_of_place"
+        assert info["updates"]["inserted_since_merge"] == 500
+        assert info["memory"]["within_budget"] and info["memory"]["updates"] > 0
+        assert idx.check()["problems"] == []
+        seq = idx.checkpoint()
+        assert seq >= 2
+        info = idx.info()
+        assert info["n"] == len(live_ids) and info["updates"]["inserted_since_merge"] == 0
+        assert info["updates"]["since_open"]["last_merge"]["inserted"] == 500
+        after = _recall(idx, live_ids, base[live_ids], queries)
+        assert idx.check()["problems"] == []
+    with nearline.build(base[live_ids], tmp_path / "fresh.index", preset=preset, ids=live_ids, **BUILD) as fresh:
+        fresh_recall = _recall(fresh, live_ids, base[live_ids], queries)
+    assert after >= fresh_recall - 0.03, (after, fresh_recall)
+    # A reopen replays the updates logged after the merge.
+    with nearline.open(tmp_path / "g.index") as idx:
+        idx.delete([5, 6])
+        extra = idx.insert(base[:3] + 0.01)
+    with nearline.open(tmp_path / "g.index") as idx:
+        ids = idx.ids()
+        assert 5 not in ids and 6 not in ids and set(extra.tolist()) <= set(ids.tolist())
+        assert idx.check()["problems"] == []
+
+
+def test_read_only_open_follows_the_writer_through_a_merge(tmp_path):
+    base, queries = clustered(1500, DIM, seed=22, queries=20)
+    nearline.build(base[:1000], tmp_path / "g.index", preset="diskann", **BUILD).close()
+    with nearline.open(tmp_path / "g.index") as w, nearline.open(tmp_path / "g.index", read_only=True) as r:
+        w.insert(base[1000:1200])
+        w.delete([1, 2, 3])
+        assert len(r) == 1197
+        got, _ = r.search(base[1000:1010], k=1)
+        assert got[:, 0].tolist() == list(range(1000, 1010))
+        w.checkpoint()
+        w.insert(base[1200:1300])
+        got, _ = r.search(base[1200:1210], k=1)
+        assert got[:, 0].tolist() == list(range(1200, 1210))
+        assert len(r) == 1297
+        with pytest.raises(ValueError, match="read-only"):
+            r.insert(base[:1])
+
+
+def test_bad_updates_are_refused_and_change_nothing(tmp_path):
+    base, _ = clustered(600, DIM, seed=23, queries=5)
+    with nearline.build(base[:500], tmp_path / "g.index", preset="diskann", **BUILD) as idx:
+        with pytest.raises(ValueError, match="shape"):
+            idx.insert(np.zeros((2, DIM + 1), np.float32))
+        bad = base[500:502].copy()
+        bad[1, 3] = np.nan
+        with pytest.raises(ValueError, match="row 1"):
+            idx.insert(bad)
+        with pytest.raises(ValueError, match="already in the index"):
+            idx.insert(base[500:502], ids=[7, 900])
+        with pytest.raises(ValueError, match="twice"):
+            idx.insert(base[500:502], ids=[900, 900])
+        with pytest.raises(ValueError, match="dtype"):
+            idx.insert(np.zeros((1, DIM), bool))
+        assert len(idx) == 500 and idx.info()["updates"]["inserted_since_merge"] == 0
+        assert idx.delete([123456]) == 0
+        assert idx.check()["problems"] == []
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
+
+
+def test_cli_updates_a_graph_index(tmp_path):
+    base, queries = clustered(1200, DIM, seed=24, queries=30)
+    nearline.write_vectors(tmp_path / "b.fbin", base[:1000])
+    nearline.write_vectors(tmp_path / "x.fbin", base[1000:])
+    out = tmp_path / "g.index"
+    r = _cli("build", str(tmp_path / "b.fbin"), str(out), "--preset", "diskann", "--R", "24", "--build-L", "48",
+             "--threads", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _cli("insert", str(out), str(tmp_path / "x.fbin"), "--batch", "70")
+    assert r.returncode == 0, r.stderr
+    assert "inserted 200 vectors" in r.stdout and "1200 live" in r.stdout
+    r = _cli("delete", str(out), "3", "1100", "999999")
+    assert r.returncode == 0, r.stderr
+    assert "deleted 2 of 3" in r.stdout and "1198 live" in r.stdout
+    r = _cli("check", str(out), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["problems"] == [] and rep["inserted_since_merge"] == 199 and rep["deleted_since_merge"] == 1
+    r = _cli("checkpoint", str(out))
+    assert r.returncode == 0, r.stderr
+    r = _cli("check", str(out), "--json")
+    rep = json.loads(r.stdout)
+    assert rep["problems"] == [] and rep["nodes"] == 1198 and rep["unreachable"] == 0
+    with nearline.open(out, read_only=True) as idx:
+        live = idx.ids()
+        assert 3 not in live and 1100 not in live and len(live) == 1198
