@@ -361,3 +361,88 @@ fn a_full_delta_merges_within_the_budget() {
     assert!(r > 0.9, "recall@10 {r} after merges");
     check_ok(&idx);
 }
+
+/// Searches run beside inserts, deletes and the merges a small delta share
+/// forces: no search fails, none returns an id deleted before it began,
+/// and every vector inserted before it began is found by its own query.
+#[test]
+fn searches_beside_updates_and_merges_see_every_acknowledged_update() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(2400, DIM, 12);
+    build(&dir, Preset::Diskann, &data, 1000);
+    let probe = open(&dir, true);
+    let budget = probe.open_plan().unwrap().memory.minimum + (150 << 10);
+    drop(probe);
+    let idx = Index::open(
+        &dir,
+        &OpenOptions {
+            threads: Some(2),
+            memory_budget: Some(Budget::Bytes(budget)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Acknowledged updates: (inserted id, deleted ids), in order.
+    let inserted: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    let deleted: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let row = |i: u64| &data[i as usize * DIM..(i as usize + 1) * DIM];
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for b in 0..70u64 {
+                let ids: Vec<u64> = (1000 + b * 20..1020 + b * 20).collect();
+                let rows: Vec<f32> = ids.iter().flat_map(|&i| row(i).to_vec()).collect();
+                idx.insert(&rows, Some(&ids)).unwrap();
+                inserted.lock().unwrap().extend(&ids);
+                let gone = [b * 7 % 1000, 1000 + b * 20 + 3];
+                idx.delete(&gone).unwrap();
+                deleted.lock().unwrap().extend(gone);
+            }
+            stop.store(true, Ordering::Release);
+        });
+        let reader = s.spawn(|| {
+            let mut rounds = 0;
+            while !stop.load(Ordering::Acquire) || rounds < 3 {
+                let ins: Vec<u64> = inserted.lock().unwrap().clone();
+                let del: std::collections::HashSet<u64> =
+                    deleted.lock().unwrap().iter().copied().collect();
+                let probe: Vec<u64> = ins
+                    .iter()
+                    .rev()
+                    .filter(|i| !del.contains(i))
+                    .take(8)
+                    .copied()
+                    .collect();
+                let mut qs: Vec<f32> = probe.iter().flat_map(|&i| row(i).to_vec()).collect();
+                qs.extend_from_slice(row(5));
+                let nq = probe.len() + 1;
+                let out = idx.search(&qs, nq, &SearchOptions::new(5)).unwrap();
+                for &id in &out.ids {
+                    assert!(
+                        id < 0 || !del.contains(&(id as u64)),
+                        "deleted id {id} returned"
+                    );
+                }
+                for (j, &i) in probe.iter().enumerate() {
+                    assert!(
+                        out.ids[j * 5..(j + 1) * 5].contains(&(i as i64)),
+                        "acknowledged insert {i} not found"
+                    );
+                }
+                rounds += 1;
+            }
+            rounds
+        });
+        writer.join().unwrap();
+        let rounds = reader.join().unwrap();
+        assert!(rounds >= 3);
+    });
+    let merges = idx.info()["updates"]["since_open"]["merges"]
+        .as_u64()
+        .unwrap();
+    assert!(merges >= 2, "merges: {merges}");
+    check_ok(&idx);
+}

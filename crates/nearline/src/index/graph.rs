@@ -21,6 +21,7 @@ use crate::{with_dtype, Error, Result};
 use serde::Serialize;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The search side of one element type.
@@ -127,6 +128,9 @@ pub struct GraphIndex {
     /// The I/O engine a worker opens (found at open with a worker that is
     /// not kept: idle workers are the ledger's to count).
     engine_name: &'static str,
+    /// A merge is swapping a new index into this one's directory: the cache
+    /// never reads the directory again (its files are the new index's).
+    retired: AtomicBool,
 }
 
 /// The workers and cache of one element type, as the ledger moves them.
@@ -135,6 +139,8 @@ struct Held<'a, T: Element> {
     src: CacheSource<'a>,
     /// Entries the cache held at open.
     loaded: usize,
+    /// The directory holds another index now: no regrowth from it.
+    retired: bool,
 }
 
 /// The idle workers a batch takes: up to `n`, each holding at most
@@ -157,6 +163,20 @@ impl<T: Element> Claim for Claimer<'_, T> {
     }
 }
 
+impl<T: Element> Held<'_, T> {
+    /// Whether the page file's path names another file than the one this
+    /// index reads (another process's merge swapped a new index in).
+    fn replaced(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let ours = self.e.data.file.metadata().map(|m| (m.dev(), m.ino()));
+        let now = std::fs::metadata(&self.e.data.pages_path).map(|m| (m.dev(), m.ino()));
+        match (ours, now) {
+            (Ok(a), Ok(b)) => a != b,
+            _ => true,
+        }
+    }
+}
+
 impl<T: Element> Holdings for Held<'_, T> {
     fn idle_bytes(&self) -> u64 {
         self.e.workers.memory_bytes() as u64
@@ -171,11 +191,11 @@ impl<T: Element> Holdings for Held<'_, T> {
     }
 
     fn regrow_cache(&self, max_bytes: u64) -> Result<u64> {
-        self.e
-            .data
-            .cache
-            .write()?
-            .regrow(max_bytes, self.loaded, &self.src)
+        let mut c = self.e.data.cache.write()?;
+        if self.retired || self.replaced() {
+            return Ok(c.memory_bytes() as u64);
+        }
+        c.regrow(max_bytes, self.loaded, &self.src)
     }
 }
 
@@ -321,6 +341,7 @@ impl GraphIndex {
             dir: dir.to_path_buf(),
             manifest: m.clone(),
             engine_name,
+            retired: AtomicBool::new(false),
         })
     }
 
@@ -382,6 +403,7 @@ impl GraphIndex {
                 layout: &e.data.layout,
             },
             loaded: self.account.cache_nodes as usize,
+            retired: self.retired.load(Ordering::Acquire),
         }
     }
 
@@ -423,8 +445,15 @@ impl GraphIndex {
         self.manifest.n
     }
 
-    /// Empties the cache (before a merged index loads its own, so the two
-    /// are never held together).
+    /// Marks the index as being replaced in its directory (a merge's
+    /// swap): its cache never reads the directory again, whose files become
+    /// the new index's. `false` undoes it (a swap that failed).
+    pub fn retire(&self, retired: bool) {
+        self.retired.store(retired, Ordering::Release);
+    }
+
+    /// Empties the cache of a retired index (before the merged index loads
+    /// its own, so the two are never held together).
     pub fn release_cache(&self) {
         with_engine!(&self.engine, e, {
             if let Ok(mut c) = e.data.cache.write() {

@@ -375,11 +375,15 @@ impl GraphSlot {
             return Ok(open.manifest.wal_sequence);
         }
         let dur = self.opts.durability;
+        // The old index stops reading its directory (its cache's regrowth)
+        // before the new one takes the directory's place.
         let before_commit = |staging: &Path| -> Result<()> {
-            Wal::create(&staging.join(WAL_FILE), seq + 1, dur).map(drop)
+            Wal::create(&staging.join(WAL_FILE), seq + 1, dur)?;
+            open.g.retire(true);
+            Ok(())
         };
         let quiet = |_: &str, _: u64, _: u64| {};
-        let (m, report) = merge_index(
+        let merged = merge_index(
             &self.dir,
             &open.manifest,
             &open.g,
@@ -393,7 +397,20 @@ impl GraphSlot {
                 progress: &quiet,
                 cancel,
             },
-        )?;
+        );
+        let (m, report) = match merged {
+            Ok(x) => x,
+            Err(e) => {
+                // The swap did not happen (staging's commit leaves the
+                // target as it was on error).
+                if crate::io::files::read_manifest(&self.dir)
+                    .is_ok_and(|m| m.wal_sequence == open.manifest.wal_sequence)
+                {
+                    open.g.retire(false);
+                }
+                return Err(e);
+            }
+        };
         drop((deleted, rows, ids));
         // The old index's cache goes before the new one loads its own.
         open.g.release_cache();

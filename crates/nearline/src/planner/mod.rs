@@ -1000,7 +1000,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         &mut d,
     )?;
     note_covered_l(&mut mem, threads, &shape(pq_m), &pd, &mut d);
-    Ok(OpenPlan {
+    let mut plan = OpenPlan {
         entry,
         cache,
         cache_limit: opts.cache_nodes,
@@ -1008,7 +1008,45 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         memory: mem,
         threads,
         decisions: d,
-    })
+    };
+    let updates = update_decisions(&plan, m);
+    plan.decisions.extend(updates);
+    Ok(plan)
+}
+
+/// How a graph index opened with `plan` takes updates, and why.
+fn update_decisions(plan: &OpenPlan, m: &Manifest) -> Vec<Decision> {
+    let carries = match m.layout.kind {
+        LayoutKind::Replicated => {
+            " (its records carry copies of other nodes' lists, which a merge re-lays with the \
+             pages)"
+        }
+        LayoutKind::Coded => {
+            " (its records carry other nodes' codes, which a merge re-encodes with the pages)"
+        }
+        _ => "",
+    };
+    vec![
+        Decision::new(
+            "update",
+            "out_of_place",
+            format!(
+                "FreshDiskANN: inserts into an in-memory delta graph, deletes into a delete set, \
+                 merged into a new disk graph{carries}; in-place graph updates (OdinANN, \
+                 IP-DiskANN) are not built yet"
+            ),
+        ),
+        Decision::new(
+            "update_share",
+            update_share(plan),
+            if plan.budget_auto {
+                "bytes the delta may hold before a merge: a quarter of the budget nearline sized"
+            } else {
+                "bytes the delta may hold before a merge: half of what the budget leaves beyond \
+                 its minimum (the cache yields what the delta takes)"
+            },
+        ),
+    ]
 }
 
 /// Records in `mem` (and as a decision) the largest L the workers' share
