@@ -19,6 +19,11 @@ With ``--merge-check`` (default on) it also measures the merge-time bar of the i
 built on 90% of the set takes 10% inserts and deletes of 10% of its vectors, then one merge
 (``checkpoint()``), timed against a fresh build of the resulting live set with the same threads.
 
+With ``--churn C`` (default 0: off) it runs C cycles on an index built on the whole set: each
+deletes ``--churn-rate`` (5%) of the vectors, inserts the same vectors again under the same ids,
+and merges; the live set is then the built set again, so the index as built is a fresh build of
+it. Per cycle: recall@k at L, mean reads per query, merge seconds, ``within_budget``.
+
 Usage::
 
     .venv/bin/python benches/graph_updates.py --data wordnet:../shared/data/wordnet-minilm \\
@@ -244,13 +249,55 @@ def merge_check(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, A
     return res
 
 
+def churn(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, Any]:
+    """Delete ``churn_rate`` of the set and re-insert it, merge; ``args.churn`` times."""
+    base, metric = ds.base, ds.metric
+    n = len(base)
+    q = ds.queries[: args.queries]
+    path = workdir / "churn.index"
+    shutil.rmtree(path, ignore_errors=True)
+    opts = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads, metric=metric)
+    t = time.perf_counter()
+    nearline.build(base, path, ids=np.arange(n, dtype=np.int64), **opts).close()
+    build_s = time.perf_counter() - t
+    truth = exact_knn(base, np.arange(n), q, args.k, metric)
+    rng = np.random.default_rng(args.seed + 2)
+    cycles = []
+    with nearline.open(path, threads=args.threads, memory_budget=args.memory_budget) as idx:
+        def point(c: int, merge_s: float) -> Dict[str, Any]:
+            ids, _, st = idx.search(q, k=args.k, L=args.L, return_stats=True)
+            info = idx.info()
+            p = {"cycle": c, "recall": recall(ids, truth), "mean_reads": float(np.mean(st["reads"])),
+                 "merge_seconds": merge_s, "within_budget": bool(info["memory"]["within_budget"]),
+                 "memory_total": info["memory"]["total"], "n": info["n"]}
+            log(f"churn cycle {c}: recall {p['recall']:.4f}, reads {p['mean_reads']:.1f}, merge {merge_s:.1f} s, "
+                f"within budget {p['within_budget']}")
+            return p
+        cycles.append(point(0, 0.0))
+        for c in range(1, args.churn + 1):
+            gone = np.sort(rng.choice(n, size=int(n * args.churn_rate), replace=False))
+            idx.delete(gone)
+            idx.insert(base[gone], ids=gone)
+            t = time.perf_counter()
+            idx.checkpoint()
+            cycles.append(point(c, time.perf_counter() - t))
+    first = cycles[0]
+    worst_recall = min(x["recall"] for x in cycles[1:]) if len(cycles) > 1 else first["recall"]
+    worst_reads = max(x["mean_reads"] for x in cycles[1:]) if len(cycles) > 1 else first["mean_reads"]
+    return {"cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate, "L": args.L,
+            "recall_fresh": first["recall"], "reads_fresh": first["mean_reads"],
+            "worst_recall_drop_points": 100 * (first["recall"] - worst_recall),
+            "worst_reads_ratio": worst_reads / first["mean_reads"],
+            "within_budget_always": all(x["within_budget"] for x in cycles)}
+
+
 def plot(result: Dict[str, Any], prefix: str) -> List[str]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out = []
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for r in result["experiments"]:
+    for r in result.get("experiments", []):
         w = r["search_qps_windows"]
         ax.plot([x["t"] for x in w], [x["qps"] for x in w], label=r["strategy"])
     ax.set_xlabel("seconds since updates began")
@@ -261,6 +308,20 @@ def plot(result: Dict[str, Any], prefix: str) -> List[str]:
     p = f"{prefix}-qps.png"
     fig.savefig(p, dpi=120)
     out.append(p)
+    ch = result.get("churn")
+    if ch:
+        for key, label in (("recall", f"recall@10 at L {ch['L']}"), ("mean_reads", "mean reads per query")):
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            xs = [c["cycle"] for c in ch["cycles"]]
+            ax.plot(xs, [c[key] for c in ch["cycles"]], marker="o", label="after each merge")
+            ax.axhline(ch["cycles"][0][key], color="grey", linestyle="--", label="fresh build (cycle 0)")
+            ax.set_xlabel(f"churn cycle (delete and re-insert {100 * ch['rate']:.0f}%)")
+            ax.set_ylabel(label)
+            ax.legend()
+            fig.tight_layout()
+            p = f"{prefix}-churn-{key}.png"
+            fig.savefig(p, dpi=120)
+            out.append(p)
     return out
 
 
@@ -280,6 +341,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--L", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--merge-check", default=True, action=argparse.BooleanOptionalAction)
+    ap.add_argument("--paper", default=True, action=argparse.BooleanOptionalAction,
+                    help="run the paper's experiment (updates beside searches)")
+    ap.add_argument("--churn", type=int, default=0, help="churn cycles (0: none)")
+    ap.add_argument("--churn-rate", type=float, default=0.05)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--plot", default=None)
@@ -296,11 +361,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     result: Dict[str, Any] = {"data": ds.name, "n": len(ds.base), "dim": ds.base.shape[1],
                               "memory_budget": args.memory_budget, "preset": args.preset,
                               "threads": args.threads, "experiments": []}
-    for s in args.strategies.split(","):
+    for s in args.strategies.split(",") if args.paper else []:
         result["experiments"].append(experiment(ds, args, workdir, s))
         Path(args.out).write_text(json.dumps(result, indent=1))
     if args.merge_check:
         result["merge_check"] = merge_check(ds, args, workdir)
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    if args.churn:
+        result["churn"] = churn(ds, args, workdir)
     Path(args.out).write_text(json.dumps(result, indent=1))
     if args.plot:
         result["plots"] = plot(result, args.plot)

@@ -1,8 +1,9 @@
 """The writer process of tests/test_partition_crash.py (not a test module).
 
-``python partition_crash_child.py INDEX LOG SEED`` opens the partition index at INDEX
-(durability "sync") and runs a random stream of insert batches, delete batches, searches,
-checkpoints and maintenance until it is killed. Around every call it appends a line to LOG:
+``python partition_crash_child.py INDEX LOG SEED`` opens the index at INDEX (a partition index,
+or a graph index updated out of place; durability "sync") and runs a random stream of insert
+batches, delete batches, searches, checkpoints (a graph index: merges) and maintenance until it is
+killed. Around every call it appends a line to LOG:
 
 * before the call, ``B <op> I <batch> <id,...>`` / ``B <op> D <id,...>`` / ``B <op> S`` (a
   search) / ``B <op> C`` (checkpoint) / ``B <op> M`` (maintain) (written, not synced: a killed
@@ -48,6 +49,7 @@ def main(index: str, log: str, seed: int) -> None:
             os.fsync(fd)
 
     idx = nearline.open(index, durability="sync")
+    graph = idx.kind == "graph"
     live = set(idx.ids().tolist())
     deleted: list = []
     next_id = FIRST_NEW_ID
@@ -83,7 +85,10 @@ def main(index: str, log: str, seed: int) -> None:
         elif r < 0.955:
             # Searches queue merges of postings that deletes thinned out.
             note(f"B {op} S", False)
-            idx.search(batch_vectors(seed, 10**7 + op, 8), 5, nprobe=16)
+            if graph:
+                idx.search(batch_vectors(seed, 10**7 + op, 8), 5, L=32)
+            else:
+                idx.search(batch_vectors(seed, 10**7 + op, 8), 5, nprobe=16)
         elif r < 0.995:
             note(f"B {op} C", False)
             idx.checkpoint()
@@ -91,7 +96,10 @@ def main(index: str, log: str, seed: int) -> None:
             note(f"B {op} M", False)
             idx.maintain()
         u = idx.info()["updates"]
-        note(f"A {op} {u['splits']} {u['merges']}", True)
+        if graph:
+            note(f"A {op} 0 {u['since_open']['merges']}", True)
+        else:
+            note(f"A {op} {u['splits']} {u['merges']}", True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Crash recovery of the partition index (preset "spfresh"): a writer process running a random
-stream of inserts, deletes, checkpoints and maintenance is killed with SIGKILL at a random moment
-(during an insert, a delete, a split or merge in the background worker, a checkpoint), and the
+"""Crash recovery of both mutable index kinds — the partition index (preset "spfresh") and a graph
+index updated out of place (preset "diskann": its delta, delete set and merges) —: a writer process
+running a random stream of inserts, deletes, checkpoints and maintenance is killed with SIGKILL at a
+random moment (during an insert, a delete, a split or merge in the background worker, a checkpoint,
+a graph merge writing and swapping in its new index), and the
 reopened index must hold every acknowledged update: an acknowledged insert is live and found by its
 own query unless a later acknowledged delete removed it, an acknowledged delete stays deleted
 unless a later acknowledged insert brought the id back, the update in flight may have landed or
@@ -47,17 +49,22 @@ SAMPLE = 10
 CHILD = Path(__file__).with_name("partition_crash_child.py")
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
+@pytest.fixture(scope="module", params=["partition", "graph"])
+def template(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("crash") / "template.index"
     base = batch_vectors(0, 0, N)
-    nearline.build(base, path, preset="spfresh", posting_limit=POSTING_LIMIT, merge_threshold=MERGE_THRESHOLD,
-                   threads=2, seed=0).close()
-    return path, base
+    if request.param == "partition":
+        nearline.build(base, path, preset="spfresh", posting_limit=POSTING_LIMIT,
+                       merge_threshold=MERGE_THRESHOLD, threads=2, seed=0).close()
+    else:
+        # A budget whose delta share holds a few hundred vectors: the stream merges often.
+        nearline.build(base, path, preset="diskann", R=16, build_L=32, threads=2, seed=0,
+                       memory_budget="600KB").close()
+    return path, base, request.param
 
 
 @pytest.fixture(scope="module")
-def report():
+def report(template):
     """Collects each trial's recovery; prints the summary (and writes it) after the last trial."""
     trials: list = []
     yield trials
@@ -75,14 +82,14 @@ def report():
         "per_trial": trials,
     }
     rs = summary["recovery_s"]
-    print(f"\npartition crash recovery over {len(trials)} trials: median {rs['median'] * 1e3:.1f} ms, "
+    print(f"\n{template[2]} crash recovery over {len(trials)} trials: median {rs['median'] * 1e3:.1f} ms, "
           f"max {rs['max'] * 1e3:.1f} ms (open + log replay of up to "
           f"{summary['replayed_ops_max']} updates); killed during {summary['killed_during']}; "
           f"{summary['splits_before_kill']} splits and {summary['merges_before_kill']} merges acknowledged "
           "before the kills")
     out = os.environ.get("NEARLINE_CRASH_REPORT")
     if out:
-        Path(out).write_text(json.dumps(summary, indent=1, default=str))
+        Path(f"{out}.{template[2]}.json").write_text(json.dumps(summary, indent=1, default=str))
 
 
 def _parse(log: Path):
@@ -143,7 +150,8 @@ def _run_writer(index: Path, log: Path, seed: int, delay: float) -> None:
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_kill_and_recover(tmp_path, template, report, trial):
-    tpl, base = template
+    tpl, base, kind = template
+    probe = {"nprobe": 64} if kind == "partition" else {"L": 64}
     index = tmp_path / "p.index"
     shutil.copytree(tpl, index)
     log = tmp_path / "ops.log"
@@ -200,7 +208,7 @@ def test_kill_and_recover(tmp_path, template, report, trial):
                        "acked": len(done), "replayed_ops": replayed,
                        "in_flight": in_flight[0] if in_flight else None, "splits": splits, "merges": merges,
                        "live": len(live)})
-        context = (f"trial {trial} (seed {seed}, kill after {delay:.3f} s, {len(done)} acknowledged ops, "
+        context = (f"{kind} trial {trial} (seed {seed}, kill after {delay:.3f} s, {len(done)} acknowledged ops, "
                    f"in flight: {in_flight[0] if in_flight else None})")
         lost = sorted((live_expected - live) - uncertain)
         assert not lost, f"{context}: {len(lost)} acknowledged live ids are missing: {lost[:20]}"
@@ -218,13 +226,13 @@ def test_kill_and_recover(tmp_path, template, report, trial):
         sample = list(rng.choice(inserted, min(SAMPLE, len(inserted)), replace=False)) if inserted else []
         sample += list(rng.choice([i for i in certain if vector_of[i][0] == "t"], 5, replace=False))
         sample = np.asarray(sample, dtype=np.int64)
-        got, d = idx.search(vectors(sample), 1, nprobe=64)
+        got, d = idx.search(vectors(sample), 1, **probe)
         miss = sample[got[:, 0] != sample]
         if miss.size:
             # Diagnostics for the message: is the miss transient (found by the next search)?
-            again, _ = idx.search(vectors(miss), 1, nprobe=64)
+            again, _ = idx.search(vectors(miss), 1, **probe)
             idx.maintain()
-            later, _ = idx.search(vectors(miss), 1, nprobe=64)
+            later, _ = idx.search(vectors(miss), 1, **probe)
             raise AssertionError(f"{context}: live ids not found by their own query: {miss.tolist()}, got "
                                  f"{got[got[:, 0] != sample, 0].tolist()}; found by the next search: "
                                  f"{(again[:, 0] == miss).tolist()}, after maintain(): "
@@ -234,7 +242,7 @@ def test_kill_and_recover(tmp_path, template, report, trial):
         gone = sorted(set(vector_of) - live_expected - uncertain)
         if gone:
             ask = np.asarray(rng.choice(gone, min(SAMPLE, len(gone)), replace=False), dtype=np.int64)
-            got, _ = idx.search(vectors(ask), 10, nprobe=64)
+            got, _ = idx.search(vectors(ask), 10, **probe)
             assert not np.isin(got, list(gone)).any(), f"{context}: deleted ids returned"
 
         # The recovered index takes updates and checkpoints.

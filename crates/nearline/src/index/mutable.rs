@@ -170,7 +170,18 @@ impl GraphSlot {
             if !path.exists() {
                 return Ok(());
             }
-            *tail = Some(WalTail::open(&path)?);
+            let t = WalTail::open(&path)?;
+            let applied = self.state.read().map_err(|_| poisoned())?.delta.applied;
+            if t.first_seq() > applied + 1 {
+                // The writer merged before this open saw its log: the
+                // directory holds a newer index; load it.
+                let m = crate::io::files::read_manifest(&self.dir)?;
+                let (fresh, t2) = open_state(&self.dir, m, &self.opts)?;
+                *self.write()? = fresh;
+                *tail = t2;
+                return Ok(());
+            }
+            *tail = Some(t);
         }
         let Some(t) = tail.as_mut() else {
             return Ok(());
