@@ -28,5 +28,6 @@ cargo test --profile ci -p nearline
 echo "== pytest"
 .venv/bin/python -m pytest -q tests
 echo "== pytest (pread I/O engine forced)"
-NEARLINE_IO=pread .venv/bin/python -m pytest -q tests -m io_engine
+# (the crash test's 50 kills per index kind ran above; 10 each here, with pread)
+NEARLINE_IO=pread NEARLINE_CRASH_TRIALS=10 .venv/bin/python -m pytest -q tests -m io_engine
 echo "== all tests passed"

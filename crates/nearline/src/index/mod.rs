@@ -778,11 +778,15 @@ impl Index {
 /// What the memory budget gives a search's workers on graph index `g`:
 /// what it reserves them with the cache as loaded at open, and the most
 /// with the cache emptied (no limit when nearline sized the budget itself).
+/// The update layer's bytes count with the fixed structures: a search
+/// beside a grown delta plans fewer queries in flight instead of being
+/// refused.
 fn scratch_room(g: &GraphOpen) -> ScratchRoom {
     if g.plan.budget_auto {
         return ScratchRoom::UNBOUNDED;
     }
-    ScratchRoom::of(g.plan.memory.budget, g.g.fixed_total(), g.g.cache_planned())
+    let fixed = g.g.fixed_total().max(g.g.ledger().fixed);
+    ScratchRoom::of(g.plan.memory.budget, fixed, g.g.cache_planned())
 }
 
 /// An internal distance as users see it (infinite pads keep their side).

@@ -827,17 +827,17 @@ pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
 pub const MIN_UPDATE_SHARE: u64 = 1 << 20;
 
 /// The most bytes a graph index's update layer (FreshDiskANN's delta and
-/// delete set) may hold before a merge: half of the cache's share of a given
-/// budget (what is left after the structures and the workers' reserved
-/// scratch), so a delta at its limit leaves every search its scratch and
-/// the cache half its share; with a budget nearline sized, a quarter of it,
-/// at least [`MIN_UPDATE_SHARE`].
+/// delete set) may hold before a merge: half of what a given budget leaves
+/// beyond its minimum (the structures and one query per worker), so a delta
+/// at its limit still leaves every worker a query (a search beside it plans
+/// fewer queries in flight: see `ScratchRoom`); with a budget nearline
+/// sized, a quarter of it, at least [`MIN_UPDATE_SHARE`].
 pub fn update_share(plan: &OpenPlan) -> u64 {
     let m = &plan.memory;
     if plan.budget_auto {
         (m.budget / 4).max(MIN_UPDATE_SHARE)
     } else {
-        m.cache / 2
+        m.budget.saturating_sub(m.minimum) / 2
     }
 }
 
@@ -1043,8 +1043,9 @@ fn update_decisions(plan: &OpenPlan, m: &Manifest) -> Vec<Decision> {
             if plan.budget_auto {
                 "bytes the delta may hold before a merge: a quarter of the budget nearline sized"
             } else {
-                "bytes the delta may hold before a merge: half of the cache's share of the \
-                 budget (the cache yields what the delta takes; the workers keep their scratch)"
+                "bytes the delta may hold before a merge: half of what the budget leaves beyond \
+                 its minimum (the cache yields what the delta takes; a search beside it plans \
+                 fewer queries in flight)"
             },
         ),
     ]
