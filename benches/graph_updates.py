@@ -287,7 +287,7 @@ def churn(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, Any]:
     return {"cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate, "L": args.L,
             "recall_fresh": first["recall"], "reads_fresh": first["mean_reads"],
             "worst_recall_drop_points": 100 * (first["recall"] - worst_recall),
-            "worst_reads_ratio": worst_reads / first["mean_reads"],
+            "worst_reads_ratio": worst_reads / first["mean_reads"] if first["mean_reads"] > 0 else None,
             "within_budget_always": all(x["within_budget"] for x in cycles)}
 
 
@@ -296,8 +296,17 @@ def plot(result: Dict[str, Any], prefix: str) -> List[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     out = []
+    if result.get("experiments"):
+        out.extend(plot_qps(result, prefix, plt))
+    ch = result.get("churn")
+    if ch:
+        out.extend(plot_churn(ch, prefix, plt))
+    return out
+
+
+def plot_qps(result: Dict[str, Any], prefix: str, plt: Any) -> List[str]:
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    for r in result.get("experiments", []):
+    for r in result["experiments"]:
         w = r["search_qps_windows"]
         ax.plot([x["t"] for x in w], [x["qps"] for x in w], label=r["strategy"])
     ax.set_xlabel("seconds since updates began")
@@ -307,21 +316,23 @@ def plot(result: Dict[str, Any], prefix: str) -> List[str]:
     fig.tight_layout()
     p = f"{prefix}-qps.png"
     fig.savefig(p, dpi=120)
-    out.append(p)
-    ch = result.get("churn")
-    if ch:
-        for key, label in (("recall", f"recall@10 at L {ch['L']}"), ("mean_reads", "mean reads per query")):
-            fig, ax = plt.subplots(figsize=(6, 3.5))
-            xs = [c["cycle"] for c in ch["cycles"]]
-            ax.plot(xs, [c[key] for c in ch["cycles"]], marker="o", label="after each merge")
-            ax.axhline(ch["cycles"][0][key], color="grey", linestyle="--", label="fresh build (cycle 0)")
-            ax.set_xlabel(f"churn cycle (delete and re-insert {100 * ch['rate']:.0f}%)")
-            ax.set_ylabel(label)
-            ax.legend()
-            fig.tight_layout()
-            p = f"{prefix}-churn-{key}.png"
-            fig.savefig(p, dpi=120)
-            out.append(p)
+    return [p]
+
+
+def plot_churn(ch: Dict[str, Any], prefix: str, plt: Any) -> List[str]:
+    out = []
+    for key, label in (("recall", f"recall@10 at L {ch['L']}"), ("mean_reads", "mean reads per query")):
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        xs = [c["cycle"] for c in ch["cycles"]]
+        ax.plot(xs, [c[key] for c in ch["cycles"]], marker="o", label="after each merge")
+        ax.axhline(ch["cycles"][0][key], color="grey", linestyle="--", label="fresh build (cycle 0)")
+        ax.set_xlabel(f"churn cycle (delete and re-insert {100 * ch['rate']:.0f}%)")
+        ax.set_ylabel(label)
+        ax.legend()
+        fig.tight_layout()
+        p = f"{prefix}-churn-{key}.png"
+        fig.savefig(p, dpi=120)
+        out.append(p)
     return out
 
 
