@@ -249,8 +249,10 @@ def merge_check(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, A
     return res
 
 
-def churn(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, Any]:
-    """Delete ``churn_rate`` of the set and re-insert it, merge; ``args.churn`` times."""
+def churn(ds: Any, args: argparse.Namespace, workdir: Path,
+          save: Any = lambda partial: None) -> Dict[str, Any]:
+    """Delete ``churn_rate`` of the set and re-insert it, merge; ``args.churn`` times. ``save``
+    gets the result so far after every cycle."""
     base, metric = ds.base, ds.metric
     n = len(base)
     q = ds.queries[: args.queries]
@@ -263,7 +265,8 @@ def churn(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, Any]:
     truth = exact_knn(base, np.arange(n), q, args.k, metric)
     rng = np.random.default_rng(args.seed + 2)
     cycles = []
-    with nearline.open(path, threads=args.threads, memory_budget=args.memory_budget) as idx:
+    open_budget = args.churn_open_budget or args.memory_budget
+    with nearline.open(path, threads=args.threads, memory_budget=open_budget) as idx:
         def point(c: int, merge_s: float) -> Dict[str, Any]:
             ids, _, st = idx.search(q, k=args.k, L=args.L, return_stats=True)
             info = idx.info()
@@ -281,10 +284,13 @@ def churn(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, Any]:
             t = time.perf_counter()
             idx.checkpoint()
             cycles.append(point(c, time.perf_counter() - t))
+            save({"cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate, "L": args.L,
+                  "open_budget": open_budget, "partial": True})
     first = cycles[0]
     worst_recall = min(x["recall"] for x in cycles[1:]) if len(cycles) > 1 else first["recall"]
     worst_reads = max(x["mean_reads"] for x in cycles[1:]) if len(cycles) > 1 else first["mean_reads"]
     return {"cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate, "L": args.L,
+            "open_budget": open_budget,
             "recall_fresh": first["recall"], "reads_fresh": first["mean_reads"],
             "worst_recall_drop_points": 100 * (first["recall"] - worst_recall),
             "worst_reads_ratio": worst_reads / first["mean_reads"] if first["mean_reads"] > 0 else None,
@@ -356,6 +362,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="run the paper's experiment (updates beside searches)")
     ap.add_argument("--churn", type=int, default=0, help="churn cycles (0: none)")
     ap.add_argument("--churn-rate", type=float, default=0.05)
+    ap.add_argument("--churn-open-budget", default=None,
+                    help="the churn index's open budget (default --memory-budget): the build's PQ codes "
+                    "fill the build budget, so a larger open budget leaves the delta room")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--plot", default=None)
@@ -366,6 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.memory_budget = float(args.memory_budget) if "." in args.memory_budget else args.memory_budget
     args.merge_open_budget = (float(args.merge_open_budget) if "." in args.merge_open_budget
                               else args.merge_open_budget)
+    if args.churn_open_budget is not None and "." in args.churn_open_budget:
+        args.churn_open_budget = float(args.churn_open_budget)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(args.data, workdir)
@@ -379,7 +390,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["merge_check"] = merge_check(ds, args, workdir)
         Path(args.out).write_text(json.dumps(result, indent=1))
     if args.churn:
-        result["churn"] = churn(ds, args, workdir)
+        def save(partial: Dict[str, Any]) -> None:
+            result["churn"] = partial
+            Path(args.out).write_text(json.dumps(result, indent=1))
+        result["churn"] = churn(ds, args, workdir, save)
     Path(args.out).write_text(json.dumps(result, indent=1))
     if args.plot:
         result["plots"] = plot(result, args.plot)
