@@ -398,20 +398,25 @@ impl Delta {
         Ok((rows, ids.to_vec()))
     }
 
+    /// A query as the delta's vectors are stored: normalised for cosine.
+    fn as_stored<'a>(&self, q: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if self.metric == Metric::Cosine {
+            let mut qn = q.to_vec();
+            normalize(&mut qn);
+            std::borrow::Cow::Owned(qn)
+        } else {
+            std::borrow::Cow::Borrowed(q)
+        }
+    }
+
     /// The delta's `k` nearest live vectors to `q` (metric distance).
     pub fn search(&self, q: &[f32], k: usize, l: usize) -> Found {
         if self.by_ext.is_empty() {
             return Vec::new();
         }
         let mut scratch = SearchScratch::new();
-        let mut qn;
-        let q = if self.metric == Metric::Cosine {
-            qn = q.to_vec();
-            normalize(&mut qn);
-            &qn[..]
-        } else {
-            q
-        };
+        let q = self.as_stored(q);
+        let q = &q[..];
         self.graph
             .search(&mut scratch, q, k, l.max(k).max(DELTA_L))
             .into_iter()
@@ -425,14 +430,8 @@ impl Delta {
     /// Every live delta vector within `radius` (internal distance) of `q`,
     /// by an exact scan (the delta is small).
     pub fn range(&self, q: &[f32], radius: f32) -> Found {
-        let mut qn;
-        let q = if self.metric == Metric::Cosine {
-            qn = q.to_vec();
-            normalize(&mut qn);
-            &qn[..]
-        } else {
-            q
-        };
+        let q = self.as_stored(q);
+        let q = &q[..];
         self.slot_ext
             .iter()
             .enumerate()
