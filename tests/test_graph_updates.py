@@ -91,6 +91,42 @@ def test_read_only_open_follows_the_writer_through_a_merge(tmp_path):
             r.insert(base[:1])
 
 
+@pytest.mark.parametrize("background", [True, False])
+def test_a_streamed_insert_merges_as_the_delta_fills(tmp_path, background):
+    """A delta's share of a small budget fills many times over: the merges run in the
+    background while the stream goes on (or, with background_updates=False, in the insert
+    that fills it); every acknowledged insert is searchable at once, no deleted id comes
+    back, and the budget holds throughout."""
+    base, _ = clustered(3000, DIM, seed=24, queries=5)
+    nearline.build(base[:1000], tmp_path / "g.index", preset="diskann", **BUILD).close()
+    with nearline.open(tmp_path / "g.index", read_only=True) as probe:
+        budget = probe.info()["memory"]["minimum"] + (150 << 10)
+    live = set(range(1000))
+    with nearline.open(tmp_path / "g.index", memory_budget=budget, background_updates=background) as idx:
+        for s in range(1000, 3000, 50):
+            ids = idx.insert(base[s:s + 50])
+            live.update(ids.tolist())
+            gone = [s - 1000 + 7, int(ids[0])]
+            assert idx.delete(gone) == 2
+            live.difference_update(gone)
+            got, _ = idx.search(base[s + 1:s + 50], k=1)
+            assert got[:, 0].tolist() == list(range(s + 1, s + 50))
+            info = idx.info()
+            assert isinstance(info["updates"]["merging"], bool)
+            assert info["memory"]["within_budget"], info["memory"]
+            got, _ = idx.search(base[:20], k=10)
+            assert not (set(got.ravel().tolist()) - live - {-1})
+        merges = idx.info()["updates"]["since_open"]["merges"]
+        if not background:
+            assert merges >= 2
+        idx.checkpoint()
+        info = idx.info()
+        assert info["updates"]["since_open"]["merges"] >= 3 and not info["updates"]["merging"]
+        assert info["updates"]["since_open"]["last_merge_error"] is None
+        assert idx.ids().tolist() == sorted(live)
+        assert idx.check()["problems"] == []
+
+
 def test_bad_updates_are_refused_and_change_nothing(tmp_path):
     base, _ = clustered(600, DIM, seed=23, queries=5)
     with nearline.build(base[:500], tmp_path / "g.index", preset="diskann", **BUILD) as idx:

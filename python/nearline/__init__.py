@@ -519,7 +519,10 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
             first update, so any number of processes may open it to search.)
         background_updates: partition index: run splits, merges and
             reassignments in a background thread (default True); False runs
-            them only when :meth:`Index.maintain` is called.
+            them only when :meth:`Index.maintain` is called. Graph index: once
+            the delta fills its share of the budget, merge it in a background
+            thread while inserts go on (default True); False: the insert that
+            fills it runs the merge and returns after it.
 
     Raises:
         FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a

@@ -168,6 +168,7 @@ pub fn run<T: Element>(
                 Some(coding),
                 pq_seconds,
                 None,
+                None,
                 &tmp,
                 &chosen,
                 job,
@@ -179,7 +180,7 @@ pub fn run<T: Element>(
         } else {
             data
         };
-        phases(data, None, 0.0, None, &tmp, plan, job, t0)
+        phases(data, None, 0.0, None, None, &tmp, plan, job, t0)
     })?;
     // What the phases freed in the allocator's arenas goes back now, not
     // when the process ends.
@@ -188,14 +189,26 @@ pub fn run<T: Element>(
     Ok(manifest)
 }
 
+/// PQ codes a merge carries over: the old index's codebook and the codes of
+/// the merged index's rows (kept rows copied, inserted rows encoded with
+/// the same codebook), so the build's costliest phase after the graph,
+/// training, is skipped (FreshDiskANN keeps its codebook the same way).
+pub struct GivenPq {
+    pub codebook: crate::quant::pq::PqCodebook,
+    /// `n × m` codes, row-major, in the merged index's order.
+    pub codes: crate::util::BigBuf<u8>,
+}
+
 /// Writes an index over `data` (as its records store it: normalised for
 /// cosine; transformed by `coding` for a coded layout) whose graph is
 /// `given` (a merge made it) into the directory `tmp`, which the caller
-/// stages and commits; runs every phase of a build but the graph's.
+/// stages and commits; runs every phase of a build but the graph's, and
+/// PQ's too when `pq` gives its codebook and codes.
 pub fn run_merged<T: Element>(
     data: Matrix<T>,
     coding: Option<codes::Coding>,
     given: graph::BuiltGraph,
+    pq: Option<GivenPq>,
     tmp: &Path,
     plan: &BuildPlan,
     job: &BuildJob<'_>,
@@ -207,12 +220,24 @@ pub fn run_merged<T: Element>(
             data.n()
         )));
     }
+    if let Some(p) = &pq {
+        if p.codebook.dim() != data.dim() || p.codes.len() != data.n() * p.codebook.m() {
+            return Err(Error::arg(format!(
+                "merged PQ codes: {} bytes of a {}-d codebook with {} chunks for {} × {} vectors",
+                p.codes.len(),
+                p.codebook.dim(),
+                p.codebook.m(),
+                data.n(),
+                data.dim()
+            )));
+        }
+    }
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(plan.threads)
         .build()
         .map_err(|e| Error::Engine(format!("cannot start {} build threads: {e}", plan.threads)))?;
     let t0 = Instant::now();
-    let m = pool.install(|| phases(data, coding, 0.0, Some(given), tmp, plan, job, t0))?;
+    let m = pool.install(|| phases(data, coding, 0.0, Some(given), pq, tmp, plan, job, t0))?;
     crate::util::return_freed_memory();
     Ok(m)
 }
@@ -226,6 +251,7 @@ fn phases<T: Element>(
     coding: Option<codes::Coding>,
     coding_seconds: f64,
     given: Option<graph::BuiltGraph>,
+    given_pq: Option<GivenPq>,
     tmp: &Path,
     plan: &BuildPlan,
     job: &BuildJob<'_>,
@@ -269,7 +295,15 @@ fn phases<T: Element>(
                 codes,
                 trials: pq_trials,
                 layout,
-            } = pq::run(&data, plan, build_budget, progress, cancel)?;
+            } = match given_pq {
+                Some(GivenPq { codebook, codes }) => pq::PqOutput {
+                    codebook,
+                    codes,
+                    trials: Vec::new(),
+                    layout: None,
+                },
+                None => pq::run(&data, plan, build_budget, progress, cancel)?,
+            };
             // Every adjacency list fits in memory with the planner's
             // alternative layout: write that one (see `pq::PqSelection`).
             switched = layout.map(|kind| plan.with_layout(kind));

@@ -2,8 +2,11 @@
 //! its deleted nodes and gains inserted ones without a rebuild.
 //!
 //! 1. **Delete consolidation**: every live node with an edge to a deleted
-//!    node takes, in its place, that node's live out-neighbours, and the
-//!    union is pruned back to R with the α rule. No live node keeps an edge
+//!    node takes, in its place, that node's live out-neighbours (the R
+//!    nearest of them, over all its deleted neighbours: a farther one
+//!    would be occluded by a nearer one nearly always, and the prune's
+//!    cost grows with the pool), and the union is pruned back to R with
+//!    the α rule. No live node keeps an edge
 //!    to a deleted one; paths that ran through a deleted node run through
 //!    its neighbours.
 //! 2. **Inserts**: each inserted point searches the consolidated graph from
@@ -26,6 +29,7 @@ use super::Graph;
 use crate::{Error, Result};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// The merged graph over the kept nodes, renumbered.
 pub struct Merged {
@@ -36,6 +40,8 @@ pub struct Merged {
     pub kept: Vec<u32>,
     /// Live nodes whose lists consolidation rewrote.
     pub consolidated: usize,
+    /// Seconds of consolidation, inserts and compaction.
+    pub seconds: [f64; 3],
 }
 
 /// The distances of `space` seen through a renumbering (`kept[new] = old`).
@@ -105,6 +111,7 @@ pub fn merge<D: PointDistance>(
     let gone = |v: u32| deleted[v as usize];
 
     // 1. Delete consolidation, a chunk of affected nodes at a time.
+    let t0 = Instant::now();
     let affected: Vec<u32> = (0..n as u32)
         .filter(|&v| !gone(v) && !is_new[v as usize] && g.neighbors(v).iter().any(|&w| gone(w)))
         .collect();
@@ -115,23 +122,29 @@ pub fn merge<D: PointDistance>(
             chunk
                 .par_iter()
                 .map(|&v| {
-                    let mut cand: Vec<u32> = Vec::new();
-                    for &w in g.neighbors(v) {
-                        if gone(w) {
-                            cand.extend(
-                                g.neighbors(w)
-                                    .iter()
-                                    .copied()
-                                    .filter(|&x| x != v && !gone(x)),
-                            );
-                        } else {
-                            cand.push(w);
-                        }
-                    }
+                    // The live neighbours stay candidates; of what the
+                    // deleted ones pointed at, the R nearest join them.
+                    let own = g.neighbors(v);
+                    let mut pool: Vec<(f32, u32)> = own
+                        .iter()
+                        .filter(|&&w| !gone(w))
+                        .map(|&w| (space.dist(v, w), w))
+                        .collect();
+                    let mut cand: Vec<u32> = own
+                        .iter()
+                        .filter(|&&w| gone(w))
+                        .flat_map(|&w| g.neighbors(w).iter().copied())
+                        .filter(|&x| x != v && !gone(x) && !own.contains(&x))
+                        .collect();
                     cand.sort_unstable();
                     cand.dedup();
-                    let mut pool: Vec<(f32, u32)> =
+                    let mut extra: Vec<(f32, u32)> =
                         cand.into_iter().map(|u| (space.dist(v, u), u)).collect();
+                    if extra.len() > r {
+                        extra.select_nth_unstable_by(r, |a, b| a.0.total_cmp(&b.0));
+                        extra.truncate(r);
+                    }
+                    pool.extend(extra);
                     let mut out = Vec::with_capacity(r);
                     robust_prune(
                         space,
@@ -177,6 +190,7 @@ pub fn merge<D: PointDistance>(
         })
     };
 
+    let t1 = Instant::now();
     // 2. Inserts, in batches growing to the build's cap. With no old node
     //    left, the first insert is the start.
     let (start, rest) = match start {
@@ -213,6 +227,7 @@ pub fn merge<D: PointDistance>(
     }
 
     // 3. Compaction: renumber the live nodes, prune to R, connect.
+    let t2 = Instant::now();
     let kept: Vec<u32> = (0..n as u32).filter(|&v| !gone(v)).collect();
     let mut renum = vec![u32::MAX; n];
     for (new, &old) in kept.iter().enumerate() {
@@ -266,6 +281,11 @@ pub fn merge<D: PointDistance>(
         start: new_start,
         kept,
         consolidated: affected.len(),
+        seconds: [
+            (t1 - t0).as_secs_f64(),
+            (t2 - t1).as_secs_f64(),
+            t2.elapsed().as_secs_f64(),
+        ],
     })
 }
 

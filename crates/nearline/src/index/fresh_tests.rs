@@ -9,7 +9,7 @@ use super::test_data::{clustered, l2};
 use super::Index;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
-use crate::format::Preset;
+use crate::format::{Preset, Section};
 use crate::planner::{BuildOptions, OpenOptions, PresetChoice, SearchOptions};
 use crate::util::Budget;
 use std::collections::BTreeMap;
@@ -156,9 +156,23 @@ fn round_trip(preset: Preset) {
     assert!(info["memory"]["updates"].as_u64().unwrap() > 0);
 
     // The merge writes a new disk graph holding the live set.
+    let m0 = idx.manifest().unwrap();
     let seq = idx.checkpoint().unwrap();
     assert!(seq >= 2);
     let m = idx.manifest().unwrap();
+    // The inserts are a fifth of the result: a merge keeps the codebook
+    // (byte for byte) and encodes only the inserts.
+    let pq_kept = idx.info()["updates"]["since_open"]["last_merge"]["pq_kept"].as_bool();
+    if m0.has(Section::PqCodebook) {
+        assert_eq!(pq_kept, Some(true), "{preset:?}");
+        assert_eq!(
+            m.sections[&Section::PqCodebook].crc32c,
+            m0.sections[&Section::PqCodebook].crc32c
+        );
+        assert_eq!(m.spec.pq_bytes, m0.spec.pq_bytes);
+    } else {
+        assert_eq!(pq_kept, Some(false), "{preset:?}: a coded layout has no PQ");
+    }
     assert_eq!(m.n, live.len());
     assert_eq!(m.wal_sequence, seq);
     assert_eq!(
@@ -324,11 +338,13 @@ fn a_full_delta_merges_within_the_budget() {
     let min = probe.open_plan().unwrap().memory.minimum;
     drop(probe);
     let budget = min + (200 << 10);
+    // The insert that fills the delta merges before it returns.
     let idx = Index::open(
         &dir,
         &OpenOptions {
             threads: Some(2),
             memory_budget: Some(Budget::Bytes(budget)),
+            background_updates: false,
             ..Default::default()
         },
     )
@@ -440,9 +456,145 @@ fn searches_beside_updates_and_merges_see_every_acknowledged_update() {
         let rounds = reader.join().unwrap();
         assert!(rounds >= 3);
     });
+    // The last background merge may still run: the checkpoint waits for it
+    // and merges the rest.
+    idx.checkpoint().unwrap();
     let merges = idx.info()["updates"]["since_open"]["merges"]
         .as_u64()
         .unwrap();
-    assert!(merges >= 2, "merges: {merges}");
+    assert!(merges >= 3, "merges: {merges}");
+    let del: std::collections::HashSet<u64> = deleted.into_inner().unwrap().into_iter().collect();
+    let want: Vec<u64> = (0..2400u64).filter(|i| !del.contains(i)).collect();
+    assert_eq!(idx.live_ids().unwrap(), want);
+    check_ok(&idx);
+}
+
+/// A full delta merges in the background while inserts go on into it (the
+/// merge is held back here until the test lets it go): inserts and
+/// deletes acknowledged meanwhile are searchable, survive the merge's
+/// swap, and a reopen finds the merged index with exactly the acknowledged
+/// state.
+#[test]
+fn inserts_go_on_while_a_background_merge_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(2600, DIM, 8);
+    build(&dir, Preset::Diskann, &data, 1000);
+    let probe = open(&dir, true);
+    let budget = probe.open_plan().unwrap().memory.minimum + (300 << 10);
+    drop(probe);
+    let opts = OpenOptions {
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(budget)),
+        ..Default::default()
+    };
+    let idx = Index::open(&dir, &opts).unwrap();
+    let slot = idx.slot().unwrap();
+    let share = idx.info()["updates"]["delta_share"].as_u64().unwrap();
+    let gate = std::sync::Arc::clone(&slot.merge_gate);
+    let held = gate.lock().unwrap();
+    let mut live: BTreeMap<u64, Vec<f32>> = (0..1000)
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    let mut next = 1000usize;
+    let insert = |idx: &Index, live: &mut BTreeMap<u64, Vec<f32>>, next: &mut usize, n: usize| {
+        let rows = &data[*next * DIM..(*next + n) * DIM];
+        let ids = idx.insert(rows, None).unwrap();
+        for (j, &i) in ids.iter().enumerate() {
+            live.insert(i, rows[j * DIM..(j + 1) * DIM].to_vec());
+        }
+        *next += n;
+        ids
+    };
+    // Fill the delta until a merge starts.
+    while !slot.merging() {
+        insert(&idx, &mut live, &mut next, 10);
+        assert!(next < 2400, "no merge started (share {share} bytes)");
+    }
+    let seq_at_start = idx.info()["updates"]["wal_applied"].as_u64().unwrap();
+    // It cannot finish: updates go on into the delta, and are seen.
+    let during = insert(&idx, &mut live, &mut next, 10);
+    assert!(slot.merging());
+    let gone: Vec<u64> = vec![3, 4, during[0]];
+    assert_eq!(idx.delete(&gone).unwrap(), 3);
+    for g in &gone {
+        live.remove(g);
+    }
+    finds_itself(&idx, &live, &during[1..]);
+    assert_eq!(
+        idx.live_ids().unwrap(),
+        live.keys().copied().collect::<Vec<_>>()
+    );
+    assert_eq!(idx.info()["updates"]["since_open"]["merges"], 0);
+    // Let it go; the checkpoint waits for it, then merges what came after.
+    drop(held);
+    let seq = idx.checkpoint().unwrap();
+    assert!(seq > seq_at_start);
+    let info = idx.info();
+    assert_eq!(info["updates"]["since_open"]["merges"], 2, "{info}");
+    assert_eq!(info["updates"]["inserted_since_merge"], 0);
+    assert_eq!(idx.manifest().unwrap().n, live.len());
+    assert_eq!(
+        idx.live_ids().unwrap(),
+        live.keys().copied().collect::<Vec<_>>()
+    );
+    finds_itself(&idx, &live, &during[1..]);
+    check_ok(&idx);
+    // Updates after it, then a reopen.
+    let after = insert(&idx, &mut live, &mut next, 5);
+    drop(idx);
+    let idx = Index::open(&dir, &opts).unwrap();
+    assert_eq!(
+        idx.live_ids().unwrap(),
+        live.keys().copied().collect::<Vec<_>>()
+    );
+    finds_itself(&idx, &live, &after);
+    check_ok(&idx);
+}
+
+/// Closing an index while its background merge runs cancels the merge;
+/// the log keeps every update and the reopen replays them.
+#[test]
+fn closing_during_a_background_merge_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(2600, DIM, 9);
+    build(&dir, Preset::Diskann, &data, 1000);
+    let probe = open(&dir, true);
+    let budget = probe.open_plan().unwrap().memory.minimum + (300 << 10);
+    drop(probe);
+    let opts = OpenOptions {
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(budget)),
+        ..Default::default()
+    };
+    let idx = Index::open(&dir, &opts).unwrap();
+    let gate = std::sync::Arc::clone(&idx.slot().unwrap().merge_gate);
+    let held = gate.lock().unwrap();
+    let mut n = 1000;
+    while !idx.slot().unwrap().merging() {
+        idx.insert(&data[n * DIM..(n + 10) * DIM], None).unwrap();
+        n += 10;
+        assert!(n < 2400);
+    }
+    idx.delete(&[7]).unwrap();
+    // The merge thread waits at the gate; closing cancels it (once the
+    // index is going, the thread cannot put its result in place).
+    let going = idx.slot().unwrap().me.clone();
+    let closer = std::thread::spawn(move || drop(idx));
+    while going.strong_count() > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    drop(held);
+    closer.join().unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "staging left behind: {leftovers:?}");
+    let idx = Index::open(&dir, &opts).unwrap();
+    let want: Vec<u64> = (0..n as u64).filter(|&i| i != 7).collect();
+    assert_eq!(idx.live_ids().unwrap(), want);
+    assert_eq!(idx.manifest().unwrap().n, 1000, "the merge did not happen");
     check_ok(&idx);
 }

@@ -690,7 +690,7 @@ pub fn page_geometry(m: &Manifest) -> Result<PageGeometry> {
 
 /// The PQ scorer of an index: its codebook and codes, checked against the
 /// manifest.
-fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
+pub(crate) fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
     let cb_path = section_path(dir, m, Section::PqCodebook);
     let codebook =
         crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;

@@ -20,8 +20,9 @@ use crate::io::files::{read_section, section_path, write_manifest};
 use crate::io::staging::Staging;
 use crate::io::BlockReader;
 use crate::planner::{BuildOptions, DataFacts, PresetChoice};
-use crate::util::Budget;
+use crate::util::{BigBuf, Budget};
 use crate::{with_dtype, Error, Result};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -39,9 +40,6 @@ pub struct MergeJob<'a> {
     pub wal_sequence: u64,
     /// The next automatic id after it.
     pub next_auto_id: u64,
-    /// Called with the staging directory before it takes the index's
-    /// place (the caller writes the new log there).
-    pub before_commit: &'a dyn Fn(&Path) -> Result<()>,
     pub progress: Progress<'a>,
     pub cancel: &'a AtomicBool,
 }
@@ -52,8 +50,13 @@ pub struct MergeReport {
     pub seconds: f64,
     /// Reading the page file back.
     pub read_seconds: f64,
-    /// The graph edit.
+    /// The graph edit, and its three steps.
     pub graph_seconds: f64,
+    pub consolidate_seconds: f64,
+    pub insert_seconds: f64,
+    pub compact_seconds: f64,
+    /// The old PQ codebook was kept (the inserts encoded with it).
+    pub pq_kept: bool,
     /// Writing the new index (PQ, pages, entry structures).
     pub write_seconds: f64,
     pub deleted: usize,
@@ -95,14 +98,45 @@ pub fn options_of(m: &Manifest) -> BuildOptions {
     }
 }
 
+/// A merged index written to its staging directory, not yet in place.
+pub struct StagedMerge {
+    staging: Staging,
+    pub manifest: Manifest,
+    pub report: MergeReport,
+    started: Instant,
+}
+
+impl StagedMerge {
+    /// The staging directory (the caller writes the new log there).
+    pub fn path(&self) -> &Path {
+        self.staging.path()
+    }
+
+    /// Puts the merged index in the place of the old one, atomically.
+    pub fn commit(self) -> Result<(Manifest, MergeReport)> {
+        let StagedMerge {
+            staging,
+            manifest,
+            mut report,
+            started,
+        } = self;
+        let tc = Instant::now();
+        staging.commit()?;
+        report.write_seconds += tc.elapsed().as_secs_f64();
+        report.seconds = started.elapsed().as_secs_f64();
+        Ok((manifest, report))
+    }
+}
+
 /// Merges the updates of `job` into the index `g` (manifest `m`) in `dir`:
-/// writes the merged index and swaps it in. Returns its manifest.
+/// writes the merged index into a staging directory, which
+/// [`StagedMerge::commit`] swaps in.
 pub fn merge_index(
     dir: &Path,
     m: &Manifest,
     g: &GraphIndex,
     job: &MergeJob<'_>,
-) -> Result<(Manifest, MergeReport)> {
+) -> Result<StagedMerge> {
     with_dtype!(m.dtype, T, merge_typed::<T>(dir, m, g, job))
 }
 
@@ -111,7 +145,7 @@ fn merge_typed<T: Element>(
     m: &Manifest,
     g: &GraphIndex,
     job: &MergeJob<'_>,
-) -> Result<(Manifest, MergeReport)> {
+) -> Result<StagedMerge> {
     let t0 = Instant::now();
     let (n_old, dim) = (m.n, m.dim);
     let n_ins = job.insert_ids.len();
@@ -235,6 +269,7 @@ fn merge_typed<T: Element>(
         )
     })?;
     let graph_seconds = tg.elapsed().as_secs_f64();
+    let steps = merged.seconds;
 
     // 3. Compaction of the rows and the ids.
     let n_new = merged.kept.len();
@@ -251,6 +286,10 @@ fn merge_typed<T: Element>(
     }
     drop(rows);
     let data = Matrix::from_vec(data, n_new, dim)?;
+    let pq = match coding {
+        Some(_) => None,
+        None => pool.install(|| carried_pq(dir, m, &merged.kept, &data))?,
+    };
 
     // 4. Every other phase of a build, into a staging directory.
     let tw = Instant::now();
@@ -279,26 +318,85 @@ fn merge_typed<T: Element>(
         medoid: merged.start,
         shards: 1,
     };
-    let mut manifest = crate::build::run_merged(data, coding, built, staging.path(), &plan, &bjob)?;
+    let pq_kept = pq.is_some();
+    let mut manifest =
+        crate::build::run_merged(data, coding, built, pq, staging.path(), &plan, &bjob)?;
     manifest.wal_sequence = job.wal_sequence;
     manifest.next_auto_id = job.next_auto_id;
     write_manifest(staging.path(), &manifest)?;
-    (job.before_commit)(staging.path())?;
-    staging.commit()?;
     let write_seconds = tw.elapsed().as_secs_f64();
-    Ok((
+    Ok(StagedMerge {
+        staging,
         manifest,
-        MergeReport {
+        started: t0,
+        report: MergeReport {
             seconds: t0.elapsed().as_secs_f64(),
             read_seconds,
             graph_seconds,
+            consolidate_seconds: steps[0],
+            insert_seconds: steps[1],
+            compact_seconds: steps[2],
+            pq_kept,
             write_seconds,
             deleted: job.deleted.iter().filter(|&&d| d).count(),
             inserted: n_ins,
             consolidated: merged.consolidated,
             n: n_new,
         },
-    ))
+    })
+}
+
+/// A merge keeps the old PQ codebook (and the kept rows' codes) while the
+/// vectors it was trained on stay the majority of the merged index:
+/// FreshDiskANN never retrains; past half, the data have moved enough that
+/// a merge retrains as a build would.
+pub const PQ_RETRAIN_FRACTION: f64 = 0.5;
+
+/// The PQ codes of the merged rows `data` (`kept[new] = old`; old rows at
+/// or past `m.n` are inserts): the old codebook, the kept rows' codes
+/// copied and the inserts' encoded. `None` (retrain) when the inserts are
+/// more than [`PQ_RETRAIN_FRACTION`] of the result or the index holds no
+/// PQ sections.
+fn carried_pq<T: Element>(
+    dir: &Path,
+    m: &Manifest,
+    kept: &[u32],
+    data: &Matrix<T>,
+) -> Result<Option<crate::build::GivenPq>> {
+    let inserted = kept.iter().filter(|&&o| o as usize >= m.n).count();
+    if !m.has(Section::PqCodebook)
+        || !m.has(Section::PqCodes)
+        || m.spec.pq_bytes == 0
+        || inserted as f64 > PQ_RETRAIN_FRACTION * kept.len() as f64
+    {
+        return Ok(None);
+    }
+    let old = super::graph::load_pq(dir, m)?;
+    let pm = old.codebook.m();
+    let dim = data.dim();
+    let mut codes: BigBuf<u8> = BigBuf::zeroed(kept.len() * pm);
+    let rows = data.as_slice();
+    codes
+        .par_chunks_mut(pm)
+        .zip(kept.par_iter().enumerate())
+        .for_each_init(
+            || vec![0f32; dim],
+            |v, (code, (new, &o))| {
+                let o = o as usize;
+                if o < m.n {
+                    code.copy_from_slice(&old.codes[o * pm..(o + 1) * pm]);
+                } else {
+                    for (x, r) in v.iter_mut().zip(&rows[new * dim..(new + 1) * dim]) {
+                        *x = r.to_f32();
+                    }
+                    old.codebook.encode(v, code);
+                }
+            },
+        );
+    Ok(Some(crate::build::GivenPq {
+        codebook: old.codebook,
+        codes,
+    }))
 }
 
 /// A coded layout's transform, as its sections hold it.

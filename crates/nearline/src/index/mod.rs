@@ -235,7 +235,7 @@ pub struct SearchOutput {
 }
 
 enum Kind {
-    Graph(Box<GraphSlot>),
+    Graph(Arc<GraphSlot>),
     Partition(PartitionIndex),
 }
 
@@ -251,7 +251,7 @@ impl Index {
         let kind = match kind_of(dir)? {
             IndexKind::Graph => {
                 let m = read_manifest(dir)?;
-                Kind::Graph(Box::new(GraphSlot::open(dir, m, opts)?))
+                Kind::Graph(GraphSlot::open(dir, m, opts)?)
             }
             IndexKind::Partition => {
                 let graph_only = [
@@ -699,6 +699,7 @@ impl Index {
                     "delta_bytes": st.delta.memory_bytes(),
                     "delta_share": planner::update_share(&st.open.plan),
                     "wal_applied": st.delta.applied,
+                    "merging": slot.merging(),
                     "since_open": slot.counters(),
                 }),
             ),

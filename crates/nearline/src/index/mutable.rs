@@ -8,10 +8,20 @@
 //! together, so a search sees one consistent pair: it reads both under one
 //! read hold, an update applies under a write hold after its log record is
 //! durable, and a merge swaps both at once.
+//!
+//! A merge runs in the background (with `background_updates`, the
+//! default): once the delta fills its share of the budget, a thread merges
+//! a snapshot of it (the log up to sequence `s`) while updates go on into
+//! the same delta, up to half a share more; searches see the old disk graph
+//! and the whole delta. The staged result is put in place under `writer`:
+//! the records after `s` are copied into the new index's log, the directory
+//! swapped, and the new delta rebuilt by replaying them. A writer that runs
+//! out of room waits for the merge; `checkpoint()` waits for it and merges
+//! the rest.
 
 use super::fresh::{merge_found, Delta, Found, WAL_FILE};
 use super::graph::GraphIndex;
-use super::merge::{merge_index, MergeJob, MergeReport};
+use super::merge::{merge_index, MergeJob, MergeReport, StagedMerge};
 use crate::elem::DType;
 use crate::format::Manifest;
 use crate::planner::{self, OpenOptions, OpenPlan};
@@ -19,8 +29,9 @@ use crate::update::tail::{TailStatus, WalTail};
 use crate::update::wal::{Op, Wal};
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::thread::JoinHandle;
 
 /// An open graph index: its manifest, open plan and structures.
 pub struct GraphOpen {
@@ -49,6 +60,42 @@ pub struct UpdateCounters {
     pub deleted: u64,
     pub merges: u64,
     pub last_merge: Option<MergeReport>,
+    /// Why the last background merge failed (the delta and the log keep
+    /// every update; the next one that needs room tries again).
+    pub last_merge_error: Option<String>,
+}
+
+/// While the delta is being merged, updates go on into it up to this many
+/// shares (the budget leaves two: see `planner::update_share`).
+const SHARES_WHILE_MERGING: f64 = 1.5;
+
+/// What a merge took: the log up to `seq` and the delta as it stood.
+struct Snapshot {
+    open: Arc<GraphOpen>,
+    seq: u64,
+    deleted: Vec<bool>,
+    rows: Vec<f32>,
+    ids: Vec<u64>,
+    next_auto: u64,
+}
+
+/// A merged index staged, with what it was merged from.
+struct Staged {
+    merge: StagedMerge,
+    open: Arc<GraphOpen>,
+    seq: u64,
+}
+
+/// The background merge.
+#[derive(Default)]
+struct Background {
+    /// A merge of the log up to this sequence runs or waits to be put in
+    /// place.
+    running: Option<u64>,
+    /// Its result.
+    ready: Option<Result<Staged>>,
+    handle: Option<JoinHandle<()>>,
+    cancel: Arc<AtomicBool>,
 }
 
 /// A graph index open for search and updates.
@@ -61,6 +108,31 @@ pub struct GraphSlot {
     /// A read-only open follows the writer's log.
     tail: Mutex<Option<WalTail>>,
     counters: Mutex<UpdateCounters>,
+    bg: Mutex<Background>,
+    /// Signalled when a background merge's result is ready.
+    bg_ready: Condvar,
+    /// This slot, for the merge thread (which must not keep it alive).
+    pub(super) me: Weak<GraphSlot>,
+    /// Tests hold this to keep a background merge from staging.
+    #[cfg(test)]
+    pub(super) merge_gate: Arc<Mutex<()>>,
+}
+
+impl Drop for GraphSlot {
+    /// Cancels a running merge and waits for its thread (its staging
+    /// directory is removed; the log keeps every update).
+    fn drop(&mut self) {
+        let Ok(bg) = self.bg.get_mut() else {
+            return;
+        };
+        bg.cancel.store(true, Ordering::Relaxed);
+        if let Some(h) = bg.handle.take() {
+            // The merge thread may itself drop the last reference.
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
 }
 
 fn poisoned() -> Error {
@@ -126,16 +198,26 @@ fn open_state(
 
 impl GraphSlot {
     /// Opens the graph index in `dir` (manifest `m`).
-    pub fn open(dir: &Path, m: Manifest, opts: &OpenOptions) -> Result<GraphSlot> {
+    pub fn open(dir: &Path, m: Manifest, opts: &OpenOptions) -> Result<Arc<GraphSlot>> {
         let (state, tail) = open_state(dir, m, opts)?;
-        Ok(GraphSlot {
+        Ok(Arc::new_cyclic(|me| GraphSlot {
             dir: dir.to_path_buf(),
             opts: opts.clone(),
             state: RwLock::new(state),
             writer: Mutex::new(None),
             tail: Mutex::new(if opts.read_only { tail } else { None }),
             counters: Mutex::new(UpdateCounters::default()),
-        })
+            bg: Mutex::new(Background::default()),
+            bg_ready: Condvar::new(),
+            me: me.clone(),
+            #[cfg(test)]
+            merge_gate: Arc::new(Mutex::new(())),
+        }))
+    }
+
+    /// A merge runs (or its result waits to be put in place).
+    pub fn merging(&self) -> bool {
+        self.bg.lock().is_ok_and(|b| b.running.is_some())
     }
 
     /// The disk graph and the delta, for reading (a read-only open first
@@ -262,28 +344,44 @@ impl GraphSlot {
             (rows, ids, open.manifest.dim)
         };
         // Batches that fit the delta's share, with a merge whenever the
-        // next one would pass it.
+        // next one would pass it: in the background (updates go on, up to
+        // half a share more) or here.
         let mut at = 0;
         while at < ids.len() {
+            self.finish(&mut w)?;
             let open = self.current()?;
             let share = Self::share(&open);
+            let merging = self.merging();
+            let limit = if merging {
+                (share as f64 * SHARES_WHILE_MERGING) as u64
+            } else {
+                share
+            };
             let (take, fits) = {
                 let st = self.state.read().map_err(|_| poisoned())?;
                 let mut take = ids.len() - at;
-                while take > 1 && st.delta.bytes_after(take) > share {
+                while take > 1 && st.delta.bytes_after(take) > limit {
                     take = take.div_ceil(2);
                 }
-                (take, st.delta.bytes_after(take) <= share)
+                (take, st.delta.bytes_after(take) <= limit)
             };
             if !fits {
+                if merging {
+                    self.wait_ready()?;
+                    continue;
+                }
                 let empty = self.state.read().map_err(|_| poisoned())?.delta.is_empty();
-                if empty {
+                let started = !empty && self.opts.background_updates && self.start(&mut w)?;
+                if started {
+                    continue;
+                }
+                let merged = !empty && self.merge_locked(&mut w, &AtomicBool::new(false))?.1;
+                if !merged {
                     return Err(Error::arg(format!(
                         "the memory budget leaves the update layer {share} bytes, too little \
                          for one vector's insert; open with a larger memory_budget"
                     )));
                 }
-                self.merge_locked(&mut w, &AtomicBool::new(false))?;
                 continue;
             }
             let (r, i) = (&rows[at * dim..(at + take) * dim], &ids[at..at + take]);
@@ -351,65 +449,176 @@ impl GraphSlot {
         Ok(live)
     }
 
-    /// Merges the delta into a new disk graph (when it holds anything);
-    /// returns the log sequence the index holds.
+    /// Merges the delta into a new disk graph (when it holds anything),
+    /// after the background merge if one runs; returns the log sequence
+    /// the index holds.
     pub fn checkpoint(&self) -> Result<u64> {
         let mut w = self.writer()?;
-        self.merge_locked(&mut w, &AtomicBool::new(false))
+        if self.merging() {
+            self.wait_ready()?;
+            self.finish(&mut w)?;
+        }
+        Ok(self.merge_locked(&mut w, &AtomicBool::new(false))?.0)
     }
 
+    /// What a merge of the delta as it stands would take: `Err(seq)` when
+    /// there is nothing to merge (the log sequence the index holds).
+    fn snapshot(
+        &self,
+        w: &MutexGuard<'_, Option<Wal>>,
+    ) -> Result<std::result::Result<Snapshot, u64>> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let seq = wal.sync()?.saturating_sub(1);
+        let st = self.state.read().map_err(|_| poisoned())?;
+        let held = st.open.manifest.wal_sequence;
+        if st.delta.is_empty() {
+            return Ok(Err(held.max(seq)));
+        }
+        let (rows, ids) = st.delta.live_rows();
+        let deleted = st.delta.deleted_flags();
+        if ids.is_empty() && deleted.iter().all(|&d| d) {
+            // Nothing would be left: a graph holds at least one vector, so
+            // the log keeps the deletes until an insert comes.
+            return Ok(Err(held));
+        }
+        Ok(Ok(Snapshot {
+            open: Arc::clone(&st.open),
+            seq,
+            deleted,
+            rows,
+            ids,
+            next_auto: st.delta.next_auto(),
+        }))
+    }
+
+    /// Writes the merge of `snap` into a staging directory.
+    fn stage(snap: Snapshot, cancel: &AtomicBool) -> Result<Staged> {
+        let quiet = |_: &str, _: u64, _: u64| {};
+        let dir = snap.open.g.dir().to_path_buf();
+        let merge = merge_index(
+            &dir,
+            &snap.open.manifest,
+            &snap.open.g,
+            &MergeJob {
+                deleted: &snap.deleted,
+                inserts: &snap.rows,
+                insert_ids: &snap.ids,
+                wal_sequence: snap.seq,
+                next_auto_id: snap.next_auto,
+                progress: &quiet,
+                cancel,
+            },
+        )?;
+        Ok(Staged {
+            merge,
+            open: snap.open,
+            seq: snap.seq,
+        })
+    }
+
+    /// Merges here, holding the writer: `(sequence held, merged)`.
     fn merge_locked(
         &self,
         w: &mut MutexGuard<'_, Option<Wal>>,
         cancel: &AtomicBool,
-    ) -> Result<u64> {
-        let wal = w.as_ref().ok_or_else(poisoned)?;
-        let seq = wal.sync()?.saturating_sub(1);
-        let (open, deleted, rows, ids, empty, next_auto) = {
-            let st = self.state.read().map_err(|_| poisoned())?;
-            let (rows, ids) = st.delta.live_rows();
-            (
-                Arc::clone(&st.open),
-                st.delta.deleted_flags(),
-                rows,
-                ids,
-                st.delta.is_empty(),
-                st.delta.next_auto(),
-            )
+    ) -> Result<(u64, bool)> {
+        match self.snapshot(w)? {
+            Err(seq) => Ok((seq, false)),
+            Ok(snap) => {
+                let staged = Self::stage(snap, cancel)?;
+                Ok((self.install(w, staged)?, true))
+            }
+        }
+    }
+
+    /// Starts a background merge of the delta as it stands; false when
+    /// there is nothing to merge or one runs already.
+    fn start(&self, w: &mut MutexGuard<'_, Option<Wal>>) -> Result<bool> {
+        let mut bg = self.bg.lock().map_err(|_| poisoned())?;
+        if bg.running.is_some() {
+            return Ok(false);
+        }
+        let snap = match self.snapshot(w)? {
+            Ok(s) => s,
+            Err(_) => return Ok(false),
         };
-        if empty {
-            return Ok(open.manifest.wal_sequence.max(seq));
+        let seq = snap.seq;
+        let cancel = Arc::new(AtomicBool::new(false));
+        let me = self.me.clone();
+        let flag = Arc::clone(&cancel);
+        #[cfg(test)]
+        let gate = Arc::clone(&self.merge_gate);
+        let handle = std::thread::Builder::new()
+            .name("nearline-merge".into())
+            .spawn(move || {
+                #[cfg(test)]
+                drop(gate.lock());
+                let staged = Self::stage(snap, &flag);
+                let Some(slot) = me.upgrade() else {
+                    // The index was closed: the staging directory goes.
+                    return;
+                };
+                if let Ok(mut bg) = slot.bg.lock() {
+                    bg.ready = Some(staged);
+                }
+                slot.bg_ready.notify_all();
+                // Put it in place, unless a writer waiting for it did.
+                if let Ok(mut w) = slot.writer.lock() {
+                    let _ = slot.finish(&mut w);
+                };
+            })
+            .map_err(|e| Error::Engine(format!("cannot start the merge thread: {e}")))?;
+        // A finished thread's handle is dropped (it detaches; its work is done).
+        bg.handle = Some(handle);
+        bg.cancel = cancel;
+        bg.running = Some(seq);
+        Ok(true)
+    }
+
+    /// Waits until the background merge's result is ready (or none runs).
+    fn wait_ready(&self) -> Result<()> {
+        let mut bg = self.bg.lock().map_err(|_| poisoned())?;
+        while bg.running.is_some() && bg.ready.is_none() {
+            bg = self.bg_ready.wait(bg).map_err(|_| poisoned())?;
         }
-        if ids.is_empty() && deleted.iter().all(|&d| d) {
-            // Nothing would be left: a graph holds at least one vector, so
-            // the log keeps the deletes until an insert comes.
-            return Ok(open.manifest.wal_sequence);
+        Ok(())
+    }
+
+    /// Puts a ready background merge in place (the caller holds the
+    /// writer); its error, if it failed.
+    fn finish(&self, w: &mut MutexGuard<'_, Option<Wal>>) -> Result<()> {
+        let ready = {
+            let mut bg = self.bg.lock().map_err(|_| poisoned())?;
+            match bg.ready.take() {
+                None => return Ok(()),
+                Some(r) => {
+                    bg.running = None;
+                    r
+                }
+            }
+        };
+        let done = ready.and_then(|staged| self.install(w, staged));
+        if let Err(e) = &done {
+            if let Ok(mut c) = self.counters.lock() {
+                c.last_merge_error = Some(e.to_string());
+            }
         }
-        let dur = self.opts.durability;
+        done.map(drop)
+    }
+
+    /// Puts a staged merge in place (the caller holds the writer, so no
+    /// update is appended meanwhile): the records logged after the merged
+    /// sequence go into the new index's log, the directory is swapped,
+    /// and the new delta replays them. Returns the merged sequence.
+    fn install(&self, w: &mut MutexGuard<'_, Option<Wal>>, staged: Staged) -> Result<u64> {
+        let Staged { merge, open, seq } = staged;
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        wal.sync()?;
+        wal.copy_from(seq + 1, &merge.path().join(WAL_FILE))?;
         // The old index stops reading its directory (its cache's regrowth)
         // before the new one takes the directory's place.
-        let before_commit = |staging: &Path| -> Result<()> {
-            Wal::create(&staging.join(WAL_FILE), seq + 1, dur)?;
-            open.g.retire(true);
-            Ok(())
-        };
-        let quiet = |_: &str, _: u64, _: u64| {};
-        let merged = merge_index(
-            &self.dir,
-            &open.manifest,
-            &open.g,
-            &MergeJob {
-                deleted: &deleted,
-                inserts: &rows,
-                insert_ids: &ids,
-                wal_sequence: seq,
-                next_auto_id: next_auto,
-                before_commit: &before_commit,
-                progress: &quiet,
-                cancel,
-            },
-        );
-        let (m, report) = match merged {
+        open.g.retire(true);
+        let (m, report) = match merge.commit() {
             Ok(x) => x,
             Err(e) => {
                 // The swap did not happen (staging's commit leaves the
@@ -422,9 +631,10 @@ impl GraphSlot {
                 return Err(e);
             }
         };
-        drop((deleted, rows, ids));
         // The old index's cache goes before the new one loads its own.
         open.g.release_cache();
+        drop(open);
+        let dur = self.opts.durability;
         let path = wal_path(&self.dir);
         let (new_wal, _) = Wal::open_after(&path, dur, seq, &mut |_| Ok(()))?;
         let (state, _) = open_state(&self.dir, m, &self.opts)?;
@@ -433,6 +643,7 @@ impl GraphSlot {
         if let Ok(mut c) = self.counters.lock() {
             c.merges += 1;
             c.last_merge = Some(report);
+            c.last_merge_error = None;
         }
         Ok(seq)
     }

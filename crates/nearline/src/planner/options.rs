@@ -247,10 +247,12 @@ pub struct OpenOptions {
     pub durability: crate::update::wal::Durability,
     /// Partition index: run splits, merges and reassignments in a
     /// background worker (default); `false`: only when `maintain` is called.
+    /// Graph index: merge a full delta in a background thread while updates
+    /// go on (default); `false`: the insert that fills it merges.
     pub background_updates: bool,
-    /// Open for reading only. A graph index always is; a partition index
-    /// then needs no write permission and runs beside its one writer in
-    /// another process, whose acknowledged updates every search sees.
+    /// Open for reading only: the index then needs no write permission and
+    /// runs beside its one writer in another process, whose acknowledged
+    /// updates every search sees.
     pub read_only: bool,
 }
 

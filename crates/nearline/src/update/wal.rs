@@ -539,6 +539,46 @@ impl Wal {
         self.reset(st, first_kept)
     }
 
+    /// Writes at `dest` a new log (log id + 1, synced, its name made
+    /// durable) holding the records from `first_kept` on, and leaves this
+    /// log as it is: the log a merged index takes with it, holding what
+    /// was appended while the merge ran. The caller keeps appenders out
+    /// until `dest` has taken this log's place.
+    pub fn copy_from(&self, first_kept: u64, dest: &Path) -> Result<()> {
+        let mut st = self.lock()?;
+        while st.syncing {
+            st = self.synced.wait(st).map_err(|_| self.poisoned())?;
+        }
+        self.check(&st)?;
+        if first_kept < st.first_seq || first_kept > st.next_seq {
+            return Err(Error::arg(format!(
+                "cannot copy the log from sequence {first_kept}: it holds {}..{}",
+                st.first_seq, st.next_seq
+            )));
+        }
+        self.write_buffered(&mut st)?;
+        let from = if first_kept < st.next_seq {
+            offset_of(&self.path, &st.file, st.first_seq, first_kept, st.len)?
+        } else {
+            st.len
+        };
+        let header = Header {
+            log_id: st
+                .log_id
+                .checked_add(1)
+                .ok_or_else(|| Error::corrupt(&self.path, "the log id is exhausted"))?,
+            first_seq: first_kept,
+        };
+        let tmp = tmp_path(dest)?;
+        drop(write_new_log(
+            dest,
+            &tmp,
+            header,
+            Some((&st.file, from, st.len)),
+        )?);
+        install(dest, &tmp)
+    }
+
     fn lock(&self) -> Result<MutexGuard<'_, State>> {
         self.state.lock().map_err(|_| self.poisoned())
     }
@@ -1447,6 +1487,44 @@ mod tests {
         assert_eq!(wal.sync().unwrap(), 5);
         assert_eq!(wal.stats().unwrap().syncs, 1);
         assert_eq!(wal.durable_next_seq().unwrap(), 5);
+    }
+
+    #[test]
+    fn copy_from_writes_the_tail_elsewhere_and_keeps_the_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("wal.log");
+        let other = tmp.path().join("next");
+        fs::create_dir(&other).unwrap();
+        let dest = other.join("wal.log");
+        let wal = Wal::create(&path, 1, Durability::Sync).unwrap();
+        for s in 1..=8 {
+            wal.append(1, &payload(s, s as usize)).unwrap();
+        }
+        assert!(wal.copy_from(10, &dest).is_err());
+        // Buffered records are written first, so the copy holds them.
+        wal.copy_from(5, &dest).unwrap();
+        assert!(!tmp_path(&dest).unwrap().exists());
+        assert_eq!(wal.first_seq_and_log_id().unwrap(), (1, 1));
+        assert_eq!(wal.append_durable(1, &payload(9, 9)).unwrap(), 9);
+        drop(wal);
+        let (copy, got) = Wal::open(&dest, Durability::Sync).unwrap();
+        assert_eq!(copy.first_seq_and_log_id().unwrap(), (5, 2));
+        assert_eq!(
+            got.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (5..=8).collect::<Vec<_>>()
+        );
+        assert!(got
+            .iter()
+            .all(|r| r.payload == payload(r.seq, r.seq as usize)));
+        assert_eq!(copy.append_durable(1, &payload(9, 9)).unwrap(), 9);
+        drop(copy);
+        let (_, kept) = Wal::open(&path, Durability::Sync).unwrap();
+        assert_eq!(kept.len(), 9, "the log itself is unchanged");
+        // Copying from the next sequence: an empty log starting there.
+        let (wal, _) = Wal::open(&path, Durability::Sync).unwrap();
+        let empty = other.join("empty.log");
+        wal.copy_from(10, &empty).unwrap();
+        assert_eq!(fs::metadata(&empty).unwrap().len(), HEADER_BYTES);
     }
 
     #[test]
