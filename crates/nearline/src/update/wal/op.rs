@@ -1,0 +1,219 @@
+//! The operations the index updaters log, and their payloads.
+
+use super::file::{u32_at, u64_at};
+use super::{kind, Record, MAX_PAYLOAD};
+use crate::elem::DType;
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// The on-disk tag of an element type in an insert record.
+pub fn dtype_tag(dtype: DType) -> u8 {
+    match dtype {
+        DType::F32 => 1,
+        DType::F16 => 2,
+        DType::U8 => 3,
+        DType::I8 => 4,
+    }
+}
+
+/// The element type of an on-disk tag.
+pub fn dtype_from_tag(tag: u8) -> Option<DType> {
+    match tag {
+        1 => Some(DType::F32),
+        2 => Some(DType::F16),
+        3 => Some(DType::U8),
+        4 => Some(DType::I8),
+        _ => None,
+    }
+}
+
+/// The operations the index updaters log.
+///
+/// The rows of an insert's payload widened to f32, in the element type
+/// the record logged (its dtype tag); `vectors` holds whole elements (the
+/// decoder checked its length).
+pub fn decode_vectors(dtype: DType, vectors: &[u8]) -> Vec<f32> {
+    crate::with_dtype!(dtype, T, {
+        vectors
+            .chunks_exact(std::mem::size_of::<T>())
+            .map(|c| crate::elem::Element::to_f32(bytemuck::pod_read_unaligned::<T>(c)))
+            .collect()
+    })
+}
+
+/// Payload of [`kind::INSERT`]:
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | n, the number of vectors (u32) |
+/// | 4..8 | dim (u32, at least 1) |
+/// | 8 | dtype tag ([`dtype_tag`]: 1 f32, 2 f16, 3 u8, 4 i8) |
+/// | 9..12 | zero |
+/// | 12..12+8n | external ids (u64 each) |
+/// | 12+8n.. | n × dim elements, row-major, exactly |
+///
+/// Payload of [`kind::DELETE`]: `[u32 n][n × u64 external ids]`, exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Insert {
+        ids: Vec<u64>,
+        dim: u32,
+        dtype: DType,
+        /// `ids.len() × dim` elements of `dtype`, little-endian bytes.
+        vectors: Vec<u8>,
+    },
+    Delete {
+        ids: Vec<u64>,
+    },
+}
+
+impl Op {
+    /// The record kind of this operation.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Op::Insert { .. } => kind::INSERT,
+            Op::Delete { .. } => kind::DELETE,
+        }
+    }
+
+    /// The record payload; refuses inconsistent shapes.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let count = |ids: &[u64]| {
+            u32::try_from(ids.len()).map_err(|_| {
+                Error::arg(format!(
+                    "one log record holds at most {} ids, got {}",
+                    u32::MAX,
+                    ids.len()
+                ))
+            })
+        };
+        let out = match self {
+            Op::Insert {
+                ids,
+                dim,
+                dtype,
+                vectors,
+            } => {
+                let n = count(ids)?;
+                if *dim == 0 {
+                    return Err(Error::arg("an insert's dimension must be at least 1"));
+                }
+                let want = insert_vector_bytes(ids.len(), *dim, *dtype);
+                if want != Some(vectors.len()) {
+                    return Err(Error::arg(format!(
+                        "an insert of {} vectors of dimension {dim} ({dtype}) needs {} vector \
+                         bytes, got {}",
+                        ids.len(),
+                        want.map_or("too many".to_string(), |w| w.to_string()),
+                        vectors.len()
+                    )));
+                }
+                let mut out = Vec::with_capacity(12 + 8 * ids.len() + vectors.len());
+                out.extend_from_slice(&n.to_le_bytes());
+                out.extend_from_slice(&dim.to_le_bytes());
+                out.extend_from_slice(&[dtype_tag(*dtype), 0, 0, 0]);
+                for id in ids {
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+                out.extend_from_slice(vectors);
+                out
+            }
+            Op::Delete { ids } => {
+                let n = count(ids)?;
+                let mut out = Vec::with_capacity(4 + 8 * ids.len());
+                out.extend_from_slice(&n.to_le_bytes());
+                for id in ids {
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+                out
+            }
+        };
+        if out.len() > MAX_PAYLOAD as usize {
+            return Err(Error::arg(format!(
+                "the operation needs {} bytes; a log record holds at most {MAX_PAYLOAD}: split it",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// Decodes a record read from the log at `path`; a payload of the wrong
+    /// shape or an unknown kind is [`Error::Corrupt`] naming the file, the
+    /// record and its offset.
+    pub fn decode(record: &Record, path: &Path) -> Result<Op> {
+        Op::decode_payload(record.kind, &record.payload).map_err(|msg| {
+            Error::corrupt(
+                path,
+                format!("record {} at offset {}: {msg}", record.seq, record.offset),
+            )
+        })
+    }
+
+    fn decode_payload(kind: u8, p: &[u8]) -> std::result::Result<Op, String> {
+        let ids_at = |at: usize, n: usize| -> Vec<u64> {
+            p[at..at + 8 * n]
+                .chunks_exact(8)
+                .map(|c| u64_at(c, 0))
+                .collect()
+        };
+        match kind {
+            kind::INSERT => {
+                if p.len() < 12 {
+                    return Err(format!(
+                        "an insert payload is {} bytes, shorter than its 12-byte head",
+                        p.len()
+                    ));
+                }
+                let n = u32_at(p, 0) as usize;
+                let dim = u32_at(p, 4);
+                let dtype = dtype_from_tag(p[8])
+                    .ok_or_else(|| format!("unknown dtype tag {} in an insert", p[8]))?;
+                if p[9..12] != [0, 0, 0] {
+                    return Err("an insert's reserved bytes 9..12 are not zero".into());
+                }
+                if dim == 0 {
+                    return Err("an insert has dimension 0".into());
+                }
+                let want = insert_vector_bytes(n, dim, dtype)
+                    .and_then(|v| n.checked_mul(8)?.checked_add(v)?.checked_add(12));
+                if want != Some(p.len()) {
+                    return Err(format!(
+                        "an insert of {n} vectors of dimension {dim} ({dtype}) does not fit its \
+                         {}-byte payload",
+                        p.len()
+                    ));
+                }
+                Ok(Op::Insert {
+                    ids: ids_at(12, n),
+                    dim,
+                    dtype,
+                    vectors: p[12 + 8 * n..].to_vec(),
+                })
+            }
+            kind::DELETE => {
+                if p.len() < 4 {
+                    return Err(format!(
+                        "a delete payload is {} bytes, shorter than its 4-byte count",
+                        p.len()
+                    ));
+                }
+                let n = u32_at(p, 0) as usize;
+                if n.checked_mul(8).and_then(|b| b.checked_add(4)) != Some(p.len()) {
+                    return Err(format!(
+                        "a delete of {n} ids does not fit its {}-byte payload",
+                        p.len()
+                    ));
+                }
+                Ok(Op::Delete { ids: ids_at(4, n) })
+            }
+            other => Err(format!(
+                "record kind {other} is neither an insert nor a delete"
+            )),
+        }
+    }
+}
+
+/// Bytes of `n` vectors of `dim` elements of `dtype`, if it fits a usize.
+fn insert_vector_bytes(n: usize, dim: u32, dtype: DType) -> Option<usize> {
+    n.checked_mul(dim as usize)?.checked_mul(dtype.size())
+}
