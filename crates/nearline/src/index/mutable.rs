@@ -320,6 +320,16 @@ impl GraphSlot {
         Ok(w)
     }
 
+    /// Tests: the writer's log writes through `wrap` from now on.
+    #[cfg(test)]
+    pub(super) fn inject_log_faults(
+        &self,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::AppendFile>,
+    ) -> Result<()> {
+        let w = self.writer()?;
+        w.as_ref().ok_or_else(poisoned)?.inject(wrap)
+    }
+
     /// The most bytes the delta may hold before a merge: the planner's
     /// rule on the open plan.
     fn share(open: &GraphOpen) -> u64 {

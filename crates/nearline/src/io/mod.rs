@@ -27,23 +27,31 @@
 //! order, with delays, can fail reads and writes, and applies writes to its
 //! in-memory copy of the data.
 //!
+//! [`append`] is the write path of the write-ahead log (a positioned write
+//! and a data sync; in tests, `faulty::FaultyFile` fails, tears and loses
+//! them).
+//!
 //! [`blocks`] reads single blocks for open-time loads, [`files`] reads and
 //! writes an index directory's manifest and sections (checked, durable).
 //! [`ceiling`] measures the disk's random-read rate through the same engine
 //! (the benchmark's same-run reference).
 
+pub mod append;
 pub mod blocks;
 pub mod buffer;
 pub mod ceiling;
 pub mod completion;
 pub mod engine;
 pub mod fake;
+#[cfg(test)]
+pub mod faulty;
 pub mod files;
 pub mod pread;
 pub mod staging;
 #[cfg(target_os = "linux")]
 pub mod uring;
 
+pub use append::AppendFile;
 pub use blocks::BlockReader;
 pub use buffer::{AlignedBuf, BufferPool, ALIGN};
 pub use ceiling::{measure_read_ceiling, CeilingOptions, CeilingReport};

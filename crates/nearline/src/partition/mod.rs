@@ -575,6 +575,17 @@ fn build_options(m: &PartitionManifest) -> serde_json::Value {
     v
 }
 
+impl PartitionIndex {
+    /// Tests: the writer's log writes through `wrap` from now on.
+    #[cfg(test)]
+    pub(crate) fn inject_log_faults(
+        &self,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::AppendFile>,
+    ) -> Result<()> {
+        self.current()?.writer()?.inject(wrap)
+    }
+}
+
 impl Inner {
     /// The writer's log; a read-only open refuses what needs it.
     fn writer(&self) -> Result<&Wal> {

@@ -88,9 +88,9 @@
 //! file and a second writer is refused.
 
 use crate::error::{Error, Result};
+use crate::io::AppendFile;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -180,6 +180,9 @@ pub struct Wal {
 struct State {
     /// Shared with a leader that syncs it outside the lock.
     file: Arc<File>,
+    /// Where records are written and synced: `file` (tests put a faulty
+    /// file here).
+    out: Arc<dyn AppendFile>,
     log_id: u64,
     first_seq: u64,
     /// Encoded records `written_next..next_seq`, not yet in the file.
@@ -348,11 +351,13 @@ impl Wal {
         len: u64,
         next_seq: u64,
     ) -> Wal {
+        let file = Arc::new(file);
         Wal {
             path: path.to_path_buf(),
             durability,
             state: Mutex::new(State {
-                file: Arc::new(file),
+                out: Arc::clone(&file) as Arc<dyn AppendFile>,
+                file,
                 log_id: header.log_id,
                 first_seq: header.first_seq,
                 buf: Vec::new(),
@@ -366,6 +371,21 @@ impl Wal {
             }),
             synced: Condvar::new(),
         }
+    }
+
+    /// Tests: the log's writes and syncs go through `wrap(file, synced
+    /// bytes)` from now on (until a reset writes a new file). Everything
+    /// appended so far is written and synced first.
+    #[cfg(test)]
+    pub(crate) fn inject(
+        &self,
+        wrap: impl FnOnce(Arc<File>, u64) -> Arc<dyn AppendFile>,
+    ) -> Result<()> {
+        self.sync()?;
+        let mut st = self.lock()?;
+        let len = st.len;
+        st.out = wrap(Arc::clone(&st.file), len);
+        Ok(())
     }
 
     /// The log file.
@@ -557,7 +577,7 @@ impl Wal {
         if st.buf.is_empty() {
             return Ok(());
         }
-        match st.file.write_all_at(&st.buf, st.len) {
+        match st.out.write_all_at(&st.buf, st.len) {
             Ok(()) => {
                 st.len += st.buf.len() as u64;
                 st.stats.bytes += st.buf.len() as u64;
@@ -589,7 +609,7 @@ impl Wal {
             // Lead: write what every thread appended, sync it once.
             self.write_buffered(&mut st)?;
             let target = st.written_next;
-            let file = Arc::clone(&st.file);
+            let file = Arc::clone(&st.out);
             st.syncing = true;
             drop(st);
             let r = file.sync_data();
@@ -636,6 +656,7 @@ impl Wal {
         // The path names the new file now: follow it whatever happens next.
         let kept = st.len - from;
         st.file = Arc::new(file);
+        st.out = Arc::clone(&st.file) as Arc<dyn AppendFile>;
         st.len = HEADER_BYTES + kept;
         st.first_seq = first;
         st.log_id = header.log_id;
@@ -663,7 +684,7 @@ impl Drop for Wal {
             return;
         }
         if !st.buf.is_empty() {
-            if st.file.write_all_at(&st.buf, st.len).is_err() {
+            if st.out.write_all_at(&st.buf, st.len).is_err() {
                 return;
             }
             st.len += st.buf.len() as u64;
@@ -671,7 +692,7 @@ impl Drop for Wal {
             st.written_next = st.next_seq;
         }
         if st.durable_next < st.written_next {
-            let _ = st.file.sync_data();
+            let _ = st.out.sync_data();
         }
     }
 }
