@@ -127,6 +127,25 @@ def test_a_streamed_insert_merges_as_the_delta_fills(tmp_path, background):
         assert idx.check()["problems"] == []
 
 
+def test_closing_during_a_background_merge_frees_the_index_at_once(tmp_path):
+    """Closing an index whose background merge runs cancels the merge and waits for its
+    thread: the index can be opened for writing again at once, and nothing logged is lost."""
+    base, _ = clustered(3000, DIM, seed=25, queries=5)
+    nearline.build(base[:1000], tmp_path / "g.index", preset="diskann", **BUILD).close()
+    with nearline.open(tmp_path / "g.index", read_only=True) as probe:
+        budget = probe.info()["memory"]["minimum"] + (150 << 10)
+    idx = nearline.open(tmp_path / "g.index", memory_budget=budget)
+    n = 1000
+    while not idx.info()["updates"]["merging"] and n < 3000:
+        idx.insert(base[n:n + 20])
+        n += 20
+    idx.close()
+    with nearline.open(tmp_path / "g.index", memory_budget=budget) as again:
+        assert again.delete([5]) == 1
+        assert len(again) == n - 1
+        assert again.check()["problems"] == []
+
+
 def test_bad_updates_are_refused_and_change_nothing(tmp_path):
     base, _ = clustered(600, DIM, seed=23, queries=5)
     with nearline.build(base[:500], tmp_path / "g.index", preset="diskann", **BUILD) as idx:

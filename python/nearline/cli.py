@@ -296,6 +296,15 @@ def _search_options(args: argparse.Namespace) -> dict[str, Any]:
 _READ = {"read_only": True}
 
 
+def _update_options(nl: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The open options of a command that updates: a graph index merges a full delta in the
+    insert that fills it (a background merge would be cancelled when this process exits)."""
+    opts = _open_options(args)
+    if nl.kind_of(args.index) == "graph":
+        opts["background_updates"] = False
+    return opts
+
+
 def _open_options(args: argparse.Namespace) -> dict[str, Any]:
     """The open options given on the command line."""
     opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
@@ -409,7 +418,7 @@ def cmd_insert(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.ids} holds {len(ids)} ids for {len(vectors)} vectors")
     t0 = time.perf_counter()
     done = 0
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_update_options(nl, args)) as idx:
         # The whole file first: bad input (a NaN, a live or repeated id, too few
         # automatic ids) commits nothing, and errors name rows of the file.
         idx.validate_insert(vectors, ids)
@@ -440,7 +449,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         ids.extend(int(x) for x in _read_ids(args.ids_file))
     if not ids:
         raise ValueError("no ids to delete: give them as arguments or with --ids-file")
-    with nl.open(args.index, **_open_options(args)) as idx:
+    with nl.open(args.index, **_update_options(nl, args)) as idx:
         gone = idx.delete(np.asarray(ids, dtype=np.int64))
         if args.checkpoint:
             idx.checkpoint()
@@ -860,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("insert", help="insert vectors into an index (a graph index: out of place, merged at checkpoint)")
+    p = sub.add_parser("insert", help="insert vectors into an index (a graph index: out of place; the insert that fills the delta merges it)")
     p.add_argument("index", help="index directory")
     p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",

@@ -578,15 +578,16 @@ fn closing_during_a_background_merge_loses_nothing() {
         assert!(n < 2400);
     }
     idx.delete(&[7]).unwrap();
-    // The merge thread waits at the gate; closing cancels it (once the
-    // index is going, the thread cannot put its result in place).
+    // The merge thread waits at the gate; closing cancels it and waits for
+    // the thread, which then leaves its result unused.
     let going = idx.slot().unwrap().me.clone();
     let closer = std::thread::spawn(move || drop(idx));
-    while going.strong_count() > 0 {
+    while going.upgrade().is_some_and(|s| !s.cancel_requested()) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     drop(held);
     closer.join().unwrap();
+    assert_eq!(going.strong_count(), 0, "the closed index is gone");
     let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -597,6 +598,9 @@ fn closing_during_a_background_merge_loses_nothing() {
     assert_eq!(idx.live_ids().unwrap(), want);
     assert_eq!(idx.manifest().unwrap().n, 1000, "the merge did not happen");
     check_ok(&idx);
+    // The closed index held the log's lock no longer: this open writes.
+    idx.delete(&[8]).unwrap();
+    assert!(!idx.live_ids().unwrap().contains(&8));
 }
 
 /// The log's writes fail or tear (a chosen write cut short, or a failed

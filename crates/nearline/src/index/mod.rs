@@ -245,6 +245,16 @@ pub struct Index {
     kind: Kind,
 }
 
+impl Drop for Index {
+    /// A graph index's background merge is cancelled and its thread joined
+    /// (the thread holds the index while it puts a merge in place).
+    fn drop(&mut self) {
+        if let Kind::Graph(s) = &self.kind {
+            s.shutdown();
+        }
+    }
+}
+
 impl Index {
     /// Opens the index directory `dir` (either kind).
     pub fn open(dir: &Path, opts: &OpenOptions) -> Result<Index> {

@@ -118,20 +118,40 @@ pub struct GraphSlot {
     pub(super) merge_gate: Arc<Mutex<()>>,
 }
 
-impl Drop for GraphSlot {
-    /// Cancels a running merge and waits for its thread (its staging
-    /// directory is removed; the log keeps every update).
-    fn drop(&mut self) {
-        let Ok(bg) = self.bg.get_mut() else {
-            return;
+impl GraphSlot {
+    /// Cancels a running merge and waits for its thread, so that the log's
+    /// lock is free once the index is closed: a merge not yet in place is
+    /// dropped (its staging directory removed; the log keeps every update).
+    pub fn shutdown(&self) {
+        let handle = match self.bg.lock() {
+            Ok(mut bg) => {
+                bg.cancel.store(true, Ordering::Relaxed);
+                bg.handle.take()
+            }
+            Err(_) => None,
         };
-        bg.cancel.store(true, Ordering::Relaxed);
-        if let Some(h) = bg.handle.take() {
+        if let Some(h) = handle {
             // The merge thread may itself drop the last reference.
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+impl GraphSlot {
+    /// Whether `shutdown` has asked the running merge to stop.
+    pub(super) fn cancel_requested(&self) -> bool {
+        self.bg
+            .lock()
+            .is_ok_and(|b| b.cancel.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for GraphSlot {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
@@ -572,9 +592,12 @@ impl GraphSlot {
                     bg.ready = Some(staged);
                 }
                 slot.bg_ready.notify_all();
-                // Put it in place, unless a writer waiting for it did.
+                // Put it in place, unless a writer waiting for it did, or
+                // the index is closing.
                 if let Ok(mut w) = slot.writer.lock() {
-                    let _ = slot.finish(&mut w);
+                    if !flag.load(Ordering::Relaxed) {
+                        let _ = slot.finish(&mut w);
+                    }
                 };
             })
             .map_err(|e| Error::Engine(format!("cannot start the merge thread: {e}")))?;
