@@ -52,6 +52,18 @@ fn open(dir: &Path, read_only: bool) -> Index {
     .unwrap()
 }
 
+/// Open options whose budget leaves `room` bytes above the open's
+/// minimum, so the delta's share is small and fills.
+fn tight(dir: &Path, room: u64) -> OpenOptions {
+    let probe = open(dir, true);
+    let budget = probe.open_plan().unwrap().memory.minimum + room;
+    OpenOptions {
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(budget)),
+        ..Default::default()
+    }
+}
+
 /// Recall@10 of `idx` at L 64 against the live set `live`, and whether
 /// every live vector queried finds its own id; panics on a result that is
 /// not live.
@@ -480,14 +492,7 @@ fn inserts_go_on_while_a_background_merge_runs() {
     let dir = tmp.path().join("idx");
     let data = clustered(2600, DIM, 8);
     build(&dir, Preset::Diskann, &data, 1000);
-    let probe = open(&dir, true);
-    let budget = probe.open_plan().unwrap().memory.minimum + (300 << 10);
-    drop(probe);
-    let opts = OpenOptions {
-        threads: Some(2),
-        memory_budget: Some(Budget::Bytes(budget)),
-        ..Default::default()
-    };
+    let opts = tight(&dir, 300 << 10);
     let idx = Index::open(&dir, &opts).unwrap();
     let slot = idx.slot().unwrap();
     let share = idx.info()["updates"]["delta_share"].as_u64().unwrap();
@@ -560,14 +565,7 @@ fn closing_during_a_background_merge_loses_nothing() {
     let dir = tmp.path().join("idx");
     let data = clustered(2600, DIM, 9);
     build(&dir, Preset::Diskann, &data, 1000);
-    let probe = open(&dir, true);
-    let budget = probe.open_plan().unwrap().memory.minimum + (300 << 10);
-    drop(probe);
-    let opts = OpenOptions {
-        threads: Some(2),
-        memory_budget: Some(Budget::Bytes(budget)),
-        ..Default::default()
-    };
+    let opts = tight(&dir, 300 << 10);
     let idx = Index::open(&dir, &opts).unwrap();
     let gate = std::sync::Arc::clone(&idx.slot().unwrap().merge_gate);
     let held = gate.lock().unwrap();

@@ -492,30 +492,14 @@ impl Wal {
     /// was appended while the merge ran. The caller keeps appenders out
     /// until `dest` has taken this log's place.
     pub fn copy_from(&self, first_kept: u64, dest: &Path) -> Result<()> {
-        let mut st = self.lock()?;
-        while st.syncing {
-            st = self.synced.wait(st).map_err(|_| self.poisoned())?;
-        }
-        self.check(&st)?;
+        let st = self.lock()?;
         if first_kept < st.first_seq || first_kept > st.next_seq {
             return Err(Error::arg(format!(
                 "cannot copy the log from sequence {first_kept}: it holds {}..{}",
                 st.first_seq, st.next_seq
             )));
         }
-        self.write_buffered(&mut st)?;
-        let from = if first_kept < st.next_seq {
-            offset_of(&self.path, &st.file, st.first_seq, first_kept, st.len)?
-        } else {
-            st.len
-        };
-        let header = Header {
-            log_id: st
-                .log_id
-                .checked_add(1)
-                .ok_or_else(|| Error::corrupt(&self.path, "the log id is exhausted"))?,
-            first_seq: first_kept,
-        };
+        let (st, from, header) = self.quiesce(st, first_kept)?;
         let tmp = tmp_path(dest)?;
         drop(write_new_log(
             dest,
@@ -626,10 +610,15 @@ impl Wal {
         }
     }
 
-    /// Replaces the log by one starting at `first` (see `truncate_before`;
-    /// `first` past `next_seq` skips sequences, for a log behind the
-    /// index's checkpoint). Holds the lock throughout: appenders wait.
-    fn reset(&self, mut st: MutexGuard<'_, State>, first: u64) -> Result<()> {
+    /// Waits out a running sync and writes every buffered record, then
+    /// gives the byte offset of record `first` (the file's end when `first`
+    /// is the next sequence or beyond) and the header of a new log starting
+    /// there (log id + 1): what a reset or a copy writes.
+    fn quiesce<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        first: u64,
+    ) -> Result<(MutexGuard<'a, State>, u64, Header)> {
         while st.syncing {
             st = self.synced.wait(st).map_err(|_| self.poisoned())?;
         }
@@ -647,6 +636,14 @@ impl Wal {
                 .ok_or_else(|| Error::corrupt(&self.path, "the log id is exhausted"))?,
             first_seq: first,
         };
+        Ok((st, from, header))
+    }
+
+    /// Replaces the log by one starting at `first` (see `truncate_before`;
+    /// `first` past `next_seq` skips sequences, for a log behind the
+    /// index's checkpoint). Holds the lock throughout: appenders wait.
+    fn reset(&self, st: MutexGuard<'_, State>, first: u64) -> Result<()> {
+        let (mut st, from, header) = self.quiesce(st, first)?;
         let tmp = tmp_path(&self.path)?;
         let file = write_new_log(&self.path, &tmp, header, Some((&st.file, from, st.len)))?;
         if let Err(e) = fs::rename(&tmp, &self.path) {
