@@ -22,7 +22,7 @@
 //! results depend on the data, the parameters and the seed only, never on the
 //! number of threads of the caller's rayon pool.
 
-use crate::kernels::l2_f32;
+use crate::kernels::l2_f32 as l2_simd;
 use crate::{Error, Result};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -56,6 +56,9 @@ pub struct KMeansResult {
 /// Rows per parallel work item. Fixed (never derived from the thread count) so
 /// that chunked reductions are reproducible.
 const CHUNK: usize = 1024;
+/// Points per centre from which an assignment pass sorts each centre's
+/// neighbour centres (see `assign_step`).
+const SORTED_MIN_POINTS_PER_CENTRE: usize = 64;
 
 /// Largest `n × k` matrix of per-centre lower bounds (f32 entries, 256 MiB)
 /// that [`kmeans`] allocates; above it only the upper bounds and the
@@ -164,9 +167,21 @@ fn row(data: &[f32], dim: usize, i: usize) -> &[f32] {
     &data[i * dim..(i + 1) * dim]
 }
 
+/// Squared L2 distance: a plain loop for rows shorter than a SIMD register
+/// (PQ chunks of a few dimensions, where the dispatched kernel's set-up
+/// cost more than the arithmetic), the dispatched kernel otherwise.
+#[inline]
+fn l2(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() < 8 {
+        a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    } else {
+        l2_simd(a, b)
+    }
+}
+
 #[inline]
 fn dist(a: &[f32], b: &[f32]) -> f32 {
-    l2_f32(a, b).sqrt()
+    l2(a, b).sqrt()
 }
 
 fn run(
@@ -242,7 +257,7 @@ fn run(
     }
 
     let inertia = chunked_sum(n, |i| {
-        l2_f32(row(data, dim, i), row(&centroids, dim, assign[i] as usize)) as f64
+        l2(row(data, dim, i), row(&centroids, dim, assign[i] as usize)) as f64
     });
     Ok(KMeansResult {
         centroids,
@@ -286,7 +301,7 @@ fn seed_plusplus(
             .for_each(|(ci, (d, s))| {
                 let mut acc = 0.0f64;
                 for (j, dj) in d.iter_mut().enumerate() {
-                    *dj = l2_f32(row(data, dim, ci * CHUNK + j), c0);
+                    *dj = l2(row(data, dim, ci * CHUNK + j), c0);
                     acc += *dj as f64;
                 }
                 *s = acc;
@@ -329,7 +344,7 @@ fn seed_plusplus(
                     // d(x, new) ≥ d(new, best) − d(x, best) ≥ d(x, best) when
                     // d(new, best) ≥ 2·d(x, best).
                     if !prune || hsq[*bj as usize] < *dj {
-                        let dn = l2_f32(row(data, dim, ci * CHUNK + j), newest);
+                        let dn = l2(row(data, dim, ci * CHUNK + j), newest);
                         if dn < *dj {
                             *dj = dn;
                             *bj = t as u32;
@@ -404,7 +419,7 @@ fn update_centroids(
         let d: Vec<f32> = (0..n)
             .into_par_iter()
             .with_min_len(CHUNK)
-            .map(|i| l2_f32(row(data, dim, i), row(cents, dim, assign_ro[i] as usize)))
+            .map(|i| l2(row(data, dim, i), row(cents, dim, assign_ro[i] as usize)))
             .collect();
         let mut order: Vec<usize> = (0..n).filter(|&i| d[i] > 0.0).collect();
         order.par_sort_unstable_by(|&a, &b| d[b].total_cmp(&d[a]).then(a.cmp(&b)));
@@ -467,33 +482,36 @@ fn assign_step(
     upper: &mut [f32],
     lower: &mut [f32],
 ) -> usize {
-    // For every centre, the other centres sorted by distance, as
-    // (½·distance with slack, index).
-    let nbr: Vec<(f32, u32)> = (0..k)
-        .into_par_iter()
-        .flat_map_iter(|a| {
-            let ca = row(centroids, dim, a);
-            let mut v: Vec<(f32, u32)> = (0..k)
-                .filter(|&c| c != a)
-                .map(|c| {
-                    (
-                        0.5 * dist(ca, row(centroids, dim, c)) * (1.0 - SLACK),
-                        c as u32,
-                    )
-                })
-                .collect();
-            v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
-            v
-        })
-        .collect();
+    // For every centre, the other centres as (½·distance with slack,
+    // index): sorted by distance when there are enough points per centre
+    // for the early exit to pay for the k² log k sort, in index order
+    // otherwise (PQ chunks of one or two dimensions train 256 centres on
+    // a few thousand points, where the sort took half the time).
+    let n = assign.len();
+    let sorted = n >= SORTED_MIN_POINTS_PER_CENTRE * k;
     let per = k - 1;
+    let mut nbr = vec![(0.0f32, 0u32); k * per];
+    if per > 0 {
+        nbr.par_chunks_mut(per).enumerate().for_each(|(a, v)| {
+            let ca = row(centroids, dim, a);
+            let others = (0..k).filter(|&c| c != a);
+            for (e, c) in v.iter_mut().zip(others) {
+                *e = (
+                    0.5 * dist(ca, row(centroids, dim, c)) * (1.0 - SLACK),
+                    c as u32,
+                );
+            }
+            if sorted {
+                v.sort_unstable_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)));
+            }
+        });
+    }
     let s: Vec<f32> = (0..k)
         .map(|a| {
-            if per > 0 {
-                nbr[a * per].0
-            } else {
-                f32::INFINITY
-            }
+            nbr[a * per..(a + 1) * per]
+                .iter()
+                .map(|e| e.0)
+                .fold(f32::INFINITY, f32::min)
         })
         .collect();
     let ctx = Ctx {
@@ -503,6 +521,7 @@ fn assign_step(
         centroids,
         nbr: &nbr,
         s: &s,
+        sorted,
     };
     let chunks = assign
         .par_chunks_mut(CHUNK)
@@ -528,6 +547,9 @@ struct Ctx<'a> {
     centroids: &'a [f32],
     nbr: &'a [(f32, u32)],
     s: &'a [f32],
+    /// Whether each centre's `nbr` row is sorted by distance (the scan
+    /// stops at the first centre too far to matter).
+    sorted: bool,
 }
 
 impl Ctx<'_> {
@@ -561,7 +583,10 @@ impl Ctx<'_> {
                 for &(h, c) in &self.nbr[a0 * per..(a0 + 1) * per] {
                     // d(a0, c) ≥ 2·d(x, a0) ⇒ d(x, c) ≥ d(x, a0) ≥ bd.
                     if r <= h {
-                        break;
+                        if self.sorted {
+                            break;
+                        }
+                        continue;
                     }
                     let c = c as usize;
                     if LB && bd <= lb[c] {
@@ -596,7 +621,7 @@ pub fn nearest_centroids(centroids: &[f32], dim: usize, x: &[f32], m: usize) -> 
     }
     let k = centroids.len() / dim;
     let mut d: Vec<(f32, u32)> = (0..k)
-        .map(|c| (l2_f32(x, row(centroids, dim, c)), c as u32))
+        .map(|c| (l2(x, row(centroids, dim, c)), c as u32))
         .collect();
     let cmp = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
     let m = m.min(k);
@@ -611,6 +636,7 @@ pub fn nearest_centroids(centroids: &[f32], dim: usize, x: &[f32], m: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::l2_f32;
     use rand::Rng;
     use std::sync::atomic::AtomicBool;
 
@@ -750,9 +776,11 @@ mod tests {
 
     #[test]
     fn inertia_never_increases_and_matches_lloyd() {
-        for dim in [4, 20] {
+        // k = 12 sorts each centre's neighbours (125 points a centre);
+        // k = 64 scans them in index order (23 points a centre).
+        for (dim, k) in [(4, 12), (20, 12), (1, 64), (4, 64)] {
+            assert_eq!(1500 >= SORTED_MIN_POINTS_PER_CENTRE * k, k == 12);
             let data = uniform(1500, dim, 3);
-            let k = 12;
             let seeds = kmeans(&data, dim, &params(k, 0, 5)).unwrap();
             assert_eq!(seeds.iters, 0);
             let mut prev = f64::INFINITY;
@@ -765,7 +793,7 @@ mod tests {
                 );
                 prev = r.inertia;
                 let (c, a, inertia) = lloyd(&data, dim, seeds.centroids.clone(), t);
-                assert_eq!(r.assignment, a, "dim {dim} iters {t}");
+                assert_eq!(r.assignment, a, "dim {dim} k {k} iters {t}");
                 assert!(
                     (r.inertia - inertia).abs() <= 1e-6 * inertia,
                     "{} vs {inertia}",
