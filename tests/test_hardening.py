@@ -206,6 +206,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.build_only
 def test_build_killed_at_random_points(tmp_path, base_file, vectors):
     """20 builds killed with SIGKILL at random (seeded) points: the target is then either absent or a
     complete index (the previous one, or the new one when the kill came after its commit), never

@@ -372,6 +372,7 @@ def test_sharded_build_within_budget(tmp_path):
     assert nearline.recall(ids, exact_knn(base, queries, 10), 10) >= 0.9
 
 
+@pytest.mark.build_only
 def test_build_peak_rss_within_budget(tmp_path):
     """A budgeted build from a file keeps its peak resident memory within the build
     budget, and hands its buffers back once it returns."""

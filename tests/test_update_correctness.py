@@ -80,7 +80,7 @@ def test_acknowledged_inserts_are_found_by_the_next_search_under_threads(tmp_pat
     # 4 threads insert (and delete some of their own ids) while 4 threads search; every insert's own
     # query right after insert returns must find it, every delete is final.
     _, idx = _build(tmp_path / "t.index", n=3000, posting_limit=32)
-    per = 500
+    per = 250
     misses, resurrected, errors = [], [], []
     stop = threading.Event()
 
