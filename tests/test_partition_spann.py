@@ -77,6 +77,10 @@ def test_one_replica_a_vector_when_asked(tmp_path, data):
     ({"closure": -0.5}, "closure"),
     ({"closure": float("nan")}, "closure"),
     ({"rng_factor": 0.0}, "rng_factor"),
+    ({"recall_target": 0.0}, "recall_target"),
+    ({"recall_target": 1.0}, "recall_target"),
+    ({"recall_target": 1.5}, "recall_target"),
+    ({"recall_target": float("nan")}, "recall_target"),
 ])
 def test_bad_replication_parameters_are_refused(tmp_path, data, opt, match):
     base, _ = data
@@ -106,6 +110,47 @@ def test_cli_plan_shows_the_replication_rules_and_build_takes_closure(tmp_path, 
     r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "d.index"), "--preset", "spfresh",
              "--closure", "-1")
     assert r.returncode != 0 and "closure" in r.stderr
+
+
+def test_the_default_nprobe_is_calibrated_to_the_recall_target(tmp_path, data):
+    base, queries = data
+    truth = exact_knn(base, queries, 10)
+    chosen = {}
+    for target in (0.9, 0.99):
+        with nearline.build(base, tmp_path / f"r{target}.index", preset="spfresh", threads=2,
+                            recall_target=target) as idx:
+            info = idx.info()
+            cal = info["build_stats"]["calibration"]
+            assert info["params"]["recall_target"] == pytest.approx(target)
+            assert info["params"]["nprobe"] == cal["nprobe"] and cal["reached"], cal
+            assert cal["points"][-1]["nprobe"] == cal["nprobe"]
+            assert cal["points"][-1]["recall"] >= cal["aim"] > target
+            assert all(p["recall"] < cal["aim"] for p in cal["points"][:-1]), cal
+            # A search without nprobe reads the calibrated number of postings and reaches the target
+            # on queries that are not in the index.
+            ids, _, st = idx.search(queries, 10, return_stats=True)
+            assert set(np.asarray(st["hops"]).tolist()) == {cal["nprobe"]}
+            assert _recall(ids, truth) >= target
+            chosen[target] = cal["nprobe"]
+    assert chosen[0.9] < chosen[0.99], chosen
+
+
+def test_recall_target_from_the_cli_and_refused_for_a_graph_index(tmp_path, data):
+    base, _ = data
+    nearline.write_vectors(tmp_path / "b.fbin", base[:2000])
+    r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "c.index"), "--preset", "spfresh",
+             "--recall-target", "0.8", "--threads", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    r = _cli("plan", str(tmp_path / "c.index"))
+    assert r.returncode == 0, r.stderr
+    assert "calibrated at build for recall_target 0.8" in r.stdout, r.stdout
+    nprobe = json.loads(_cli("info", str(tmp_path / "c.index"), "--json").stdout)["params"]["nprobe"]
+    assert f"default search: nprobe {nprobe}," in r.stdout
+    r = _cli("build", str(tmp_path / "b.fbin"), str(tmp_path / "d.index"), "--preset", "spfresh",
+             "--recall-target", "2")
+    assert r.returncode != 0 and "recall_target" in r.stderr
+    with pytest.raises(ValueError, match="recall_target"):
+        nearline.build(base[:500], tmp_path / "g.index", preset="diskann", recall_target=0.9)
 
 
 @pytest.mark.parametrize("seed", [1051, 1055, 1056, 1059])

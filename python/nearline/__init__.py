@@ -244,6 +244,7 @@ def build(
     closure: Optional[float] = None,
     reassign_k: Optional[int] = None,
     lire: Optional[bool] = None,
+    recall_target: Optional[float] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -343,7 +344,8 @@ def build(
             (default 0.1, lowered to what ``memory_budget`` holds).
         replicas: partition index: most postings a vector is stored in (RNG
             rule; default 8). posting_limit: entries a posting may hold before
-            it is split (default 8 × the build's cluster size, at least 32).
+            it is split (default 8 × the build's cluster size, at least 32, over
+            the build fill 0.8: a build fills postings to 80% of the limit).
             merge_threshold: live entries below which a posting is merged
             away (default 1/16 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
             closure: SPANN's closure ε >= 0: a vector also goes into every posting
@@ -353,6 +355,12 @@ def build(
             reassignment (default 64). lire: ``True`` (default) splits, merges
             and reassigns; ``False`` is SPANN+ (appends and garbage collection
             only), the paper's baseline.
+            recall_target: the recall@10 the build calibrates the default
+            ``nprobe`` for, strictly between 0 and 1 (default 0.95): sample data
+            vectors are searched at growing ``nprobe`` and the first whose recall
+            reaches the target plus half of the rest becomes the default of
+            :meth:`Index.search` (``info()["params"]["nprobe"]``; the measurements
+            in ``info()["build_stats"]["calibration"]``).
         shuffle: ``"bnp"``, ``"bnf"`` (default) or ``"bns"``. bnf_iters: BNF's
             round limit β (default 8). bnf_tau: BNF stops when a round gains less
             OR(G) than τ (default 0.01). bns_iters: BNS rounds (default 1).
@@ -374,7 +382,7 @@ def build(
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
         code_bits=code_bits, head_ratio=head_ratio, replicas=replicas, posting_limit=posting_limit,
         merge_threshold=merge_threshold, rng_factor=rng_factor, closure=closure, reassign_k=reassign_k,
-        lire=lire,
+        lire=lire, recall_target=recall_target,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)

@@ -189,7 +189,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 _BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
                "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
                "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits", "head_ratio",
-               "replicas", "posting_limit", "merge_threshold", "rng_factor", "closure", "reassign_k", "lire")
+               "replicas", "posting_limit", "merge_threshold", "rng_factor", "closure", "reassign_k", "lire",
+               "recall_target")
 
 
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,7 +223,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     with nl.open(args.index, **_open_options(args), **_READ) as idx:
         opts = _search_options(args)
         if getattr(idx, "kind", "graph") == "partition":
-            planned = {"nprobe": opts.get("nprobe", 32), "L": opts.get("L"), "probe_cut": opts.get("probe_cut"),
+            default_nprobe = (idx.info().get("params") or {}).get("nprobe") or 32
+            planned = {"nprobe": opts.get("nprobe", default_nprobe), "L": opts.get("L"),
+                       "probe_cut": opts.get("probe_cut"),
                        "threads": opts.get("threads")}
         else:
             planned = idx.plan_search(max(1, len(queries)), k=args.k, **opts)
@@ -706,7 +709,7 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
                    help="partition index: most postings a vector is stored in, by the RNG rule (default 8)")
     p.add_argument("--posting-limit", type=_positive_int, default=None, metavar="N",
                    help="partition index: entries a posting holds before it is split (default 8 x the build's "
-                   "cluster size, at least 32)")
+                   "cluster size, at least 32, over the build fill 0.8: a build fills postings to 80%% of it)")
     p.add_argument("--merge-threshold", type=_nonneg_int, default=None, metavar="N",
                    help="partition index: live entries below which a posting is merged away (default 1/16 "
                    "of the limit, at most 10)")
@@ -720,6 +723,9 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lire", action=argparse.BooleanOptionalAction, default=None,
                    help="partition index: LIRE splits, merges and reassigns (default on); --no-lire is SPANN+ "
                    "(appends and garbage collection only)")
+    p.add_argument("--recall-target", type=_finite_float, default=None, metavar="R",
+                   help="partition index: the recall@10 the build calibrates the default nprobe for, in (0, 1) "
+                   "(default 0.95)")
 
 
 # --------------------------------------------------------------------------- parser

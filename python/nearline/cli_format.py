@@ -123,4 +123,12 @@ def _format_partition_plan(plan: dict[str, Any], decisions: Callable[[str, list]
     s = plan["search"]
     lines.append(f"default search: nprobe {s['nprobe']}, head list L {s['L']}, {s['queries_in_flight']} queries in "
                  f"flight × {plan['threads']} threads")
+    cal = s.get("calibration")
+    if cal:
+        tried = ", ".join(f"{p['nprobe']}: {p['recall']:.3f}" for p in cal["points"])
+        how = "reached" if cal["reached"] else "not reached by the largest nprobe tried"
+        lines.append(f"  nprobe calibrated at build for recall_target {cal['target']}: the sample's recall@10 must "
+                     f"reach {cal['aim']:.3f} ({how}) on {cal['queries']} data vectors; nprobe: recall {tried}")
+    else:
+        lines.append("  nprobe: the default 32 (the index was built before nprobe was calibrated)")
     return "\n".join(lines)

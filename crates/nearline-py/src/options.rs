@@ -252,6 +252,7 @@ pub const BUILD_KEYS: &[&str] = &[
     "closure",
     "reassign_k",
     "lire",
+    "recall_target",
 ];
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
@@ -370,6 +371,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             closure: k.f64("closure")?.map(|x| x as f32),
             reassign_k: k.usize("reassign_k")?,
             lire: k.bool("lire")?,
+            recall_target: k.f64("recall_target")?,
         },
     };
     k.finish()?;

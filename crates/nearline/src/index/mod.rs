@@ -120,7 +120,7 @@ pub fn plan_partition_build(opts: &BuildOptions, facts: &DataFacts) -> Result<se
 pub fn plan_partition_open(dir: &Path, opts: &OpenOptions) -> Result<serde_json::Value> {
     let m = crate::partition::read_manifest(dir)?;
     let p = planner::partition::plan_open(&m, opts)?;
-    let nprobe = crate::partition::DEFAULT_NPROBE;
+    let nprobe = m.params.nprobe.unwrap_or(crate::partition::DEFAULT_NPROBE);
     Ok(serde_json::json!({
         "index": dir.display().to_string(),
         "kind": "partition",
@@ -140,6 +140,7 @@ pub fn plan_partition_open(dir: &Path, opts: &OpenOptions) -> Result<serde_json:
             "nprobe": nprobe,
             "L": (8 * nprobe).max(128),
             "queries_in_flight": crate::partition::QUERIES_IN_FLIGHT,
+            "calibration": m.build_stats.calibration,
         },
     }))
 }
@@ -516,7 +517,10 @@ impl Index {
             nq,
             &PartitionSearch {
                 k: opts.k,
-                nprobe: opts.nprobe.unwrap_or(crate::partition::DEFAULT_NPROBE),
+                nprobe: opts
+                    .nprobe
+                    .or(p.params().nprobe)
+                    .unwrap_or(crate::partition::DEFAULT_NPROBE),
                 l: opts.l,
                 probe_cut: opts.probe_cut,
                 threads: opts.threads,

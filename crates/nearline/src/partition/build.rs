@@ -245,6 +245,8 @@ pub fn nearest_member(data: &[f32], dim: usize, members: &[u32], centre: &[f32])
 /// Everything a built index starts from.
 pub struct Built {
     pub heads: Heads,
+    /// The data rows that became heads.
+    pub head_rows: Vec<u32>,
     pub postings: Vec<Option<PostingRef>>,
     pub stats: PartitionBuildStats,
 }
@@ -326,7 +328,8 @@ pub fn build(
         return Err(Error::Cancelled);
     }
     // Posting members: primaries first, then replicas nearest first, cut
-    // at the posting limit (primaries are never cut).
+    // at the build's share of the posting limit (primaries are never cut).
+    let cap = params.build_cap();
     let mut members: Vec<Vec<(bool, f32, u32)>> = vec![Vec::new(); k];
     let mut replicas_hist = vec![0u64; params.replicas + 1];
     for (i, c) in chosen.iter().enumerate() {
@@ -340,7 +343,7 @@ pub fn build(
     for m in members.iter_mut() {
         m.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
         let primaries = m.iter().filter(|x| !x.0).count();
-        let keep = params.posting_limit.max(primaries);
+        let keep = cap.max(primaries);
         cut += m.len().saturating_sub(keep) as u64;
         m.truncate(keep);
         entries += m.len();
@@ -377,6 +380,7 @@ pub fn build(
     store.sync()?;
     Ok(Built {
         heads,
+        head_rows,
         postings,
         stats: PartitionBuildStats {
             seconds: t0.elapsed().as_secs_f64(),
@@ -388,6 +392,7 @@ pub fn build(
             replicas_chosen: replicas_hist,
             replicas_cut: cut,
             posting_sizes: Histogram::of(&sizes),
+            calibration: None,
         },
     })
 }

@@ -20,6 +20,7 @@
 //!   verifies the index against its maps.
 
 pub mod build;
+pub mod calibrate;
 mod check;
 pub mod lire;
 mod loaded;
@@ -441,6 +442,29 @@ pub fn build_index(
         checksum: None,
     };
     write_manifest(&sdir, &m)?;
+    let mut m = m;
+    if let Some(target) = m.params.recall_target {
+        let heads = built.heads.live();
+        let cal = pool.install(|| {
+            calibrate::calibrate(
+                &sdir,
+                data,
+                &ids,
+                dim,
+                opts.metric,
+                target,
+                heads,
+                &built.head_rows,
+                opts.params.seed,
+                opts.threads,
+            )
+        })?;
+        if let Some(cal) = cal {
+            m.params.nprobe = Some(cal.nprobe);
+            m.build_stats.calibration = Some(cal);
+            write_manifest(&sdir, &m)?;
+        }
+    }
     staging.commit()?;
     Ok(m)
 }

@@ -53,6 +53,11 @@ pub struct PartitionParams {
     /// Entries a posting may hold before it is split (LIRE) or
     /// garbage-collected (append-only).
     pub posting_limit: usize,
+    /// The share of `posting_limit` a build fills a posting to (replicas
+    /// beyond it are cut), so that inserts find room before a split (1.0
+    /// for indexes built before it was kept).
+    #[serde(default = "full")]
+    pub build_fill: f64,
     /// Live entries below which a posting is merged away.
     pub merge_threshold: usize,
     /// Most postings a vector is stored in (RNG rule).
@@ -77,6 +82,26 @@ pub struct PartitionParams {
     /// Whether the budget was sized by nearline.
     pub memory_budget_auto: bool,
     pub seed: u64,
+    /// The recall@10 the build calibrated the default `nprobe` for
+    /// (`None`: an index built before calibration).
+    #[serde(default)]
+    pub recall_target: Option<f64>,
+    /// Postings a search reads by default, as the build calibrated it
+    /// (`None`: [`super::DEFAULT_NPROBE`]).
+    #[serde(default)]
+    pub nprobe: Option<usize>,
+}
+
+fn full() -> f64 {
+    1.0
+}
+
+impl PartitionParams {
+    /// Entries a build puts in a posting at most (its primaries may pass
+    /// it): `build_fill` of the limit.
+    pub fn build_cap(&self) -> usize {
+        ((self.posting_limit as f64 * self.build_fill).floor() as usize).max(1)
+    }
 }
 
 /// Build statistics kept for `info`.
@@ -99,6 +124,9 @@ pub struct PartitionBuildStats {
     /// Entries per posting at the build.
     #[serde(default)]
     pub posting_sizes: Histogram,
+    /// How the default `nprobe` was chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<super::calibrate::Calibration>,
 }
 
 /// A summary of counts: extremes, mean and power-of-two buckets.
@@ -231,10 +259,15 @@ impl PartitionManifest {
             ));
         }
         let p = &m.params;
-        if p.posting_limit == 0 || p.replicas == 0 || p.merge_threshold >= p.posting_limit {
+        if p.posting_limit == 0
+            || p.replicas == 0
+            || p.merge_threshold >= p.posting_limit
+            || !(p.build_fill > 0.0 && p.build_fill <= 1.0)
+        {
             return bad(format!(
-                "params are inconsistent: posting_limit {}, merge_threshold {}, replicas {}",
-                p.posting_limit, p.merge_threshold, p.replicas
+                "params are inconsistent: posting_limit {}, merge_threshold {}, replicas {}, \
+                 build_fill {}",
+                p.posting_limit, p.merge_threshold, p.replicas, p.build_fill
             ));
         }
         if m.state_file.contains('/') || m.state_file.is_empty() {

@@ -147,8 +147,8 @@ fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
     }
     if opts.partition != options::PartitionOptions::default() {
         return Err(Error::arg(
-            "head_ratio, replicas, posting_limit, merge_threshold, rng_factor, reassign_k and \
-             lire apply to partition indexes (preset \"spfresh\")",
+            "head_ratio, replicas, posting_limit, merge_threshold, rng_factor, closure, \
+             reassign_k, lire and recall_target apply to partition indexes (preset \"spfresh\")",
         ));
     }
     let n = f.n;
@@ -1166,10 +1166,12 @@ pub fn defaults_json() -> serde_json::Value {
                     "replicas": partition::REPLICAS,
                     "rng_factor": 1.0,
                     "reassign_k": partition::REASSIGN_K,
-                    "posting_limit": "8 x the build's cluster size",
+                    "posting_limit": "8 x the build's cluster size / build_fill",
+                    "build_fill": partition::BUILD_FILL,
                     "merge_threshold": "1/16 of the posting limit, at most 10",
                     "lire": true,
-                    "nprobe": crate::partition::DEFAULT_NPROBE,
+                    "recall_target": partition::RECALL_TARGET,
+                    "nprobe": "calibrated at build for recall_target",
                 }),
             );
             continue;

@@ -128,6 +128,9 @@ pub struct PartitionOptions {
     pub reassign_k: Option<usize>,
     /// LIRE on (default) or SPANN+ (appends and garbage collection only).
     pub lire: Option<bool>,
+    /// The recall@10 the build calibrates the default `nprobe` for, in
+    /// (0, 1); `Some(0.0)` never reaches here (refused).
+    pub recall_target: Option<f64>,
 }
 
 /// Everything a build needs besides the data; `None` takes the preset's
