@@ -676,3 +676,32 @@ def test_updates_bench_smoke(tmp_path):
             pts[-1]["latency_p999_median_us"] / pts[0]["latency_p999_median_us"])
         assert "within_1pt_of_fresh" in s
     assert "shifted" in res["summary"]["lire_vs_spann"]
+
+
+def test_partition_workload_bench_smoke(tmp_path):
+    """benches/partition_workload.py end to end at a tiny size: the stream keeps the live set the
+    bench tracks, every point is measured, and the summary's ratios are the points' ratios."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "pw.json"
+    cmd = [sys.executable, str(root / "benches" / "partition_workload.py"), "--data", "synthetic:4000:16",
+           "--memory-budget", "4000000", "--epochs", "4", "--rate", "0.02", "--measure-every", "2",
+           "--queries", "80", "--nprobe", "8", "--threads", "1", "--workdir", str(tmp_path / "w"),
+           "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(root / "python"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert [p["epoch"] for p in res["points"]] == [0, 2, 4] and len(res["epochs"]) == 4
+    for p in res["points"] + [res["fresh"]]:
+        # 75% of the set built; each epoch deletes as many as it inserts.
+        assert p["live"] == p["live_ids"] == 3000, p
+        assert p["problems"] == [] and p["within_budget"]
+        assert p["replicas_mean"] >= 1 and p["recall"] > 0.5
+    s = res["summary"]
+    end, fresh = res["points"][-1], res["fresh"]
+    assert s["replicas_ratio_end_vs_fresh"] == pytest.approx(end["replicas_mean"] / fresh["replicas_mean"])
+    assert s["recall_vs_fresh_points"] == pytest.approx(100 * (end["recall"] - fresh["recall"]))
+    assert s["within_1pt_of_fresh"] == (end["recall"] >= fresh["recall"] - 0.01)
+    r = subprocess.run([*cmd[:2], "--data", "synthetic:4000:16", "--rate", "0", "--workdir", str(tmp_path / "x"),
+                        "--out", str(tmp_path / "x.json")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode != 0 and "--rate" in r.stderr
