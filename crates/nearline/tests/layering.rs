@@ -48,20 +48,61 @@ fn read_tiers(doc: &str) -> Result<BTreeMap<String, u32>, String> {
     Ok(tiers)
 }
 
-/// The source without comments and without its test module (tests sit at
-/// the end of a file, after `#[cfg(test)]`).
+/// The source without comments and without the items `#[cfg(test)]` marks
+/// (test modules, inline or declared, and test-only functions), wherever
+/// they sit in the file: the rest of the file is checked.
 fn code_of(text: &str) -> String {
-    let body = match text.find("#[cfg(test)]") {
-        Some(i) => &text[..i],
-        None => text,
-    };
-    body.lines()
+    let code = text
+        .lines()
         .map(|l| match l.find("//") {
             Some(i) => &l[..i],
             None => l,
         })
         .collect::<Vec<_>>()
-        .join("\n")
+        .join("\n");
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..i]);
+        rest = &rest[i + "#[cfg(test)]".len()..];
+        rest = &rest[item_end(rest)..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Bytes of `s` up to the end of its first item: through the `}` closing
+/// its first brace when a `{` comes before any `;`, else through the `;`.
+/// String and character literals are skipped while counting braces.
+fn item_end(s: &str) -> usize {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut depth = 0usize;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+            }
+            b'\'' if i + 2 < b.len() && b[i + 2] == b'\'' => i += 2,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            b';' if depth == 0 => return i + 1,
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
 }
 
 /// The first path segments after `crate::` (grouped imports expanded) and
@@ -265,9 +306,9 @@ fn the_engine_follows_the_tier_table() {
 #[test]
 fn planted_violations_are_caught() {
     let doc = "<!-- tiers -->\n| tier | modules | what |\n|---|---|---|\n\
-               | 0 | `error` | e |\n| 1 | `low` | l |\n| 2 | `high`, `side` | h |\n<!-- /tiers -->";
+               | 0 | `error` | e |\n| 1 | `low`, `low2` | l |\n| 2 | `high`, `side` | h |\n<!-- /tiers -->";
     let tiers = read_tiers(doc).unwrap();
-    assert_eq!(tiers.len(), 4);
+    assert_eq!(tiers.len(), 5);
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path();
     let write = |rel: &str, text: &str| {
@@ -275,7 +316,10 @@ fn planted_violations_are_caught() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     };
-    write("lib.rs", "pub mod low; pub mod high; pub mod side;");
+    write(
+        "lib.rs",
+        "pub mod low; pub mod low2; pub mod high; pub mod side;",
+    );
     write("low.rs", "use crate::{Error, Result};\npub fn f() {}\n");
     write(
         "high/mod.rs",
@@ -287,6 +331,11 @@ fn planted_violations_are_caught() {
         "use crate::high::a::h;\n// use crate::side::comment;\n",
     );
     write("side.rs", "pub fn x() {}\n");
+    write(
+        "low2.rs",
+        "#[cfg(test)]\nmod low2_tests;\n#[cfg(test)]\nfn helper() { let s = \"}\"; crate::high::a::h(); }\n\
+         pub fn ok() {}\n",
+    );
     // A clean tree: the cycle between high::a and high::b is the only finding.
     let v = violations(src, &tiers);
     assert_eq!(v.len(), 1, "{v:?}");
@@ -294,6 +343,18 @@ fn planted_violations_are_caught() {
         v[0].contains("high::a") && v[0].contains("import each other"),
         "{v:?}"
     );
+    // Code after the test items is checked: an upward import there.
+    write(
+        "low2.rs",
+        "#[cfg(test)]\nmod low2_tests;\npub fn ok() { crate::high::a::h(); }\n",
+    );
+    let v = violations(src, &tiers);
+    assert!(
+        v.iter()
+            .any(|m| m.contains("low2.rs") && m.contains("tier 2")),
+        "{v:?}"
+    );
+    write("low2.rs", "pub fn ok() {}\n");
     // An upward import.
     write("low.rs", "use crate::high::a;\n");
     let v = violations(src, &tiers);
