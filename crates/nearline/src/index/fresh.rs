@@ -362,16 +362,8 @@ impl Delta {
                 dtype,
                 vectors,
             } => {
-                if dim as usize != self.dim {
-                    return Err(Error::corrupt(
-                        path,
-                        format!(
-                            "record {} inserts {dim}-d vectors into a {}-d index",
-                            rec.seq, self.dim
-                        ),
-                    ));
-                }
-                let rows = crate::update::wal::decode_vectors(dtype, &vectors);
+                let rows =
+                    crate::update::wal::insert_rows(path, self.dim, dim, dtype, &vectors, None)?;
                 let (rows, ids) = self
                     .prepare_replayed(&rows, &ids)
                     .map_err(|e| Error::corrupt(path, format!("record {}: {e}", rec.seq)))?;

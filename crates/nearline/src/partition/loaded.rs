@@ -6,7 +6,7 @@
 use super::posting;
 use super::state::{PartitionManifest, State};
 use super::DELETED;
-use crate::elem::DType;
+
 use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::{Error, Result};
 use std::collections::HashMap;
@@ -73,34 +73,4 @@ pub(super) fn load_state(dir: &Path, m: PartitionManifest) -> Result<Loaded> {
         heads,
         by_ext,
     })
-}
-
-/// The vectors of a logged insert, as float32 rows of `dim` (a partition
-/// index logs float32 only).
-pub(super) fn logged_rows(
-    path: &Path,
-    dim: usize,
-    logged_dim: u32,
-    dtype: DType,
-    vectors: Vec<u8>,
-) -> Result<Vec<f32>> {
-    if logged_dim as usize != dim {
-        return Err(Error::corrupt(
-            path,
-            format!("a logged insert has dimension {logged_dim}; the index has {dim}"),
-        ));
-    }
-    if dtype != DType::F32 {
-        return Err(Error::corrupt(
-            path,
-            format!(
-                "a logged insert holds {} vectors; a partition index logs float32",
-                dtype.name()
-            ),
-        ));
-    }
-    Ok(vectors
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
 }

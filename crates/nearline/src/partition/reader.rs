@@ -28,14 +28,15 @@
 //! grow, so it never takes a stale vector for a live one), and the reader's
 //! next search loads the newer checkpoint.
 
-use super::loaded::{load_state, logged_rows};
+use super::loaded::load_state;
 use super::state::PartitionManifest;
 use super::store::{Store, POSTINGS_FILE};
 use super::{lock, read, read_manifest, write, Inner, PartitionIndex, PartitionOpen};
 use super::{DELETED, WAL_FILE};
 use crate::distance::{normalize, Metric};
+use crate::elem::DType;
 use crate::update::tail::{TailStatus, WalTail};
-use crate::update::wal::{Op, Record};
+use crate::update::wal::{insert_rows, Op, Record};
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -226,7 +227,7 @@ impl Inner {
                 dtype,
                 vectors,
             } => {
-                let v = logged_rows(wpath, self.dim, dim, dtype, vectors)?;
+                let v = insert_rows(wpath, self.dim, dim, dtype, &vectors, Some(DType::F32))?;
                 if v.len() != ids.len() * self.dim {
                     return Err(Error::corrupt(
                         wpath,

@@ -2,7 +2,7 @@
 //! (the last checkpoint, then the log after it) and writing a checkpoint.
 
 use super::lire::Jobs;
-use super::loaded::{load_state, logged_rows, Loaded};
+use super::loaded::{load_state, Loaded};
 use super::reader::Reader;
 use super::state::{PartitionManifest, State};
 use super::store::{PostingRef, Store, POSTINGS_FILE};
@@ -10,11 +10,12 @@ use super::{
     lock, read, read_manifest, threads_or_cores, write, Counters, Ids, Inner, PartitionIndex,
     PartitionOpen, DELETED, STRIPES, WAL_FILE,
 };
+use crate::elem::DType;
 use crate::format::MANIFEST_FILE;
 use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::io::files::{sync_dir, write_durable};
 use crate::io::open_direct;
-use crate::update::wal::{Op, Wal};
+use crate::update::wal::{insert_rows, Op, Wal};
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -212,7 +213,7 @@ impl Inner {
                     dtype,
                     vectors,
                 } => {
-                    let v = logged_rows(&wpath, inner.dim, dim, dtype, vectors)?;
+                    let v = insert_rows(&wpath, inner.dim, dim, dtype, &vectors, Some(DType::F32))?;
                     inner.apply_insert(&ids, &v)?;
                 }
                 Op::Delete { ids } => {

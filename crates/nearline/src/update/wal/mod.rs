@@ -209,7 +209,7 @@ mod tests;
 
 use file::{encode_record, install, lock, offset_of, scan, sync_parent, tmp_path, write_new_log};
 pub(in crate::update) use file::{parse_head, Header};
-pub use op::{decode_vectors, dtype_from_tag, dtype_tag, Op};
+pub use op::{decode_vectors, dtype_from_tag, dtype_tag, insert_rows, Op};
 
 impl Wal {
     /// Creates a new, empty log whose first record will get `start_seq`

@@ -41,6 +41,41 @@ pub fn decode_vectors(dtype: DType, vectors: &[u8]) -> Vec<f32> {
     })
 }
 
+/// The rows of a logged insert widened to f32, checked against the index
+/// that replays it: the record's dimension must be the index's, and its
+/// element type the one the index logs when it logs only one (`only`: a
+/// partition index logs float32). Every replay of an insert (a graph
+/// index's delta, a partition index's open and its read-only follower)
+/// reads its rows here.
+pub fn insert_rows(
+    path: &Path,
+    index_dim: usize,
+    logged_dim: u32,
+    dtype: DType,
+    vectors: &[u8],
+    only: Option<DType>,
+) -> Result<Vec<f32>> {
+    if logged_dim as usize != index_dim {
+        return Err(Error::corrupt(
+            path,
+            format!("a logged insert has dimension {logged_dim}; the index has {index_dim}"),
+        ));
+    }
+    if let Some(want) = only {
+        if dtype != want {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "a logged insert holds {} vectors; this index logs {}",
+                    dtype.name(),
+                    want.name()
+                ),
+            ));
+        }
+    }
+    Ok(decode_vectors(dtype, vectors))
+}
+
 /// Payload of [`kind::INSERT`]:
 ///
 /// | bytes | field |

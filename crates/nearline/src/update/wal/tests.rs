@@ -647,3 +647,28 @@ fn torn_and_failed_writes_lose_only_what_was_never_acknowledged() {
     // (its bytes were all written when its sync failed).
     assert_eq!(outcomes.len(), 2);
 }
+
+#[test]
+fn a_logged_inserts_rows_are_checked_against_the_replaying_index() {
+    let p = Path::new("wal.log");
+    let halves: Vec<u8> = [1.5f32, -2.0, 0.25, 4.0]
+        .iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+        .collect();
+    // A graph index replays any element type, widened to f32.
+    let rows = insert_rows(p, 2, 2, DType::F16, &halves, None).unwrap();
+    assert_eq!(rows, vec![1.5, -2.0, 0.25, 4.0]);
+    // A partition index logs float32 only.
+    let e = insert_rows(p, 2, 2, DType::F16, &halves, Some(DType::F32)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    assert!(
+        e.to_string().contains("float16") && e.to_string().contains("float32"),
+        "{e}"
+    );
+    // A record of another dimension is damage, whichever the kind.
+    let e = insert_rows(p, 4, 2, DType::F16, &halves, None).unwrap_err();
+    assert!(
+        e.to_string().contains("dimension 2; the index has 4"),
+        "{e}"
+    );
+}
