@@ -61,11 +61,17 @@ pub fn recall_of(
 ) -> f64 {
     let nq = queries.len() / dim;
     let out = idx.search(queries, nq, opts).unwrap();
-    let k = opts.k;
+    recall_against(&out.ids, data, dim, queries, opts.k)
+}
+
+/// Recall@k of `ids` (`k` a query, row numbers of `data`) against the
+/// exact neighbours of `queries` in `data`.
+pub fn recall_against(ids: &[i64], data: &[f32], dim: usize, queries: &[f32], k: usize) -> f64 {
+    let nq = queries.len() / dim;
     let mut hit = 0;
     for (i, q) in queries.chunks_exact(dim).enumerate() {
         let truth = exact_knn(data, dim, q, k);
-        hit += out.ids[i * k..(i + 1) * k]
+        hit += ids[i * k..(i + 1) * k]
             .iter()
             .filter(|x| truth.contains(x))
             .count();

@@ -209,46 +209,12 @@ fn exact_others(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{build_at, params, quiet};
+    use super::super::tests::{build_at, params, quiet, search};
     use super::*;
     use crate::elem::DType;
-    use crate::index::test_data::{clustered, exact_knn};
+    use crate::index::test_data::{clustered, recall_against};
     use crate::planner::partition::plan;
     use crate::planner::BuildOptions;
-
-    /// Recall@10 of `queries` at `nprobe` against exact neighbours in `data`.
-    fn recall_at(
-        idx: &PartitionIndex,
-        data: &[f32],
-        queries: &[f32],
-        dim: usize,
-        nprobe: usize,
-    ) -> f64 {
-        let nq = queries.len() / dim;
-        let r = idx
-            .search(
-                queries,
-                nq,
-                &PartitionSearch {
-                    k: 10,
-                    nprobe,
-                    l: None,
-                    probe_cut: None,
-                    threads: Some(2),
-                    queries_in_flight: None,
-                },
-            )
-            .unwrap();
-        let mut hits = 0;
-        for (qi, q) in queries.chunks_exact(dim).enumerate() {
-            let truth = exact_knn(data, dim, q, 10);
-            hits += r.ids[qi * 10..qi * 10 + 10]
-                .iter()
-                .filter(|x| truth.contains(x))
-                .count();
-        }
-        hits as f64 / (nq * 10) as f64
-    }
 
     #[test]
     fn the_build_keeps_the_first_nprobe_whose_sample_reaches_the_aim() {
@@ -278,7 +244,8 @@ mod tests {
             assert!(cal.points.windows(2).all(|w| w[0].nprobe < w[1].nprobe));
             assert!(cal.points.windows(2).all(|w| w[0].scored <= w[1].scored));
             // Queries from outside the set reach the target at that nprobe.
-            let r = recall_at(&idx, data, queries, dim, cal.nprobe);
+            let found = search(&idx, queries, 10, cal.nprobe);
+            let r = recall_against(&found, data, dim, queries, 10);
             assert!(
                 r >= target,
                 "target {target}: recall {r} at nprobe {}",

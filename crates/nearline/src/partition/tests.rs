@@ -55,7 +55,7 @@ pub(super) fn quiet() -> PartitionOpen {
     }
 }
 
-fn search(idx: &PartitionIndex, q: &[f32], k: usize, nprobe: usize) -> Vec<i64> {
+pub(super) fn search(idx: &PartitionIndex, q: &[f32], k: usize, nprobe: usize) -> Vec<i64> {
     idx.search(
         q,
         q.len() / idx.dim(),
