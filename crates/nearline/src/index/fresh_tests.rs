@@ -5,7 +5,7 @@
 //! reopen, follows a writer from a read-only open, stays within its
 //! memory budget, and refuses bad updates without changing anything.
 
-use super::test_data::{clustered, l2};
+use super::test_data::{clustered, insert_until_injected_fault, l2};
 use super::Index;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
@@ -647,20 +647,9 @@ fn a_torn_or_failed_log_write_loses_no_acknowledged_update() {
             })
             .unwrap();
         let ff = handle.unwrap();
-        let mut failed: Option<Vec<u64>> = None;
-        for b in 0..8u64 {
-            let ids: Vec<u64> = (1000 + b * 10..1010 + b * 10).collect();
-            let rows = &data[ids[0] as usize * DIM..(ids[0] as usize + 10) * DIM];
-            match idx.insert(rows, Some(&ids)) {
-                Ok(_) => live.extend(&ids),
-                Err(e) => {
-                    assert!(e.to_string().contains("injected"), "case {case}: {e}");
-                    failed = Some(ids);
-                    break;
-                }
-            }
-        }
-        let failed = failed.unwrap_or_else(|| panic!("case {case}: no fault fired"));
+        let failed = insert_until_injected_fault(&data, DIM, &mut live, case, |rows, ids| {
+            idx.insert(rows, Some(ids)).map(|_| ())
+        });
         // Nothing of the failed insert is in memory; later updates are refused.
         live.sort_unstable();
         assert_eq!(idx.live_ids().unwrap(), live, "case {case}");

@@ -117,3 +117,29 @@ pub fn anisotropic(n: usize, dim: usize, clusters: usize, seed: u64) -> Vec<f32>
     }
     v
 }
+
+/// Inserts batches of 10 rows of `data` under ids 1000, 1010, … (at most 8
+/// batches) through `insert` until one fails with an injected log fault
+/// (`io::faulty`); `live` gains every acknowledged batch. Returns the failed
+/// batch's ids; panics when no fault fired or an error is not the injected
+/// one. `case` names the fault case in messages.
+pub fn insert_until_injected_fault<E: std::fmt::Display>(
+    data: &[f32],
+    dim: usize,
+    live: &mut Vec<u64>,
+    case: impl std::fmt::Display,
+    mut insert: impl FnMut(&[f32], &[u64]) -> Result<(), E>,
+) -> Vec<u64> {
+    for b in 0..8u64 {
+        let ids: Vec<u64> = (1000 + b * 10..1010 + b * 10).collect();
+        let rows = &data[ids[0] as usize * dim..(ids[0] as usize + 10) * dim];
+        match insert(rows, &ids) {
+            Ok(()) => live.extend(&ids),
+            Err(e) => {
+                assert!(e.to_string().contains("injected"), "case {case}: {e}");
+                return ids;
+            }
+        }
+    }
+    panic!("case {case}: no fault fired")
+}

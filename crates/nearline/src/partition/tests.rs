@@ -4,7 +4,7 @@
 //! replayed after a crash, damage detected.
 
 use super::*;
-use crate::index::test_data::{clustered, exact_knn};
+use crate::index::test_data::{clustered, exact_knn, insert_until_injected_fault};
 use crate::planner::options::PartitionOptions;
 use crate::planner::partition::plan;
 use crate::planner::BuildOptions;
@@ -558,20 +558,9 @@ fn a_torn_or_failed_log_write_loses_no_acknowledged_update() {
         })
         .unwrap();
         let ff = handle.unwrap();
-        let mut failed: Option<Vec<u64>> = None;
-        for b in 0..8u64 {
-            let ids: Vec<u64> = (1000 + b * 10..1010 + b * 10).collect();
-            let rows = &data[ids[0] as usize * dim..(ids[0] as usize + 10) * dim];
-            match idx.insert(rows, Some(&ids)) {
-                Ok(_) => live.extend(&ids),
-                Err(e) => {
-                    assert!(e.to_string().contains("injected"), "case {case}: {e}");
-                    failed = Some(ids);
-                    break;
-                }
-            }
-        }
-        let failed = failed.unwrap_or_else(|| panic!("case {case}: no fault fired"));
+        let failed = insert_until_injected_fault(&data, dim, &mut live, case, |rows, ids| {
+            idx.insert(rows, Some(ids)).map(|_| ())
+        });
         assert_eq!(idx.live_ids(), live, "case {case}");
         assert!(idx.delete(&[3]).is_err());
         assert_eq!(idx.live_ids(), live, "case {case}");
