@@ -61,5 +61,6 @@ def small_index(tmp_path_factory, small_data):
 
     base, _ = small_data
     path = tmp_path_factory.mktemp("idx") / "small.index"
-    nearline.build(base, path, R=24, build_L=60, pq_bytes=12, threads=2)
+    # The DiskANN composition: the tests that share it add what they test.
+    nearline.build(base, path, preset="diskann", R=24, build_L=60, pq_bytes=12, threads=2)
     return path

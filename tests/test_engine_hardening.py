@@ -98,10 +98,11 @@ def test_small_shards_warn_with_the_numbers(tmp_path, data_20k):
     avoid it; the plan and info() carry it too. A budget that holds the build
     at once does not warn."""
     base, _ = data_20k
-    plan = nearline.plan(base, build_memory_budget="10MB", threads=2)
+    # The DiskANN composition's numbers (another preset's shards differ).
+    plan = nearline.plan(base, preset="diskann", build_memory_budget="10MB", threads=2)
     assert len(plan["warnings"]) == 1 and "133 shards" in plan["warnings"][0]
     with pytest.warns(UserWarning, match=r"133 shards of at most 361 points") as rec:
-        idx = nearline.build(base, tmp_path / "s", build_memory_budget="10MB", threads=2)
+        idx = nearline.build(base, tmp_path / "s", preset="diskann", build_memory_budget="10MB", threads=2)
     text = str(rec[0].message)
     assert "build_memory_budget=10000000 bytes" in text
     budgets = [int(x) for x in re.findall(r"(\d+) bytes (?:gives|builds)", text)]
@@ -112,7 +113,7 @@ def test_small_shards_warn_with_the_numbers(tmp_path, data_20k):
     assert info["warnings"] == plan["warnings"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        idx = nearline.build(base, tmp_path / "o", build_memory_budget=budgets[1], threads=2)
+        idx = nearline.build(base, tmp_path / "o", preset="diskann", build_memory_budget=budgets[1], threads=2)
     with idx:
         assert idx.info()["build_stats"]["shards"] == 1
         assert idx.info()["warnings"] == []

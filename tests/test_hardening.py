@@ -38,7 +38,9 @@ pytestmark = pytest.mark.io_engine
 ROOT = Path(__file__).resolve().parents[1]
 N, DIM = 3000, 16
 #: Small, fast build options (a build of N x DIM takes well under a second).
-FAST = dict(R=16, build_L=32, threads=2)
+# The DiskANN composition, whose defaults (L 100, W 4, medoid entry) the
+# report tests read back.
+FAST = dict(preset="diskann", R=16, build_L=32, threads=2)
 
 
 @pytest.fixture(scope="module")

@@ -159,7 +159,8 @@ def test_build_from_file_and_info(tmp_path, small_data):
     base, queries = small_data
     f = tmp_path / "base.fbin"
     nearline.write_vectors(f, base)
-    nearline.build(f, tmp_path / "f.index", R=16, build_L=40, pq_bytes=8, memory_budget="4MB").close()
+    nearline.build(f, tmp_path / "f.index", preset="diskann", R=16, build_L=40, pq_bytes=8,
+                   memory_budget="4MB").close()
     idx = nearline.open(tmp_path / "f.index", threads=2)
     info = idx.info()
     assert info["n"] == 5000 and info["dim"] == 24 and info["dtype"] == "float32"
@@ -581,7 +582,8 @@ def test_bad_executor_arguments(small_index, small_data):
 def entry_index(tmp_path_factory, small_data):
     base, _ = small_data
     path = tmp_path_factory.mktemp("entry") / "entry.index"
-    nearline.build(base, path, R=24, build_L=60, pq_bytes=12, threads=2, nav_sample=0.02, entry_clusters=40)
+    nearline.build(base, path, preset="diskann", R=24, build_L=60, pq_bytes=12, threads=2, nav_sample=0.02,
+                   entry_clusters=40)
     return path
 
 

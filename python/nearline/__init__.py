@@ -279,7 +279,11 @@ def build(
             ``memory_budget`` says so — in an in-memory graph, vectors
             replicated into up to 8 postings by the RNG rule; updates are
             logged and kept balanced by LIRE; float32 only) or
-            ``"auto"`` (default; today ``"diskann"``).
+            ``"auto"`` (default: the planner picks ``"gorgeous"`` when the budget
+            holds every adjacency list, else ``"alayalaser"`` when a page holds
+            one record and the metric is l2, else ``"starling"`` when it holds
+            several, else ``"diskann"``; the build's ``plan`` says which rule
+            fired and why each other candidate lost).
             Explicit arguments win over the preset's.
         ids: optional external ids, one per row: a 1-D integer array of unique ids
             in 0..2**63 (floats are refused, not truncated); search returns them

@@ -660,7 +660,8 @@ def _add_build_options(p: argparse.ArgumentParser) -> None:
     v = _vocab()
     p.add_argument("--metric", default=None, choices=v["metrics"], help="similarity (default l2)")
     p.add_argument("--preset", default=None, choices=v["presets"],
-                   help="composition of components from a seed paper (default auto, today diskann)")
+                   help="composition of components from a seed paper (default auto: the planner's rules choose; "
+                   "`nearline plan` says which fired)")
     p.add_argument("--R", type=_positive_int, default=None, help=f"maximum degree (default {base['R']})")
     p.add_argument("--build-L", type=_positive_int, default=None,
                    help=f"build candidate list size (default {base['build_L']})")

@@ -586,6 +586,7 @@ fn the_adjacency_cache_never_exceeds_its_share() {
         Matrix::from_vec(data2, 500, DIM).unwrap(),
         &plain,
         &BuildOptions {
+            preset: PresetChoice::Named(Preset::Diskann),
             threads: Some(2),
             r: Some(16),
             ..Default::default()

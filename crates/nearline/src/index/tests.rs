@@ -26,8 +26,10 @@ fn build_small(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
     (man, data)
 }
 
+/// The DiskANN composition (tests set what they test on top of it).
 fn small_opts() -> BuildOptions {
     BuildOptions {
+        preset: PresetChoice::Named(Preset::Diskann),
         r: Some(16),
         build_l: Some(40),
         pq_bytes: Some(8),

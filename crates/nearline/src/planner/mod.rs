@@ -8,6 +8,7 @@
 //!
 //! Build and search execute plans; neither consults the planner.
 
+mod auto;
 pub mod memory;
 pub mod options;
 pub mod partition;
@@ -15,6 +16,7 @@ pub mod preset;
 pub mod rules;
 pub mod search;
 
+pub use auto::GORGEOUS_DIMS_PER_PQ_BYTE;
 pub use memory::MemoryPlan;
 pub use options::{
     BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
@@ -241,9 +243,25 @@ fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
 /// Plans a build of `opts` over data described by `f`.
 pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     check_build(opts, f)?;
+    match opts.preset {
+        PresetChoice::Auto => auto::plan_auto(opts, f),
+        PresetChoice::Named(_) => plan_named(opts, f),
+    }
+}
+
+/// Plans a build of `opts` with a named preset (`auto` resolved), after
+/// [`check_build`].
+fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     let mut d = Vec::new();
-    let (preset, why) = rules::resolve_preset(opts.preset);
-    d.push(Decision::new("preset", preset, why));
+    let preset = match opts.preset {
+        PresetChoice::Named(p) => p,
+        PresetChoice::Auto => {
+            return Err(Error::arg(
+                "internal: plan_named needs a named preset (auto is planner::auto's)",
+            ))
+        }
+    };
+    d.push(Decision::new("preset", preset, "asked for"));
     let pd = defaults(preset);
     let pick = |d: &mut Vec<Decision>, what: &'static str, given: Option<String>, dflt: String| {
         match given {

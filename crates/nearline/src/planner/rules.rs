@@ -1,26 +1,14 @@
 //! The seed papers' decision rules, each a small function that returns its
 //! choice and the reason, so a plan can say why it is what it is.
 
-use super::options::{CacheChoice, EntryChoice, ExecutorChoice, PageChoice, PresetChoice};
+use super::options::{CacheChoice, EntryChoice, ExecutorChoice, PageChoice};
 use super::preset::{CacheKind, PresetExecutor, AUTO_QUERIES_IN_FLIGHT};
-use crate::format::{LayoutKind, PageGeometry, Preset};
+use crate::format::{LayoutKind, PageGeometry};
 use crate::graph::sharded::{
     estimate_build_bytes_on, plan_graph_build, shard_capacity, GraphBuild,
 };
 use crate::quant::pq::PQ_MAX_BYTES;
 use crate::{Error, Result};
-
-/// `auto` → the preset the planner picks. Until the automatic planner
-/// weighs the data, it is DiskANN (the baseline every seed builds on).
-pub fn resolve_preset(choice: PresetChoice) -> (Preset, String) {
-    match choice {
-        PresetChoice::Named(p) => (p, "asked for".into()),
-        PresetChoice::Auto => (
-            Preset::Diskann,
-            "auto: diskann, the baseline every seed paper builds on".into(),
-        ),
-    }
-}
 
 /// DiskANN's rule for PQ bytes per vector: `floor(bytes / n)` (the codes
 /// fill what the budget leaves them), clamped to `[1, min(dim, 512)]`.
@@ -449,10 +437,11 @@ pub fn resolve_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Preset;
+    use crate::planner::PresetChoice;
 
     #[test]
     fn presets_resolve() {
-        assert_eq!(resolve_preset(PresetChoice::Auto).0, Preset::Diskann);
         assert_eq!(
             PresetChoice::parse("DiskANN").unwrap(),
             PresetChoice::Named(Preset::Diskann)

@@ -52,9 +52,12 @@ pub(crate) fn random_rows(n: usize, dim: usize, seed: u64) -> Vec<f32> {
 /// their own).
 pub(crate) const ROOMY: Budget = Budget::Bytes(256 << 20);
 
-/// The build options every test index shares (R 16, build L 40, 8 PQ bytes).
+/// The build options every test index shares: the DiskANN composition (the
+/// tests set the components they test on top of it), R 16, build L 40, 8 PQ
+/// bytes.
 pub(crate) fn test_build_options(ids: Option<Vec<u64>>) -> BuildOptions {
     BuildOptions {
+        preset: crate::planner::PresetChoice::Named(crate::format::Preset::Diskann),
         r: Some(16),
         build_l: Some(40),
         pq_bytes: Some(8),

@@ -1,0 +1,452 @@
+//! `preset = "auto"`: the evaluation paper's decision rules (seed 002, its
+//! Figure 17 and conclusions), checked against this engine's measurements,
+//! choose the graph composition. Each candidate preset is planned in full
+//! (so a candidate whose plan would exceed the memory or disk budget, or
+//! that an explicit option rules out, loses with the planner's own error),
+//! and the first whose rule fires on its plan is kept; the plan records
+//! every candidate and why it lost.
+//!
+//! The rules, in the order they are tried (docs/benchmarks.md, "The
+//! automatic planner", has the measurements):
+//!
+//! 1. **Every adjacency list fits → `gorgeous`.** Paper: a cache of lists
+//!    turns every hop into a memory access, so only the refine stage reads.
+//!    Here: on wordnet (384-d) at 20% of the raw bytes 5.95× diskannpy and
+//!    2.97× the best other preset; on 1M × 128 at 20%, where half the lists
+//!    stay on disk, 0.79× diskannpy. It fires when the budget holds every
+//!    list beside PQ codes of at least one byte per
+//!    [`GORGEOUS_DIMS_PER_PQ_BYTE`] dimensions (coarser codes rank too
+//!    poorly for the refine stage: wordnet at 5% left 26 bytes, recall 0.79).
+//! 2. **One record per page, l2 → `alayalaser`.** Paper: with one record a
+//!    page a shuffle co-locates nothing, and codes in the records free the
+//!    memory PQ takes. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
+//!    128-d (five records a page) 0.97× the `diskann` preset.
+//! 3. **Several records per page → `starling`.** Paper: block shuffling
+//!    pays when a page holds several records (its finding that layouts use
+//!    a small share of each read). Here: 1M × 128 at 20% 1.06× the `diskann`
+//!    preset; wordnet at 10% 1.16×, at 5% 1.32× (recall 0.90).
+//! 4. **Otherwise → `diskann`** (one record a page with the ip or cosine
+//!    metric, which the coded layout does not support).
+//!
+//! With no `memory_budget` given, every candidate is planned at the budget
+//! the baseline (`diskann`) would size, so the rules compare compositions
+//! at one budget. An explicit `layout` names its composition: the preset whose layout it
+//! is. PageANN, DGAI and AiSAQ (the paper's other layouts) are not built
+//! yet, so no rule can choose them; the partition index (`spfresh`) is the
+//! user's choice (`preset="spfresh"`), never `auto`'s.
+
+use super::options::{BuildOptions, PresetChoice};
+use super::{plan_named, DataFacts, Decision, PlannedBuild};
+use crate::distance::Metric;
+use crate::format::{LayoutKind, PageGeometry, Preset};
+use crate::util::budget::Budget;
+use crate::{Error, Result};
+
+/// Gorgeous' rule fires only when every list fits beside PQ codes of at
+/// least `ceil(dim / 4)` bytes. At 384-d the build's selection kept 115–123
+/// bytes where every list fit (and its passing size was below that); at
+/// 5% of wordnet the 26 bytes the lists left did not pass (recall 0.79).
+pub const GORGEOUS_DIMS_PER_PQ_BYTE: usize = 4;
+
+/// The candidates in the order the rules try them, each with the rule's
+/// one-line reason.
+fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
+    if let Some(layout) = opts.layout {
+        let p = match layout {
+            LayoutKind::Id => Preset::Diskann,
+            LayoutKind::Shuffled => Preset::Starling,
+            LayoutKind::Replicated => Preset::Gorgeous,
+            LayoutKind::Coded => Preset::Alayalaser,
+        };
+        return vec![(p, "the composition whose layout was asked for")];
+    }
+    vec![
+        (
+            Preset::Gorgeous,
+            "Gorgeous: every adjacency list fits in memory, so no hop reads a page and only \
+             the refine stage does",
+        ),
+        (
+            Preset::Alayalaser,
+            "AlayaLaser: one record a page (a shuffle co-locates nothing), so the neighbour \
+             codes ride in the records and the memory PQ would take serves the cache",
+        ),
+        (
+            Preset::Starling,
+            "Starling: several records share a page, so a shuffled layout brings a node's \
+             graph neighbours in with each read",
+        ),
+        (
+            Preset::Diskann,
+            "DiskANN: the baseline, when no other rule fires",
+        ),
+    ]
+}
+
+/// Records of `dim` elements of `esz` bytes and degree `r` a `page_size`
+/// page holds in the plain (id-order) layout.
+fn plain_records_per_page(f: &DataFacts, r: usize, page_size: usize) -> Result<usize> {
+    Ok(
+        PageGeometry::with_codes(page_size, f.dim * f.dtype.size(), r, 0, 0, f.n)?
+            .records_per_block,
+    )
+}
+
+/// Whether `preset`'s rule fires on its plan `p`: `Ok(why)` if so, else
+/// `Err(why it lost)`.
+fn fires(
+    preset: Preset,
+    opts: &BuildOptions,
+    f: &DataFacts,
+    p: &PlannedBuild,
+) -> std::result::Result<String, String> {
+    let plan = &p.plan;
+    match preset {
+        Preset::Gorgeous => {
+            let need = f.dim.div_ceil(GORGEOUS_DIMS_PER_PQ_BYTE).max(1);
+            let fill = match &plan.pq_selection {
+                Some(s) => s.alternative.map(|a| a.fill).max(s.fill),
+                // PQ bytes given: whether the cache share holds every list.
+                None => (p.memory.cache_nodes >= f.n as u64).then_some(plan.pq_bytes),
+            };
+            match fill {
+                Some(m) if m >= need => Ok(format!(
+                    "every adjacency list (at R={}) fits in the {}-byte budget beside PQ codes of \
+                     up to {m} bytes (at least {need} = dim/{GORGEOUS_DIMS_PER_PQ_BYTE} needed)",
+                    plan.r, plan.memory_budget
+                )),
+                Some(m) => Err(format!(
+                    "every adjacency list fits only beside PQ codes of {m} bytes, below the \
+                     {need} (dim/{GORGEOUS_DIMS_PER_PQ_BYTE}) that rank well enough to refine"
+                )),
+                None => Err(format!(
+                    "the {}-byte budget cannot hold every adjacency list (at R={}) beside PQ \
+                     codes: hops that miss the cache would read pages",
+                    plan.memory_budget, plan.r
+                )),
+            }
+        }
+        Preset::Alayalaser => {
+            let rpp =
+                plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
+            if opts.metric != Metric::L2 {
+                Err(format!(
+                    "the coded layout supports the l2 metric only (this build: {})",
+                    opts.metric
+                ))
+            } else if rpp > 1 {
+                Err(format!(
+                    "a {}-byte page holds {rpp} plain records: shuffling co-locates neighbours",
+                    plan.page_size
+                ))
+            } else {
+                Ok(format!(
+                    "a {}-byte page holds one plain record",
+                    plan.page_size
+                ))
+            }
+        }
+        Preset::Starling => {
+            let rpp =
+                plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
+            if rpp > 1 {
+                Ok(format!(
+                    "a {}-byte page holds {rpp} plain records",
+                    plan.page_size
+                ))
+            } else {
+                Err(format!(
+                    "a {}-byte page holds one plain record: a shuffle co-locates nothing",
+                    plan.page_size
+                ))
+            }
+        }
+        _ => Ok("no other rule fired".into()),
+    }
+}
+
+/// Plans a build with `preset = "auto"`: the first candidate whose plan
+/// succeeds and whose rule fires.
+pub(super) fn plan_auto(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
+    debug_assert_eq!(opts.preset, PresetChoice::Auto);
+    let list = candidates(opts);
+    let forced = list.len() == 1;
+    // With no budget given, every candidate is weighed at one budget: the
+    // one the baseline sizes (its share of the raw vectors, raised to what
+    // its index needs), not each preset's own default.
+    let base_budget = match (opts.memory_budget, forced) {
+        (None, false) => {
+            let o = BuildOptions {
+                preset: PresetChoice::Named(Preset::Diskann),
+                ..opts.clone()
+            };
+            let b = plan_named(&o, f)?;
+            let why = b
+                .decisions
+                .iter()
+                .find(|d| d.what == "memory_budget")
+                .map(|d| d.rule.clone())
+                .unwrap_or_default();
+            Some((b.plan.memory_budget, why))
+        }
+        _ => None,
+    };
+    let mut lost: Vec<Decision> = Vec::new();
+    let mut last_err: Option<Error> = None;
+    for (preset, reason) in list {
+        let o = BuildOptions {
+            preset: PresetChoice::Named(preset),
+            memory_budget: opts
+                .memory_budget
+                .or(base_budget.as_ref().map(|b| Budget::Bytes(b.0))),
+            ..opts.clone()
+        };
+        let mut planned = match plan_named(&o, f) {
+            Ok(p) => p,
+            Err(e) => {
+                lost.push(Decision::new("candidate", preset, format!("lost: {e}")));
+                last_err = Some(e);
+                continue;
+            }
+        };
+        let why = if forced {
+            Ok(reason.to_string())
+        } else {
+            fires(preset, opts, f, &planned)
+        };
+        match why {
+            Ok(why) => {
+                if let Some((_, base_why)) = &base_budget {
+                    // The budget is still nearline's choice, as if none
+                    // were given (an open without one may raise it).
+                    planned.plan.memory_budget_auto = true;
+                    if let Some(d) = planned
+                        .decisions
+                        .iter_mut()
+                        .find(|d| d.what == "memory_budget")
+                    {
+                        d.rule = format!(
+                            "auto: the diskann preset's default, at which every candidate was \
+                             weighed ({base_why})"
+                        );
+                    }
+                }
+                return Ok(with_auto_decisions(planned, preset, reason, why, lost));
+            }
+            Err(why) => lost.push(Decision::new("candidate", preset, format!("lost: {why}"))),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| Error::arg("no composition fits this build")))
+}
+
+/// `p` with its preset decision saying why `auto` chose it, after the
+/// candidates that lost.
+fn with_auto_decisions(
+    mut p: PlannedBuild,
+    preset: Preset,
+    reason: &str,
+    why: String,
+    lost: Vec<Decision>,
+) -> PlannedBuild {
+    let rule = format!("auto: {reason} ({why})");
+    match p.decisions.iter_mut().find(|d| d.what == "preset") {
+        Some(d) => d.rule = rule,
+        None => p.decisions.insert(0, Decision::new("preset", preset, rule)),
+    }
+    let at = p
+        .decisions
+        .iter()
+        .position(|d| d.what == "preset")
+        .map_or(0, |i| i + 1);
+    p.decisions.splice(at..at, lost);
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elem::DType;
+    use crate::planner::plan_build;
+
+    fn facts(n: usize, dim: usize) -> DataFacts {
+        DataFacts {
+            n,
+            dim,
+            dtype: DType::F32,
+        }
+    }
+
+    fn auto(dim: usize, budget: f64) -> BuildOptions {
+        let _ = dim;
+        BuildOptions {
+            memory_budget: Some(Budget::Fraction(budget)),
+            ..BuildOptions::default()
+        }
+    }
+
+    /// The composition `auto` picks for 100k vectors of each dimension at 5%,
+    /// 20% and 40% of the raw bytes, as the rules in this module's doc say.
+    #[test]
+    fn auto_picks_what_the_rules_say() {
+        use Preset::{Alayalaser as A, Diskann as D, Gorgeous as G, Starling as S};
+        // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): the shuffled layout's maps
+        // (800 kB) leave too little for starling, so the baseline is kept.
+        let table: [(usize, [Preset; 3]); 5] = [
+            (50, [D, S, S]),
+            (128, [S, S, G]),
+            (384, [S, G, G]),
+            (768, [A, G, G]),
+            (1536, [A, G, G]),
+        ];
+        let mut got = Vec::new();
+        for (dim, want) in table {
+            for (b, w) in [0.05, 0.2, 0.4].into_iter().zip(want) {
+                let f = facts(100_000, dim);
+                let p = plan_build(&auto(dim, b), &f).unwrap();
+                let lost: Vec<String> = p
+                    .decisions
+                    .iter()
+                    .filter(|d| d.what == "candidate")
+                    .map(|d| format!("{} {}", d.value, d.rule))
+                    .collect();
+                got.push((dim, b, p.plan.preset, w, lost));
+                // Never beyond the budget it was given.
+                let (held, budget) = (
+                    p.memory.fixed() + p.memory.cache,
+                    Budget::Fraction(b).resolve(f.raw_bytes()),
+                );
+                assert!(
+                    p.memory.budget == budget && held <= budget,
+                    "{dim}-d at {b}: {held} bytes planned in {} of {budget}",
+                    p.memory.budget
+                );
+                let why = &p
+                    .decisions
+                    .iter()
+                    .find(|d| d.what == "preset")
+                    .unwrap()
+                    .rule;
+                assert!(why.starts_with("auto: "), "{why}");
+            }
+        }
+        let wrong: Vec<_> = got.iter().filter(|g| g.2 != g.3).collect();
+        assert!(wrong.is_empty(), "(dim, budget, got, want): {wrong:?}");
+    }
+
+    #[test]
+    fn every_lost_candidate_says_why() {
+        // 768-d at 5%: the lists do not fit (gorgeous loses), one record a
+        // page (alayalaser wins).
+        let p = plan_build(&auto(768, 0.05), &facts(100_000, 768)).unwrap();
+        let lost: Vec<_> = p
+            .decisions
+            .iter()
+            .filter(|d| d.what == "candidate")
+            .collect();
+        assert_eq!(lost.len(), 1, "{lost:?}");
+        assert_eq!(lost[0].value, "gorgeous");
+        assert!(
+            lost[0].rule.contains("cannot hold every adjacency list"),
+            "{}",
+            lost[0].rule
+        );
+    }
+
+    #[test]
+    fn the_coded_layout_is_not_chosen_for_inner_product() {
+        let o = BuildOptions {
+            metric: Metric::InnerProduct,
+            ..auto(768, 0.05)
+        };
+        let p = plan_build(&o, &facts(100_000, 768)).unwrap();
+        assert_eq!(p.plan.preset, Preset::Diskann);
+        let lost: Vec<_> = p
+            .decisions
+            .iter()
+            .filter(|d| d.what == "candidate")
+            .map(|d| d.value.as_str())
+            .collect();
+        assert_eq!(lost, ["gorgeous", "alayalaser", "starling"]);
+    }
+
+    #[test]
+    fn an_option_a_candidate_refuses_makes_it_lose() {
+        // pq_bytes does not apply to the coded layout: the next rule decides.
+        let o = BuildOptions {
+            pq_bytes: Some(64),
+            ..auto(768, 0.05)
+        };
+        let p = plan_build(&o, &facts(100_000, 768)).unwrap();
+        assert_eq!(p.plan.preset, Preset::Diskann);
+        let a = p
+            .decisions
+            .iter()
+            .find(|d| d.value == "alayalaser")
+            .unwrap();
+        assert!(a.rule.contains("pq_bytes does not apply"), "{}", a.rule);
+    }
+
+    #[test]
+    fn a_layout_asked_for_names_its_composition() {
+        for (layout, preset) in [
+            (LayoutKind::Id, Preset::Diskann),
+            (LayoutKind::Shuffled, Preset::Starling),
+            (LayoutKind::Replicated, Preset::Gorgeous),
+            (LayoutKind::Coded, Preset::Alayalaser),
+        ] {
+            let o = BuildOptions {
+                layout: Some(layout),
+                ..auto(128, 0.2)
+            };
+            assert_eq!(
+                plan_build(&o, &facts(50_000, 128)).unwrap().plan.preset,
+                preset
+            );
+        }
+    }
+
+    #[test]
+    fn a_disk_budget_no_candidate_meets_is_refused() {
+        let o = BuildOptions {
+            disk_budget: Some(1 << 20),
+            ..auto(128, 0.2)
+        };
+        let e = plan_build(&o, &facts(100_000, 128))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("disk_budget"), "{e}");
+    }
+
+    #[test]
+    fn with_no_budget_every_candidate_is_weighed_at_the_baselines() {
+        let f = facts(100_000, 128);
+        let base = BuildOptions {
+            preset: PresetChoice::Named(Preset::Diskann),
+            ..BuildOptions::default()
+        };
+        let b = plan_build(&base, &f).unwrap().plan.memory_budget;
+        let p = plan_build(&BuildOptions::default(), &f).unwrap();
+        // 12.5% of 128-d (6.4 MB): the lists (14 MB) do not fit; five
+        // records a page.
+        assert_eq!(p.plan.preset, Preset::Starling);
+        assert_eq!(p.plan.memory_budget, b);
+        assert!(p.plan.memory_budget_auto);
+        let d = p
+            .decisions
+            .iter()
+            .find(|d| d.what == "memory_budget")
+            .unwrap();
+        assert!(d.rule.contains("every candidate was weighed"), "{}", d.rule);
+    }
+
+    #[test]
+    fn a_named_preset_is_planned_as_asked() {
+        let o = BuildOptions {
+            preset: PresetChoice::Named(Preset::Pipeann),
+            ..auto(768, 0.2)
+        };
+        let p = plan_build(&o, &facts(100_000, 768)).unwrap();
+        assert_eq!(p.plan.preset, Preset::Pipeann);
+        assert!(!p.decisions.iter().any(|d| d.what == "candidate"));
+    }
+}

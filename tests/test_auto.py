@@ -1,0 +1,82 @@
+"""``preset="auto"``: the planner's rules choose the graph composition
+(``planner::auto``; the rule table itself is a Rust table test)."""
+
+from __future__ import annotations
+
+import pytest
+
+import nearline
+from nearline import cli
+from conftest import clustered, exact_knn
+
+
+@pytest.fixture(scope="module")
+def data64():
+    return clustered(20000, 64, seed=5)
+
+
+def _chosen(plan):
+    """(the preset auto kept with its rule, {lost preset: why})."""
+    ds = plan["decisions"]
+    preset = next(d for d in ds if d["what"] == "preset")
+    lost = {d["value"]: d["rule"] for d in ds if d["what"] == "candidate"}
+    return preset, lost
+
+
+def test_every_list_in_the_budget_picks_gorgeous_else_starling(data64):
+    base, _ = data64
+    # 20k × 64 float32 is 5.12 MB; every list at R 32 fits in all of it.
+    roomy, lost = _chosen(nearline.plan(base, memory_budget=1.0, R=32, threads=2))
+    assert roomy["value"] == "gorgeous" and roomy["rule"].startswith("auto: Gorgeous")
+    assert lost == {}
+    # Half of it does not hold every list: several records share a page.
+    half, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2))
+    assert half["value"] == "starling" and "holds 10 plain records" in half["rule"]
+    assert set(lost) == {"gorgeous", "alayalaser"}
+    assert "cannot hold every adjacency list" in lost["gorgeous"]
+    assert "shuffling co-locates" in lost["alayalaser"]
+
+
+def test_a_candidate_beyond_the_budget_loses_with_the_planners_reason():
+    base, _ = clustered(20000, 32, seed=5)
+    # 0.3 of 2.56 MB: neither starling's maps nor gorgeous' lists fit.
+    chosen, lost = _chosen(nearline.plan(base, memory_budget=0.3, R=32, threads=2))
+    assert chosen["value"] == "diskann"
+    assert "below what the starling preset" in lost["starling"]
+    assert "below what the gorgeous preset" in lost["gorgeous"]
+
+
+def test_auto_build_searches_at_recall_and_records_the_preset(tmp_path, data64):
+    base, queries = data64
+    with nearline.build(base, tmp_path / "a.index", memory_budget=0.5, R=32, build_L=64, threads=2) as idx:
+        info = idx.info()
+        assert info["preset"] == "starling" and info["memory"]["within_budget"]
+        ids, _ = idx.search(queries, k=10, L=64)
+    assert nearline.recall(ids, exact_knn(base, queries, 10), 10) >= 0.9
+    # The index records what auto chose; it reopens as that preset.
+    with nearline.open(tmp_path / "a.index") as idx:
+        assert idx.info()["preset"] == "starling"
+
+
+def test_a_layout_names_its_composition(data64):
+    base, _ = data64
+    for layout, preset in (("id", "diskann"), ("shuffled", "starling"), ("replicated", "gorgeous"),
+                           ("coded", "alayalaser")):
+        p, _ = _chosen(nearline.plan(base, layout=layout, memory_budget=1.0, R=32, threads=2))
+        assert p["value"] == preset, layout
+
+
+def test_cli_plan_prints_the_rule_and_every_lost_candidate(tmp_path, data64, capsys):
+    base, _ = data64
+    f = tmp_path / "base.fbin"
+    nearline.write_vectors(f, base)
+    assert cli.main(["plan", str(f), "--memory-budget", "0.5", "--R", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "auto: Starling" in out
+    assert "gorgeous" in out and "cannot hold every adjacency list" in out
+
+
+def test_bad_preset_names_the_choices(data64):
+    base, _ = data64
+    with pytest.raises(ValueError, match="auto, diskann"):
+        nearline.plan(base, preset="automatic")
