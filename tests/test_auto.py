@@ -80,3 +80,38 @@ def test_bad_preset_names_the_choices(data64):
     base, _ = data64
     with pytest.raises(ValueError, match="auto, diskann"):
         nearline.plan(base, preset="automatic")
+
+
+def test_auto_cells_reads_a_bench_result(tmp_path):
+    """benches/analysis/auto_cells.py: auto against the best named preset and
+    diskannpy at each target, from one run's comparisons."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def cmp(qa, qb):
+        return {"at_recall": {"0.95": {"qps_a": qa, "qps_b": qb}}}
+
+    result = {
+        "params": {"memory_budget": 0.05},
+        "dataset": {"name": "toy"},
+        "builds": {"auto": {"info": {"build": {"preset": "starling", "memory_budget": 1000},
+                                     "memory": {"within_budget": True}}}},
+        "comparisons": {"auto/diskannpy": cmp(1800.0, 1000.0), "starling/diskannpy": cmp(1900.0, 1000.0),
+                        "diskann/diskannpy": cmp(1500.0, 1000.0), "diskannpy@8/diskannpy": cmp(3000.0, 1000.0)},
+    }
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(result))
+    script = Path(__file__).resolve().parents[1] / "benches" / "analysis" / "auto_cells.py"
+    out = subprocess.run([sys.executable, str(script), str(f), "--json", str(tmp_path / "rows.json")],
+                         capture_output=True, text=True, check=True).stdout
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert len(rows) == 1 and rows[0]["auto_chose"] == "starling" and rows[0]["best_preset"] == "starling"
+    assert rows[0]["auto_vs_best"] == round(1800 / 1900, 3) and rows[0]["auto_vs_diskannpy"] == 1.8
+    assert "| toy |" in out
+    # A result without an auto variant is refused with the reason.
+    del result["comparisons"]["auto/diskannpy"]
+    f.write_text(json.dumps(result))
+    bad = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True)
+    assert bad.returncode != 0 and "no auto/diskannpy comparison" in bad.stderr

@@ -189,6 +189,31 @@ def test_worker_search_nearline_with_fake_engine(tmp_path, monkeypatch):
     assert pt["lat_p999_ms"] <= 0.39 + 1e-9 and pt["qps"] > 0
 
 
+class _FakeIndexSmallBudget(_FakeIndex):
+    """An index whose memory budget cannot give a search at L >= 40 its scratch."""
+
+    def search(self, queries, k=10, *, L=None, **kw):
+        if L is not None and L >= 40:
+            raise ValueError(f"this search needs about 9 bytes of worker scratch (L={L}), more than the memory "
+                             "budget can give the workers even with the cache emptied (8 bytes)")
+        return super().search(queries, k, L=L, **kw)
+
+
+def test_worker_reports_the_Ls_the_budget_refuses_and_keeps_the_others(tmp_path, monkeypatch):
+    ds = datasets.load_dataset("synthetic:500:8", tmp_path, queries=20)
+    ds = datasets.materialize(ds, tmp_path, 10)
+    monkeypatch.setattr(nearline, "open", lambda path, **kw: _FakeIndexSmallBudget(ds.base), raising=False)
+    spec = {"action": "search", "system": "nearline", "index_dir": str(tmp_path / "idx"),
+            "queries": str(ds.queries_path), "gt": str(ds.gt_path), "k": 10, "Ls": [10, 20, 40, 80],
+            "params": {"threads": 1}, "warmup": 5}
+    res = _bench_worker.run(spec)
+    assert [p["L"] for p in res["points"]] == [10, 20]
+    assert [r["L"] for r in res["refused"]] == [40, 80] and "cache emptied" in res["refused"][0]["reason"]
+    # Not even the first L: the error ends the run (there is nothing to report).
+    with pytest.raises(ValueError, match="cache emptied"):
+        _bench_worker.run({**spec, "Ls": [40, 80]})
+
+
 def test_worker_main_reports_errors_as_json(capfd):
     status = _bench_worker.main([json.dumps({"action": "explode"})])
     out, _ = capfd.readouterr()

@@ -148,6 +148,10 @@ def _latency_run(h: peers.Handle, lat_queries: np.ndarray, k: int, L: int, threa
     return out
 
 
+#: What a search's refusal says when the memory budget cannot hold its scratch.
+BUDGET_REFUSAL = "even with the cache emptied"
+
+
 def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     """Opens one system's index, warms up, then at each L runs the query batch and the latency run."""
     p = peers.Params.from_dict(spec.get("params", {}))
@@ -181,10 +185,21 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
     if warm:
         h.batch(queries[:warm], k, Ls[0])
     points = []
+    refused: list[dict[str, Any]] = []
     for L in Ls:
         io0 = peers.read_proc_io()
         t = time.perf_counter()
-        ids, stats = h.batch(queries, k, L)
+        try:
+            ids, stats = h.batch(queries, k, L)
+        except ValueError as e:
+            # The memory budget cannot give this L's scratch to the workers:
+            # a point the budget does not serve (every larger L needs more),
+            # reported as such rather than ending the whole run.
+            if not points or BUDGET_REFUSAL not in str(e):
+                raise
+            refused = [{"L": x, "reason": str(e)} for x in Ls[Ls.index(L):]]
+            log.warning("%s: L >= %d refused by the memory budget: %s", name, L, e)
+            break
         wall = time.perf_counter() - t
         io1 = peers.read_proc_io()
         read_bytes = io1.get("read_bytes", 0) - io0.get("read_bytes", 0) if io0 and io1 else None
@@ -242,6 +257,7 @@ def run_search(spec: dict[str, Any]) -> dict[str, Any]:
         "rss_after_open_bytes": rss_open,
         "peak_rss_bytes": peers.peak_rss_bytes(),
         "points": points,
+        "refused": refused,
     }
 
 

@@ -747,6 +747,10 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             "build": builds[system],
             "index": index_keys[system],
         }
+        refused = next((r["refused"] for r in rs if r.get("refused")), None)
+        if refused:
+            # The L values the memory budget could not serve (the worker's reason).
+            summary[system]["refused"] = {"Ls": [x["L"] for x in refused], "reason": refused[0]["reason"]}
         if system in variant_of:
             summary[system]["variant"] = variant_of[system].spec()
     comparisons: dict[str, Any] = {}

@@ -42,6 +42,9 @@ def format_report(result: dict[str, Any]) -> str:
                 f"{_fmt(pt.get('mean_io_wait_us'), '.0f'):>7} {_fmt(pt.get('mean_cpu_us'), '.0f'):>7} "
                 f"{_pct(pt.get('disk_util')):>5}"
             )
+        if s.get("refused"):
+            ls = ", ".join(str(x) for x in s["refused"]["Ls"])
+            lines.append(f"{system:<{width}} L {ls}: refused by the memory budget ({s['refused']['reason']})")
     lines.append("")
     lines.extend(_latency_notes(result))
     lines.extend(_ceiling_lines(result))
