@@ -2,19 +2,21 @@
 //! kept as regression tests: each must now give a clean error.
 
 use nearline::data::matrix::Matrix;
-use nearline::format::{Manifest, PageGeometry, MANIFEST_FILE};
+use nearline::format::{Manifest, PageGeometry, Preset, MANIFEST_FILE};
 use nearline::index::{build, Index};
-use nearline::planner::{BuildOptions, OpenOptions};
+use nearline::planner::{BuildOptions, OpenOptions, PresetChoice};
 use nearline::util::Budget;
 use nearline::Error;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 
-/// A tiny index (50 points, 4-d) in `dir`; returns its manifest's JSON.
+/// A tiny index (50 points, 4-d, the DiskANN composition: ID layout) in
+/// `dir`; returns its manifest's JSON.
 fn tiny_index(dir: &Path) -> serde_json::Value {
     let data: Vec<f32> = (0..200).map(|i| ((i * 37) % 101) as f32 / 10.0).collect();
     let m = Matrix::from_vec(data, 50, 4).expect("matrix");
     let opts = BuildOptions {
+        preset: PresetChoice::Named(Preset::Diskann),
         r: Some(8),
         build_l: Some(16),
         pq_bytes: Some(2),
