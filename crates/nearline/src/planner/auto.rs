@@ -28,9 +28,10 @@
 //! 4. **Otherwise → `diskann`** (one record a page with the ip or cosine
 //!    metric, which the coded layout does not support).
 //!
-//! With no `memory_budget` given, every candidate is planned at the budget
-//! the baseline (`diskann`) would size, so the rules compare compositions
-//! at one budget. An explicit `layout` names its composition: the preset whose layout it
+//! With no `memory_budget` given, each candidate is planned at its own
+//! preset's default budget (what a build naming that preset would get; a
+//! fixed budget would change the baseline's own PQ rule). An explicit
+//! `layout` names its composition: the preset whose layout it
 //! is. PageANN, DGAI and AiSAQ (the paper's other layouts) are not built
 //! yet, so no rule can choose them; the partition index (`spfresh`) is the
 //! user's choice (`preset="spfresh"`), never `auto`'s.
@@ -39,7 +40,6 @@ use super::options::{BuildOptions, PresetChoice};
 use super::{plan_named, DataFacts, Decision, PlannedBuild};
 use crate::distance::Metric;
 use crate::format::{LayoutKind, PageGeometry, Preset};
-use crate::util::budget::Budget;
 use crate::{Error, Result};
 
 /// Gorgeous' rule fires only when every list fits beside PQ codes of at
@@ -171,37 +171,14 @@ pub(super) fn plan_auto(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBui
     debug_assert_eq!(opts.preset, PresetChoice::Auto);
     let list = candidates(opts);
     let forced = list.len() == 1;
-    // With no budget given, every candidate is weighed at one budget: the
-    // one the baseline sizes (its share of the raw vectors, raised to what
-    // its index needs), not each preset's own default.
-    let base_budget = match (opts.memory_budget, forced) {
-        (None, false) => {
-            let o = BuildOptions {
-                preset: PresetChoice::Named(Preset::Diskann),
-                ..opts.clone()
-            };
-            let b = plan_named(&o, f)?;
-            let why = b
-                .decisions
-                .iter()
-                .find(|d| d.what == "memory_budget")
-                .map(|d| d.rule.clone())
-                .unwrap_or_default();
-            Some((b.plan.memory_budget, why))
-        }
-        _ => None,
-    };
     let mut lost: Vec<Decision> = Vec::new();
     let mut last_err: Option<Error> = None;
     for (preset, reason) in list {
         let o = BuildOptions {
             preset: PresetChoice::Named(preset),
-            memory_budget: opts
-                .memory_budget
-                .or(base_budget.as_ref().map(|b| Budget::Bytes(b.0))),
             ..opts.clone()
         };
-        let mut planned = match plan_named(&o, f) {
+        let planned = match plan_named(&o, f) {
             Ok(p) => p,
             Err(e) => {
                 lost.push(Decision::new("candidate", preset, format!("lost: {e}")));
@@ -215,24 +192,7 @@ pub(super) fn plan_auto(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBui
             fires(preset, opts, f, &planned)
         };
         match why {
-            Ok(why) => {
-                if let Some((_, base_why)) = &base_budget {
-                    // The budget is still nearline's choice, as if none
-                    // were given (an open without one may raise it).
-                    planned.plan.memory_budget_auto = true;
-                    if let Some(d) = planned
-                        .decisions
-                        .iter_mut()
-                        .find(|d| d.what == "memory_budget")
-                    {
-                        d.rule = format!(
-                            "auto: the diskann preset's default, at which every candidate was \
-                             weighed ({base_why})"
-                        );
-                    }
-                }
-                return Ok(with_auto_decisions(planned, preset, reason, why, lost));
-            }
+            Ok(why) => return Ok(with_auto_decisions(planned, preset, reason, why, lost)),
             Err(why) => lost.push(Decision::new("candidate", preset, format!("lost: {why}"))),
         }
     }
@@ -267,6 +227,7 @@ mod tests {
     use super::*;
     use crate::elem::DType;
     use crate::planner::plan_build;
+    use crate::util::budget::Budget;
 
     fn facts(n: usize, dim: usize) -> DataFacts {
         DataFacts {
@@ -418,25 +379,19 @@ mod tests {
     }
 
     #[test]
-    fn with_no_budget_every_candidate_is_weighed_at_the_baselines() {
+    fn with_no_budget_each_candidate_has_its_presets_default() {
         let f = facts(100_000, 128);
-        let base = BuildOptions {
-            preset: PresetChoice::Named(Preset::Diskann),
+        let own = BuildOptions {
+            preset: PresetChoice::Named(Preset::Starling),
             ..BuildOptions::default()
         };
-        let b = plan_build(&base, &f).unwrap().plan.memory_budget;
+        let want = plan_build(&own, &f).unwrap().plan;
         let p = plan_build(&BuildOptions::default(), &f).unwrap();
-        // 12.5% of 128-d (6.4 MB): the lists (14 MB) do not fit; five
-        // records a page.
+        // 128-d: the lists (14 MB) do not fit gorgeous' default 20% (10.2
+        // MB); five records a page.
         assert_eq!(p.plan.preset, Preset::Starling);
-        assert_eq!(p.plan.memory_budget, b);
+        assert_eq!(p.plan, want);
         assert!(p.plan.memory_budget_auto);
-        let d = p
-            .decisions
-            .iter()
-            .find(|d| d.what == "memory_budget")
-            .unwrap();
-        assert!(d.rule.contains("every candidate was weighed"), "{}", d.rule);
     }
 
     #[test]
