@@ -29,6 +29,7 @@ __all__ = [
     "build",
     "open",
     "Index",
+    "Client",
     "read_vectors",
     "write_vectors",
     "compute_ground_truth",
@@ -1268,3 +1269,7 @@ def measure_read_ceiling(
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
     return dict(_nearline.read_ceiling(os.fspath(p), block_size, depth, seconds, io, seed))
+
+
+# The client of `nearline serve` (standard library only), beside the local index it mirrors.
+from .client import Client  # noqa: E402

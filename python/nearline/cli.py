@@ -1030,6 +1030,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--io", default="auto", choices=_vocab()["io_engines"], help="I/O engine")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_disk_ceiling)
+
+    from . import cli_serve
+
+    cli_serve.register(sub)
     return parser
 
 
