@@ -133,7 +133,10 @@ def test_parser_values():
     # Options not given are left to the engine (its defaults are in the help).
     assert a.build_L == 50 and a.memory_budget == 1_000_000 and a.R is None
     help_text = cli.build_parser()._subparsers._group_actions[0].choices["build"].format_help()
-    assert "default 64" in help_text and "default 100" in help_text
+    # The engine's defaults, rendered from its presets (R 64, build L 100 in every graph preset).
+    help_text = " ".join(help_text.split())
+    assert "maximum graph degree (default: the preset's, 64)" in help_text
+    assert "build candidate list size (default: the preset's, 100)" in help_text
 
 
 # --------------------------------------------------------------------------- engine errors
@@ -461,8 +464,8 @@ def test_every_option_has_help_with_its_default():
                 missing.append(f"{name} {'/'.join(a.option_strings) or a.dest}")
     assert not missing, missing
     # Defaults come from the engine, e.g. R and build_L.
-    build_help = subs["build"].format_help()
-    assert f"default {nearline.DEFAULTS['presets']['diskann']['R']}" in build_help
+    build_help = " ".join(subs["build"].format_help().split())
+    assert f"(default: the preset's, {nearline.DEFAULTS['presets']['diskann']['R']})" in build_help
     assert "(default: off)" in build_help  # --overwrite
 
 

@@ -204,7 +204,10 @@ def test_cli_search_entry_cutoff(tmp_path, indexes, data, capsys):
     assert cli.main(["search", path, str(q), "--radius", "40", "--L", "20", "--entry-cutoff", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["entry_cutoff"] == 1.0
-    assert cli.main(["search", path, str(q), "--radius", "40", "--entry-cutoff", "0.5"]) == cli.EXIT_ERROR
-    assert "entry_cutoff" in capsys.readouterr().err
+    # Below the declared range (>= 1): a usage error naming the flag, before the index is opened.
+    with pytest.raises(SystemExit) as e:
+        cli.main(["search", path, str(q), "--radius", "40", "--entry-cutoff", "0.5"])
+    assert e.value.code == cli.EXIT_ERROR
+    assert "--entry-cutoff: expected a number >= 1" in capsys.readouterr().err
     assert cli.main(["search", path, str(q), "--k", "5", "--entry-cutoff", "2"]) == cli.EXIT_ERROR
     assert "--radius" in capsys.readouterr().err

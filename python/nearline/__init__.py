@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -63,11 +64,19 @@ __all__ = [
 __version__: str = _nearline.__version__
 log = logging.getLogger("nearline")
 
+#: The API's description of itself, from the engine (the one place an option is declared):
+#: ``options`` (each with its name, the calls that take it — ``stages`` —, its type, its
+#: default in words, what it does, its CLI flag), ``stats`` (each per-query statistic with
+#: its dtype and meaning), ``vocabulary`` and ``defaults``. The keyword checks, the
+#: docstrings below, the CLI's flags, the bench's variant keys and ``nearline serve``'s
+#: JSON schema are generated from it.
+SCHEMA: Dict[str, Any] = json.loads(_nearline.schema())
 #: Every name the engine accepts, from the engine itself (one source for the
-#: API, the CLI's choice lists and the docs).
-VOCABULARY: Dict[str, Any] = json.loads(_nearline.vocabulary())
+#: API, the CLI's choice lists and the docs); ``VOCABULARY["options"][call]`` lists
+#: the options of ``build``, ``open``, ``search`` and ``range_search``.
+VOCABULARY: Dict[str, Any] = SCHEMA["vocabulary"]
 #: The engine's defaults for options left open (per preset, and search's).
-DEFAULTS: Dict[str, Any] = json.loads(_nearline.defaults())
+DEFAULTS: Dict[str, Any] = SCHEMA["defaults"]
 
 #: Presets this version knows; ``"auto"`` resolves to one of the others.
 PRESETS = tuple(VOCABULARY["presets"])
@@ -89,6 +98,32 @@ ENTRY_KINDS = tuple(VOCABULARY["entry_kinds"])
 Budget = Union[int, float, str]
 PathLike = Union[str, "os.PathLike[str]"]
 _DTYPES = {np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.uint8), np.dtype(np.int8)}
+
+
+def _document(stage: str) -> Callable[[Any], Any]:
+    """Fills a docstring's ``{options}`` line with the engine's description of ``stage``'s
+    options (and a ``{stats}`` line with its statistics), so the docs never restate them."""
+
+    def render(marker: str, entries: Any, doc: str) -> str:
+        lines = doc.split("\n")
+        at = next((i for i, line in enumerate(lines) if line.strip() == marker), None)
+        if at is None:
+            return doc
+        indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+        out = [textwrap.fill(text, width=96, initial_indent=indent, subsequent_indent=indent + "    ")
+               for text in entries]
+        return "\n".join(lines[:at] + out + lines[at + 1:])
+
+    def deco(func: Any) -> Any:
+        doc = func.__doc__ or ""
+        opts = [f"{o['name']}: {o['doc']}. Default: {o['default']}."
+                for o in SCHEMA["options"] if stage in o["stages"]]
+        doc = render("{options}", opts, doc)
+        doc = render("{stats}", [f"{x['name']}: {x['doc']}" for x in SCHEMA["stats"]], doc)
+        func.__doc__ = doc
+        return func
+
+    return deco
 
 
 def _api_names(spec: Dict[str, Any], call: str) -> Dict[str, Any]:
@@ -205,6 +240,7 @@ class _TqdmProgress:
         self.close()
 
 
+@_document("build")
 def build(
     data: Union[np.ndarray, PathLike],
     path: PathLike,
@@ -260,115 +296,13 @@ def build(
             streamed, so data larger than memory should be passed as a file (a
             float64 .npy file is read into memory as float32).
         path: the index directory to create.
-        metric: ``"l2"`` (squared Euclidean, default), ``"ip"`` (inner product) or
-            ``"cosine"`` (float data only; vectors are normalised).
-        preset: a composition of components from one seed paper: ``"diskann"``
-            (medoid entry, synchronous beam, W 4), ``"pipeann"`` (navigation graph
-            over 1% of the points, pipelined executor, width up to 32),
-            ``"starling"`` (block-shuffled layout, navigation graph over 1%, block
-            search with σ 0.3 under the pipelined executor, width 8), ``"gorgeous"``
-            (graph-replicated pages, an adjacency-first cache, two-stage search
-            with refine ratio 0.5 and filter ratio 0.9, navigation graph over
-            0.5%, L 128, width 8; memory budget 20% of the raw vectors, PQ bytes
-            chosen on a sample), ``"alayalaser"`` (neighbour codes inside the
-            records: PCA to ``principal_dims``, 1-bit RaBitQ scored by FastScan,
-            no PQ in memory, an in-degree cache of whole records, entry from 300
-            cluster centroids, L 200, beam with adaptive width 1 → 16 and early
-            dispatch at 0.5; memory budget 20% of the raw vectors; l2 only),
-            ``"spfresh"`` (a *partition* index that takes inserts and deletes:
-            SPANN postings on disk, their heads — 10% of the vectors, fewer when
-            ``memory_budget`` says so — in an in-memory graph, vectors
-            replicated into up to 8 postings by the RNG rule; updates are
-            logged and kept balanced by LIRE; float32 only) or
-            ``"auto"`` (default: the planner picks ``"gorgeous"`` when the budget
-            holds every adjacency list, else ``"alayalaser"`` when a page holds
-            one record and the metric is l2, else ``"starling"`` when it holds
-            several, else ``"diskann"``; the build's ``plan`` says which rule
-            fired and why each other candidate lost).
-            Explicit arguments win over the preset's.
-        ids: optional external ids, one per row: a 1-D integer array of unique ids
-            in 0..2**63 (floats are refused, not truncated); search returns them
-            instead of row numbers.
-        R: maximum graph degree (default 64). build_L: build candidate list size
-            (default 100). alpha: pruning parameter ≥ 1 (default 1.2), applied in
-            rounds as DiskANN does: α = 1 first, then ×1.2 up to ``alpha``.
-            passes: Vamana passes (default 2).
-        saturate: after α-pruning, fill adjacency lists up to R with the nearest
-            remaining candidates, as DiskANN's disk builds do (default off).
-        memory_budget: the search memory budget, binding: every byte an open index
-            holds (PQ codes and codebook, entry structures, layout map, the search
-            workers' scratch, the cache) fits in it. Bytes, ``"512MB"`` (10^6·512),
-            ``"2GiB"`` (2^31), or a float in (0, 1] = fraction of the raw vector
-            bytes. Default: 1/8 of the raw vectors, raised to what the index needs
-            at least. A budget below that minimum is a ValueError naming it.
-        pq_bytes: PQ code bytes per vector. Default: DiskANN's rule,
-            floor(left / n), on what the fixed structures leave of the budget.
-        build_memory_budget: memory the build may use (same forms); when data and
-            graph do not fit, the build partitions the data and merges the parts
-            (a UserWarning says when the parts are small enough to cost recall,
-            with the budgets that avoid it); a budget no plan fits is a
-            ValueError stating the least budget that does.
-        page_size: 4096 (default), 8192 or 16384.
-        threads: build threads (default: all cores). seed: RNG seed (default 0;
-            builds are deterministic for a fixed seed and thread count).
         dtype: element type of a bare ``.bin`` file.
         progress: ``True`` draws a progress bar per stage (tqdm), ``False`` none,
             ``None`` (default) draws them when stderr is a terminal; or a
             ``callable(stage, done, total)``, called from this thread.
-        overwrite: replace an existing index at ``path`` (only a directory that
-            holds a nearline index is ever replaced, atomically).
-        nav_sample: build an in-memory navigation graph (Starling, PipeANN) over
-            this fraction of the vectors, in [0, 0.5]; 0 builds none. Default: the
-            preset's (0.01 for ``pipeann`` and ``starling``, else 0).
-        entry_clusters: k-means centroids (AlayaLaser: 300-500) whose nearest
-            nodes are kept as entry points; 0 (default) builds none.
-        layout: record placement on disk: ``"id"`` (DiskANN), ``"shuffled"``
-            (Starling's block shuffling; the node→page map stays in memory, 8
-            bytes per node, counted in the budget) or ``"replicated"``
-            (Gorgeous: one page per node also carrying its nearest neighbours'
-            adjacency lists, each list packed into at most 2 records per packed
-            slot) or ``"coded"`` (AlayaLaser: records in ID order carrying their
-            neighbours' RaBitQ codes; vectors stored float32 after a PCA, which
-            keeps l2 distances). Default: the preset's.
-        principal_dims: dimensions a coded layout's neighbour codes cover (the
-            leading PCA dimensions; the rest only refine exact distances).
-            Default: 256 when d ≥ 256, else d.
-        code_bits: bits per dimension of a coded layout's neighbour codes: 1
-            (RaBitQ), 2 or 4 (scalar levels of the rotated residual, scored
-            by the same FastScan kernel). Default: the most whose records
-            still fit the blocks 1-bit codes need (finer routing, no extra
-            read).
-        disk_budget: the most bytes the page file may take (an int or a size
-            such as ``"2GiB"``): a replicated layout packs fewer lists per record
-            to fit (down to plain records); a budget below the plain page file
-            is a ValueError naming it. Default: no limit.
-        adjacency: write the adjacency section (every list, in breadth-first
-            order from the entry points) that an adjacency cache loads. Default:
-            the preset's (on for ``gorgeous``).
-        head_ratio: partition index: heads (postings) over vectors, in (0, 0.5]
-            (default 0.1, lowered to what ``memory_budget`` holds).
-        replicas: partition index: most postings a vector is stored in (RNG
-            rule; default 8). posting_limit: entries a posting may hold before
-            it is split (default 8 × the build's cluster size, at least 32, over
-            the build fill 0.8: a build fills postings to 80% of the limit).
-            merge_threshold: live entries below which a posting is merged
-            away (default 1/16 of the limit, at most 10). rng_factor: the RNG rule's factor (default 1.0).
-            closure: SPANN's closure ε >= 0: a vector also goes into every posting
-            whose head lies within (1 + ε) of its nearest head's distance, up to
-            ``replicas`` (default: the planner's).
-            reassign_k: postings around a split whose vectors LIRE checks for
-            reassignment (default 64). lire: ``True`` (default) splits, merges
-            and reassigns; ``False`` is SPANN+ (appends and garbage collection
-            only), the paper's baseline.
-            recall_target: the recall@10 the build calibrates the default
-            ``nprobe`` for, strictly between 0 and 1 (default 0.95): sample data
-            vectors are searched at growing ``nprobe`` and the first whose recall
-            reaches the target plus half of the rest becomes the default of
-            :meth:`Index.search` (``info()["params"]["nprobe"]``; the measurements
-            in ``info()["build_stats"]["calibration"]``).
-        shuffle: ``"bnp"``, ``"bnf"`` (default) or ``"bns"``. bnf_iters: BNF's
-            round limit β (default 8). bnf_tau: BNF stops when a round gains less
-            OR(G) than τ (default 0.01). bns_iters: BNS rounds (default 1).
+
+    Options (the engine's, from ``nearline.SCHEMA``):
+        {options}
 
     Raises:
         ValueError: bad arguments or data (NaN/inf, wrong shapes, unknown names,
@@ -455,6 +389,7 @@ def kind_of(path: PathLike) -> str:
         raise FormatError(f"{m}: not a readable index manifest: {e}") from None
 
 
+@_document("open")
 def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     path: PathLike,
     *,
@@ -480,62 +415,8 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     The graph-only options below (cache, entry points, navigation graph) are
     refused.
 
-    Args:
-        memory_budget: the search memory budget (bytes, size string or fraction
-            of the raw vector bytes), binding: the codes, entry structures, maps,
-            the workers' scratch and the cache all fit in it; what the rest leaves
-            holds the node cache. Default: the budget the index was built with.
-            Below the minimum: a ValueError naming it. A partition index's
-            heads and id maps are fixed by its build: the budget is checked
-            against what it holds open (heads, id maps, the I/O buffers of its
-            search threads) and a smaller one is refused, naming that size.
-        cache_nodes: cache exactly this many nodes (they must fit the budget;
-            for an adjacency cache, at most this many lists).
-        cache: what the cache share holds: ``"bfs"`` (DiskANN: whole records,
-            breadth-first from the medoid), ``"adjacency"`` (Gorgeous: adjacency
-            lists in the build's priority order, navigation-graph nodes first;
-            vectors only once every list fits; a hop whose list is in memory
-            costs no read, its exact distance is the refine stage's) or
-            ``"auto"`` (default: the preset's).
-        threads: default search threads, whose scratch the budget reserves
-            (default: all cores, fewer when the budget holds fewer).
-        io: ``"auto"`` (io_uring, falling back to pread), ``"uring"``,
-            ``"uring-poll"`` or ``"pread"``; ``NEARLINE_IO`` overrides ``auto``.
-            ``"uring-poll"`` hands reads to a kernel submission thread and spins
-            on the completion queue (up to 1 ms) instead of sleeping: the lowest
-            per-query latency, for a busy core per search thread. Never chosen by
-            ``"auto"``.
-        entry_points: hold the vectors of this many sampled nodes in memory and
-            start each query from the nearest (``entry="sampled"``, or ``"auto"``
-            on an index without a navigation graph or centroid entries).
-        entry: where each query's disk search starts: ``"auto"`` (default: the
-            navigation graph if the index has one, else its centroid entries,
-            else sampled entries when ``entry_points > 0``, else the medoid),
-            ``"medoid"``, ``"sampled"``, ``"nav"`` or ``"centroids"``.
-        nav_L: list size of the navigation-graph search (default 32).
-        nav_seeds: navigation-graph seeds per query (default 1, at most ``nav_L``).
-        durability: when ``insert``/``delete`` return —
-            ``"sync"`` (default: after their log record is fsynced, so they
-            survive power loss) or ``"buffered"`` (after it is written: they
-            survive the process being killed, not an OS crash).
-        read_only: open for reading only. Needs no write permission and runs
-            beside the one writer of another process: every search (and
-            ``len``, ``ids``, ``check``, ``info``) first reads the writer's log
-            since the checkpoint (a graph index: the merge) it loaded, and loads
-            a newer one when the writer has written it, so it sees every insert
-            and delete the writer acknowledged before the search began. A
-            partition index scores the vectors inserted since its checkpoint
-            exhaustively from memory (``info()["memory"]["log_vectors"]``); a
-            graph index holds them in its delta graph. ``insert``, ``delete``,
-            ``checkpoint`` and ``maintain`` are refused. Default False. (A
-            graph index opened for writing takes the log's lock only at its
-            first update, so any number of processes may open it to search.)
-        background_updates: partition index: run splits, merges and
-            reassignments in a background thread (default True); False runs
-            them only when :meth:`Index.maintain` is called. Graph index: once
-            the delta fills its share of the budget, merge it in a background
-            thread while inserts go on (default True); False: the insert that
-            fills it runs the merge and returns after it.
+    Options (the engine's, from ``nearline.SCHEMA``):
+        {options}
 
     Raises:
         FileNotFoundError: no directory at ``path``. ValueError: bad arguments, a
@@ -604,10 +485,11 @@ class Index:
     def closed(self) -> bool:
         return bool(self._raw.closed)
 
+    @_document("search")
     def search(
         self,
         queries: np.ndarray,
-        k: int = 10,
+        k: Optional[int] = None,
         *,
         L: Optional[int] = None,
         W: Optional[int] = None,
@@ -638,68 +520,11 @@ class Index:
         Args:
             queries: ``(nq, dim)`` or ``(dim,)`` array (converted to float32; for
                 integer indexes the values must be integers in the type's range).
-            k: neighbours per query. If ``k`` exceeds the number of vectors, the
-                extra columns hold id -1 and distance +inf (-inf for ip/cosine).
-            L: candidate list size (default ``max(k, 100)``; larger is more accurate). A search
-                whose workers need more scratch than the memory budget reserves them borrows
-                from the cache while it runs (``info()["memory"]["cache_borrows"]``); it is
-                refused only when even an empty cache could not make room, with a
-                ``ValueError`` naming the largest L, W, threads and queries_in_flight that fit.
-            W: beam width (1..64): reads issued per hop for the beam executor, the
-                most reads in flight per query for the pipeline. Default: the
-                preset's (4 for ``diskann``, 32 for ``pipeann``, 8 for ``starling``).
-            threads: search threads (default: the index's).
-            return_stats: also return per-query statistics (a dict of arrays:
-                hops (nodes expanded, not beam rounds), reads, bytes_read,
-                cache_hits, adjacency_hits (cache hits holding the list only),
-                replica_hits (nodes expanded from a list a replicated page
-                carried), refine_reads (reads of the refine stage; the rest are
-                the traversal's), pq_distances (routing estimates: PQ or
-                in-record codes), exact_distances, io_wait_us, cpu_us, total_us,
-                dist_us (time in distance computation, part of cpu_us), used_bytes, io_utilisation, page_records, used_records,
-                colocated, path_length (Starling's ℓ), vertex_utilisation (ξ),
-                doublings, refined).
-            executor: ``"beam"`` (DiskANN: W reads per hop, the next hop once the
-                hop's pages are processed), ``"pipeline"`` (PipeANN: reads kept in
-                flight and pages processed as they arrive, with an adaptive
-                width up to W) or ``"auto"`` (default: the preset's executor; for
-                ``diskann`` the planner's rule — the pipeline when a page holds
-                fewer than two records, else the beam; the beam whenever a
-                beam-only option below is set).
-            adaptive_beam: beam only: width ``min(2**i, W)`` at hop ``i`` (AlayaLaser).
-            early_dispatch: beam only: a fraction in (0, 1]; the next hop is issued
-                once this share of the current hop's pages is processed, late pages
-                fold in when they arrive (AlayaLaser).
-            queries_in_flight: queries each search thread interleaves on its I/O
-                queue (1..64), or ``"auto"`` (default): 4 per thread when the
-                batch has that many and the memory budget leaves the workers room,
-                else fewer, so a single query never shares its thread.
-            page_search: ``"targets"`` (DiskANN: use the records a page was read
-                for), ``"block"`` (Starling's block search) or ``"auto"`` (default:
-                block search on a shuffled layout, targets on the ID layout).
-            sigma: block search's pruning ratio σ in (0, 1] (default 0.3).
-            repeatable: ``True`` (default): each query processes its pages in the order
-                it issued the reads (a page that arrives early waits), so the same
-                query on the same index returns the same ids, distances and
-                statistics whatever the timing of its reads. ``False``: pages are
-                processed as they arrive; the pipeline and early dispatch may then
-                find slightly different neighbours from run to run under load.
-            refine_ratio: two-stage search (Gorgeous; an index opened with an
-                adjacency cache, or built with a replicated layout): after the
-                traversal on PQ distances, the best ``ceil(refine_ratio * L)``
-                list entries (at least k) without an exact distance are read and
-                ranked exactly. In (0, 1]; default: the preset's (0.5).
-            filter_ratio: replicated layouts: a neighbour whose list a page
-                carried is expanded without reading its page when its PQ distance
-                is within this fraction of the list's worst. In (0, 1]; default 0.9.
-            nprobe: partition index: postings read per query (default 32); all
-                its reads are in flight at once. ``L`` is then the list size of
-                the in-memory head search (default max(8·nprobe, 128)); the
-                statistics count postings read as ``hops`` and skipped stale or
-                deleted entries as ``stale``.
-            probe_cut: partition index: SPANN's latency cut — a posting is read
-                only when its head lies within ``(1 + probe_cut)`` of the nearest
-                head's distance (l2 and cosine). Default: none.
+            return_stats: also return per-query statistics, a dict of arrays:
+                {stats}
+
+        Options (the engine's, from ``nearline.SCHEMA``):
+            {options}
 
         Returns:
             ``(ids, distances)``: int64 ``(nq, k)`` external ids and float32
@@ -725,6 +550,7 @@ class Index:
         with the rule behind each choice (nothing is searched)."""
         return json.loads(self._raw.plan_search(_check_int("nq", nq, 1), **options))
 
+    @_document("range_search")
     def range_search(
         self,
         queries: np.ndarray,
@@ -761,18 +587,10 @@ class Index:
             radius: for ``l2`` a squared distance (finite, >= 0): results have
                 distance <= radius; for ``ip``/``cosine`` a score (finite): results
                 have score >= radius.
-            L: initial candidate list size (default 100). ratio: φ in (0, 1]
-                (default 0.5).
-            max_L: the largest list the doubling may reach (default ``1024 * L``,
-                capped at 2**22); a query whose answer is larger than about
-                ``ratio * max_L`` is cut short there.
-            entry_cutoff: ``None`` (default) or a factor ``c >= 1``: a query whose
-                nearest entry point (found in memory, exact distance) lies beyond
-                ``c`` times the radius ends with no results and reads no page.
-                ``l2`` and ``cosine`` only, and the index must start from in-memory
-                entry points (a navigation graph, sampled or centroid entries).
-            refine_ratio, filter_ratio: as :meth:`search` (a two-stage range
-                search refines every list entry lacking an exact distance).
+            return_stats: also return the per-query statistics of :meth:`search`.
+
+        Options (the engine's, from ``nearline.SCHEMA``):
+            {options}
 
         Returns:
             ``(lims, ids, distances)``: query ``i``'s results are

@@ -109,24 +109,36 @@ RANGE_POINT_METRICS = (
     "mean_cpu_us", "vertex_util", "mean_path_length", "mean_doublings", "mean_dist_us", "mean_total_us",
 )
 
+#: Options the bench gives every system itself, so a variant cannot: the data's metric and
+#: ids, the run's threads and seed, the budgets (``--memory-budget`` reaches the open, and the
+#: build through it), the reuse of cached builds, ``k`` and the swept ``L``/``nprobe``, and the
+#: update options of an index it only searches.
+_BENCH_OWNS = {
+    "build": {"metric", "ids", "overwrite", "threads", "seed", "memory_budget", "build_memory_budget"},
+    "open": {"threads", "durability", "background_updates", "read_only"},
+    "search": {"k", "L", "threads", "nprobe"},
+}
+
+
+def _variant_keys() -> dict[str, tuple[str, ...]]:
+    from . import VOCABULARY
+
+    opts = VOCABULARY["options"]
+    keys = {stage: tuple(n for n in opts[stage] if n not in _BENCH_OWNS[stage]) for stage in _BENCH_OWNS}
+    keys["range"] = tuple(n for n in opts["range_search"] if n not in opts["search"])
+    # The Python interpreter that runs the variant's build and searches: one with another
+    # version of nearline installed (the previous release, say), so that two versions are
+    # compared in the same run.
+    keys["runner"] = ("python",)
+    return keys
+
+
 #: Which call each ``--variant`` key goes to: ``nearline.build``, ``nearline.open``, ``Index.search``
 #: (and ``Index.range_search``), or ``Index.range_search`` only (``range``: range mode).
 #: Keys not listed here are refused. Options the installed engine lacks are refused
 #: before anything runs (:func:`check_variant_supported`).
-VARIANT_KEYS: dict[str, tuple[str, ...]] = {
-    "build": ("preset", "R", "build_L", "alpha", "passes", "pq_bytes", "saturate", "page_size", "nav_sample",
-              "entry_clusters", "layout", "shuffle", "bnf_iters", "bnf_tau", "bns_iters", "disk_budget",
-              "adjacency", "principal_dims", "code_bits", "head_ratio", "replicas", "posting_limit",
-              "merge_threshold", "rng_factor", "reassign_k", "lire"),
-    "open": ("memory_budget", "cache_nodes", "cache", "entry", "entry_points", "nav_L", "nav_seeds", "io"),
-    "search": ("W", "executor", "adaptive_beam", "early_dispatch", "queries_in_flight", "page_search", "sigma",
-               "repeatable", "refine_ratio", "filter_ratio", "probe_cut"),
-    "range": ("ratio", "max_L", "entry_cutoff"),
-    # The Python interpreter that runs the variant's build and searches: one
-    # with another version of nearline installed (the previous release, say),
-    # so that two versions are compared in the same run.
-    "runner": ("python",),
-}
+#: Derived from the engine's schema: every option of a stage but those in ``_BENCH_OWNS``.
+VARIANT_KEYS: dict[str, tuple[str, ...]] = _variant_keys()
 _KEY_STAGE = {key: stage for stage, keys in VARIANT_KEYS.items() for key in keys}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _NUMBER_RE = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")

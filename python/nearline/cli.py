@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
+from nearline import cli_options
 from nearline.cli_format import _flatten, _human_bytes, _short, format_info, format_plan  # noqa: F401
 from nearline.cli_types import (  # noqa: F401 - argparse types of the parser below
     _block_size,
@@ -100,17 +101,7 @@ def _defaults() -> dict[str, Any]:
 
 def _add_entry_options(p: argparse.ArgumentParser, *, bench: bool = False) -> None:
     """``--entry``, ``--entry-points``, ``--nav-L``, ``--nav-seeds`` (search/bench)."""
-    who = "nearline: " if bench else ""
-    d = _defaults()["presets"]["diskann"]
-    p.add_argument("--entry", default=None, choices=_vocab()["entry_kinds"],
-                   help=f"{who}where queries start: auto (nav graph if built, else centroids, else sampled when "
-                        "--entry-points > 0, else medoid), medoid, sampled, nav, centroids (default: auto)")
-    p.add_argument("--entry-points", type=_nonneg_int, default=None,
-                   help=f"{who}sampled in-memory entry points (entry 'sampled'; default 0 = none)")
-    p.add_argument("--nav-L", type=_positive_int, default=None,
-                   help=f"{who}navigation-graph search list size (default {d['nav_L']})")
-    p.add_argument("--nav-seeds", type=_positive_int, default=None,
-                   help=f"{who}navigation-graph seeds per query (default {d['nav_seeds']})")
+    cli_options.add(p, "open", only=("entry", "entry_points", "nav_L", "nav_seeds"), prefix="nearline: " if bench else "")
 
 
 def _engine() -> Any:
@@ -153,8 +144,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            idx = nl.build(args.data, args.out, ids=ids, progress=progress, overwrite=args.overwrite or None,
-                           **_build_options(args))
+            idx = nl.build(args.data, args.out, ids=ids, progress=progress, **_build_options(args))
         finally:
             progress.close()
             for w in caught:
@@ -186,16 +176,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
-_BUILD_ARGS = ("metric", "preset", "R", "build_L", "alpha", "pq_bytes", "memory_budget", "build_memory_budget",
-               "page_size", "threads", "seed", "nav_sample", "entry_clusters", "layout", "shuffle", "bnf_iters",
-               "bnf_tau", "bns_iters", "disk_budget", "adjacency", "principal_dims", "code_bits", "head_ratio",
-               "replicas", "posting_limit", "merge_threshold", "rng_factor", "closure", "reassign_k", "lire",
-               "recall_target")
-
-
 def _build_options(args: argparse.Namespace) -> dict[str, Any]:
     """The build options given on the command line (the rest are the engine's defaults)."""
-    return {k: getattr(args, k) for k in _BUILD_ARGS if getattr(args, k, None) is not None}
+    return cli_options.given(args, "build", exclude=("ids",))
 
 
 def _read_ids(path: str) -> np.ndarray:
@@ -228,15 +211,16 @@ def cmd_search(args: argparse.Namespace) -> int:
                        "probe_cut": opts.get("probe_cut"),
                        "threads": opts.get("threads")}
         else:
-            planned = idx.plan_search(max(1, len(queries)), k=args.k, **opts)
+            planned = idx.plan_search(max(1, len(queries)), **opts)
         t0 = time.perf_counter()
-        ids, dists, stats = idx.search(queries, args.k, return_stats=True, **opts)
+        ids, dists, stats = idx.search(queries, return_stats=True, **opts)
         wall = time.perf_counter() - t0
         entry_kind = idx.entry if getattr(idx, "kind", "graph") == "partition" else str((idx.info().get("entry") or {}).get(
             "kind", args.entry))
     ids = np.asarray(ids)
     dists = np.asarray(dists)
-    nq = ids.shape[0]
+    nq, k = ids.shape
+    args.k = k  # what the engine used (its default when --k was not given)
     shown = ("nprobe", "L", "probe_cut", "threads") if "nprobe" in planned else (
         "L", "W", "executor", "page_search", "queries_in_flight", "threads")
     summary: dict[str, Any] = {"nq": nq, "k": args.k, "entry": entry_kind,
@@ -282,15 +266,9 @@ def _mean_rows(rows: list, means: dict[str, float]) -> None:
             rows.append((f"mean {key}", f"{means[key]:.2f}"))
 
 
-def _search_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The search options given on the command line (``search`` and ``search --radius``)."""
-    opts = {"L": args.L, "W": args.W, "threads": args.threads, "executor": args.executor,
-            "adaptive_beam": args.adaptive_beam or None, "early_dispatch": args.early_dispatch,
-            "queries_in_flight": args.queries_in_flight, "page_search": args.page_search, "sigma": args.sigma,
-            "refine_ratio": getattr(args, "refine_ratio", None), "filter_ratio": getattr(args, "filter_ratio", None),
-            "repeatable": False if args.no_repeatable else None,
-            "nprobe": getattr(args, "nprobe", None), "probe_cut": getattr(args, "probe_cut", None)}
-    return {k: v for k, v in opts.items() if v is not None}
+def _search_options(args: argparse.Namespace, stage: str = "search") -> dict[str, Any]:
+    """The search (or range search) options given on the command line."""
+    return cli_options.given(args, stage)
 
 
 #: Opens of commands that only read: the index is then opened read-only, so they run beside
@@ -310,29 +288,27 @@ def _update_options(nl: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def _open_options(args: argparse.Namespace) -> dict[str, Any]:
     """The open options given on the command line."""
-    opts = {"memory_budget": getattr(args, "memory_budget", None), "threads": getattr(args, "threads", None),
-            "entry_points": getattr(args, "entry_points", None), "entry": getattr(args, "entry", None),
-            "nav_L": getattr(args, "nav_L", None), "nav_seeds": getattr(args, "nav_seeds", None),
-            "io": getattr(args, "io", None), "cache_nodes": getattr(args, "cache_nodes", None),
-            "cache": getattr(args, "cache", None), "durability": getattr(args, "durability", None)}
-    return {k: v for k, v in opts.items() if v is not None}
+    return cli_options.given(args, "open")
 
 
 def _range_search(nl: Any, args: argparse.Namespace, queries: np.ndarray) -> int:
     """``nearline search INDEX QUERIES --radius R``: range search (CSR output)."""
-    L = args.L if args.L is not None else 100
+    if args.k is not None:
+        raise ValueError("--k is a k-NN option: a range search (--radius) returns every vector within the radius")
     with nl.open(args.index, **_open_options(args), **_READ) as idx:
-        opts = {**_search_options(args), "L": L}
-        planned = idx.plan_search(max(1, len(queries)), **opts)
+        opts = _search_options(args, "range_search")
+        L = opts.get("L", cli_options.default("range_search", "L"))
+        planned = idx.plan_search(max(1, len(queries)), **{k: v for k, v in opts.items()
+                                                             if k in nl.VOCABULARY["options"]["search"] and k != "L"}, L=L)
         t0 = time.perf_counter()
-        lims, ids, dists, stats = idx.range_search(queries, args.radius, ratio=args.range_ratio,
-                                                   max_L=args.max_L, entry_cutoff=args.entry_cutoff,
-                                                   return_stats=True, **opts)
+        lims, ids, dists, stats = idx.range_search(queries, args.radius, return_stats=True, **opts)
         wall = time.perf_counter() - t0
     lims, ids, dists = np.asarray(lims), np.asarray(ids), np.asarray(dists)
     nq = len(lims) - 1
     counts = np.diff(lims)
-    summary: dict[str, Any] = {"nq": nq, "radius": args.radius, "L": L, "ratio": args.range_ratio,
+    summary: dict[str, Any] = {"nq": nq, "radius": args.radius,
+                               "L": L,
+                               "ratio": opts.get("ratio", cli_options.default("range_search", "ratio")),
                                "max_L": args.max_L, "entry_cutoff": args.entry_cutoff,
                                **{k: planned[k] for k in ("W", "executor", "page_search", "queries_in_flight",
                                                           "threads")},
@@ -653,80 +629,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_build_options(p: argparse.ArgumentParser) -> None:
-    """The build options (defaults: the engine's, shown in the help)."""
-    d = _defaults()
-    base = d["presets"]["diskann"]
-    v = _vocab()
-    p.add_argument("--metric", default=None, choices=v["metrics"], help="similarity (default l2)")
-    p.add_argument("--preset", default=None, choices=v["presets"],
-                   help="composition of components from a seed paper (default auto: the planner's rules choose; "
-                   "`nearline plan` says which fired)")
-    p.add_argument("--R", type=_positive_int, default=None, help=f"maximum degree (default {base['R']})")
-    p.add_argument("--build-L", type=_positive_int, default=None,
-                   help=f"build candidate list size (default {base['build_L']})")
-    p.add_argument("--alpha", type=_finite_float, default=None, help=f"pruning α ≥ 1 (default {base['alpha']:.3g})")
-    p.add_argument("--pq-bytes", type=_positive_int, default=None,
-                   help="PQ bytes per vector (default: DiskANN's rule on what the budget leaves)")
-    p.add_argument("--memory-budget", type=_budget, default=None,
-                   help="search memory budget, binding: bytes, 512MB, 2GiB or a fraction of the raw vectors "
-                   f"(default {base['memory_budget']}, raised to the minimum the index needs)")
-    p.add_argument("--build-memory-budget", type=_budget, default=None,
-                   help="memory the build may use; above it the build partitions the data (default: the plan's)")
-    p.add_argument("--page-size", type=_positive_int, default=None, choices=v["page_sizes"],
-                   help=f"page size (default {base['page_size']})")
-    p.add_argument("--threads", type=_positive_int, default=None, help="threads (default: all cores)")
-    p.add_argument("--seed", type=_nonneg_int, default=None, help="RNG seed (default 0)")
-    p.add_argument("--nav-sample", type=_finite_float, default=None, metavar="F",
-                   help="in-memory navigation graph over this fraction of the vectors, in [0, 0.5] "
-                   "(default: the preset's, 0.01 for pipeann and starling, else 0)")
-    p.add_argument("--entry-clusters", type=_nonneg_int, default=None, metavar="C",
-                   help="k-means centroid entry points (e.g. 300; default 0)")
-    p.add_argument("--layout", choices=v["layouts"], default=None,
-                   help="record placement: id (DiskANN), shuffled (Starling's block shuffling), replicated "
-                   "(Gorgeous: each page also carries its nearest neighbours' lists) or coded (AlayaLaser: each "
-                   "record carries its neighbours' RaBitQ codes; l2 only); default: the preset's")
-    p.add_argument("--shuffle", choices=v["shuffles"], default=None, help="block-shuffling algorithm (default bnf)")
-    p.add_argument("--bnf-iters", type=_positive_int, default=None, metavar="BETA", help="BNF rounds β (default 8)")
-    p.add_argument("--bnf-tau", type=_finite_float, default=None, metavar="TAU",
-                   help="BNF stops when a round gains less OR(G) than τ (default 0.01)")
-    p.add_argument("--bns-iters", type=_positive_int, default=None, help="BNS rounds (default 1)")
-    p.add_argument("--disk-budget", type=_disk_budget, default=None, metavar="BYTES",
-                   help="most bytes the page file may take (e.g. 2GiB): a replicated layout packs fewer "
-                   "neighbours' lists to fit (default: no limit)")
-    p.add_argument("--adjacency", action=argparse.BooleanOptionalAction, default=None,
-                   help="write the adjacency section an adjacency cache loads (default: the preset's, on for "
-                   "gorgeous)")
-    p.add_argument("--principal-dims", type=_positive_int, default=None, metavar="P",
-                   help="dimensions a coded layout's neighbour codes cover (leading PCA dimensions; default 256 "
-                   "when d >= 256, else d)")
-    p.add_argument("--code-bits", type=_positive_int, default=None, metavar="B",
-                   help="bits per dimension of a coded layout's neighbour codes: 1, 2 or 4 (default: the most "
-                   "whose records fit the blocks 1-bit codes need)")
-    p.add_argument("--head-ratio", type=_finite_float, default=None, metavar="F",
-                   help="partition index (spfresh): heads over vectors in (0, 0.5] (default 0.1, lowered to what "
-                   "--memory-budget holds)")
-    p.add_argument("--replicas", type=_positive_int, default=None,
-                   help="partition index: most postings a vector is stored in, by the RNG rule (default 8)")
-    p.add_argument("--posting-limit", type=_positive_int, default=None, metavar="N",
-                   help="partition index: entries a posting holds before it is split (default 8 x the build's "
-                   "cluster size, at least 32, over the build fill 0.8: a build fills postings to 80%% of it)")
-    p.add_argument("--merge-threshold", type=_nonneg_int, default=None, metavar="N",
-                   help="partition index: live entries below which a posting is merged away (default 1/16 "
-                   "of the limit, at most 10)")
-    p.add_argument("--rng-factor", type=_finite_float, default=None,
-                   help="partition index: the RNG rule's factor (default 1.0)")
-    p.add_argument("--closure", type=_finite_float, default=None, metavar="EPS",
-                   help="partition index: SPANN's closure: also replicate into every head within (1 + EPS) of the "
-                        "nearest head's distance (default: the planner's)")
-    p.add_argument("--reassign-k", type=_nonneg_int, default=None, metavar="K",
-                   help="partition index: postings around a split whose vectors LIRE checks (default 64)")
-    p.add_argument("--lire", action=argparse.BooleanOptionalAction, default=None,
-                   help="partition index: LIRE splits, merges and reassigns (default on); --no-lire is SPANN+ "
-                   "(appends and garbage collection only)")
-    p.add_argument("--recall-target", type=_finite_float, default=None, metavar="R",
-                   help="partition index: the recall@10 the build calibrates the default nprobe for, in (0, 1) "
-                   "(default 0.95)")
+def _add_build_options(p: argparse.ArgumentParser, *, plan: bool = False) -> None:
+    """The build options, generated from the engine's schema (``--overwrite`` only for a build)."""
+    cli_options.add(p, "build", exclude=("overwrite",) if plan else ())
 
 
 # --------------------------------------------------------------------------- parser
@@ -794,21 +699,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="external ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
                         "u32 1; then count x u64 little-endian); default: row numbers")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing index at OUT, atomically; a directory that is not a nearline index, "
-                   "or that holds the data being read, is never replaced")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("plan", help="show what a build or an open would choose, and why, without doing it")
     p.add_argument("target", help="a vector file (the build's plan) or an index directory (the open's plan)")
-    _add_build_options(p)
-    p.add_argument("--cache-nodes", type=_nonneg_int, default=None,
-                   help="index: cache exactly this many nodes (default: what the budget leaves)")
-    p.add_argument("--cache", choices=_vocab()["caches"], default=None,
-                   help="index: what the cache holds: bfs (whole records), adjacency (Gorgeous: lists first) or "
-                   "auto (default: the preset's)")
-    p.add_argument("--io", default=None, choices=_vocab()["io_engines"], help="index: I/O engine (default: auto)")
-    _add_entry_options(p)
+    _add_build_options(p, plan=True)
+    cli_options.add(p, "open", only=("cache_nodes", "cache", "io", "entry", "entry_points", "nav_L", "nav_seeds"),
+                    prefix="index: ")
     p.add_argument("--nq", type=_positive_int, default=10000, help="index: queries of the planned batch")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
@@ -816,64 +713,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search an index")
     p.add_argument("index", help="index directory")
     p.add_argument("queries", help="query vector file")
-    p.add_argument("--k", type=_positive_int, default=10, help="neighbours per query")
-    p.add_argument("--L", type=_positive_int, default=None,
-                   help=f"search list size (default: max(k, {_defaults()['L']}); range search: 100)")
-    p.add_argument("--W", type=_positive_int, default=None, help="beam/pipeline width (default: the preset's)")
-    p.add_argument("--executor", choices=_vocab()["executors"], default=None,
-                   help="beam (DiskANN), pipeline (PipeANN) or auto (pipeline when a page holds < 2 records; "
-                   "default: the preset's)")
-    p.add_argument("--adaptive-beam", action="store_true", help="beam width min(2^i, W) at hop i (AlayaLaser)")
-    p.add_argument("--early-dispatch", type=_fraction, default=None, metavar="F",
-                   help="issue the next hop once this fraction of the current hop's pages is processed "
-                   "(default: off, the whole hop)")
-    p.add_argument("--queries-in-flight", type=_queries_in_flight, default=None, metavar="Q",
-                   help="queries each search thread interleaves on its I/O queue: 1..64, or auto (default: "
-                        "4 per thread when the batch has that many; 1 gives each query its thread alone)")
-    p.add_argument("--threads", type=_positive_int, default=None, help="search threads (default: all cores)")
-    p.add_argument("--memory-budget", type=_budget, default=None,
-                   help="memory budget of the open index: bytes, 512MB, 2GiB or a fraction of the raw vectors; "
-                   "re-plans the cache without a rebuild (default: the index's budget from its build)")
-    p.add_argument("--io", default=None, choices=_vocab()["io_engines"],
-                   help="I/O engine: auto (default: io_uring, else pread), uring, uring-poll (a kernel submission "
-                        "thread and spinning waits: lowest latency, a busy core per search thread) or pread")
-    _add_entry_options(p)
     p.add_argument("--gt", default=None, help="ground-truth file: recall@k is reported (default: none)")
     p.add_argument("--out", default=None, help="write results to OUT.json or OUT.npz (default: none)")
-    p.add_argument("--page-search", choices=_vocab()["page_searches"], default=None,
-                   help="targets (DiskANN), block (Starling's block search) or auto (block on a shuffled layout; "
-                   "default)")
-    p.add_argument("--sigma", type=_fraction, default=None, help="block search's pruning ratio σ in (0, 1] "
-                   "(default 0.3)")
-    p.add_argument("--refine-ratio", type=_fraction, default=None, metavar="F",
-                   help="two-stage search (adjacency cache or replicated pages): the fraction of L whose exact "
-                   "distances are read after the traversal (default: the preset's, 0.5)")
-    p.add_argument("--filter-ratio", type=_fraction, default=None, metavar="F",
-                   help="replicated pages: expand a neighbour whose list a page carried without reading it when "
-                   "its distance is within F of the list's worst (default 0.9)")
-    p.add_argument("--cache", choices=_vocab()["caches"], default=None,
-                   help="what the cache holds: bfs (whole records), adjacency (Gorgeous: lists first) or auto "
-                   "(default: the preset's)")
-    p.add_argument("--no-repeatable", action="store_true",
-                   help="process pages as they arrive instead of in the order each query issued its reads "
-                        "(results of the pipeline and early dispatch may then vary with the timing of reads)")
     p.add_argument("--radius", type=_finite_float, default=None,
                    help="range search: squared L2 distance bound (or ip/cosine score floor); --gt then names a "
                         "range ground-truth file and AP is reported (default: none, k-NN search)")
-    p.add_argument("--range-ratio", type=_fraction, default=0.5, metavar="PHI",
-                   help="range search doubles its list while results fill at least this share of it")
-    p.add_argument("--max-L", type=_positive_int, default=None,
-                   help="largest list a range search doubles to (default: 1024 x L)")
-    p.add_argument("--entry-cutoff", type=_finite_float, default=None, metavar="C",
-                   help="range search: a query whose nearest in-memory entry point lies beyond C x radius "
-                        "(C >= 1) ends unread with no results (l2/cosine; needs nav, sampled or centroid entries; "
-                        "default: off)")
-    p.add_argument("--nprobe", type=_positive_int, default=None,
-                   help="partition index: postings read per query (default 32)")
-    p.add_argument("--probe-cut", type=_finite_float, default=None, metavar="EPS",
-                   help="partition index: read a posting only when its head lies within (1 + EPS) of the nearest "
-                   "head's distance (default: none)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    # The engine's options: the search's, a range search's own, and the open's (the index is
+    # opened read-only, so the update options are left out).
+    cli_options.add(p, "search")
+    cli_options.add(p, "range_search", prefix="range search: ")
+    cli_options.add(p, "open", exclude=("durability", "background_updates", "read_only"))
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("insert", help="insert vectors into an index (a graph index: out of place; the insert that fills the delta merges it)")
@@ -883,8 +733,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="their ids, one per row: .npy, .txt (one per line), .csv, or .bin (header: u32 count, "
                         "u32 1; then count x u64 little-endian); default: new ids above every id seen")
     p.add_argument("--batch", type=_positive_int, default=10000, help="vectors per logged insert")
-    p.add_argument("--durability", choices=("sync", "buffered"), default=None,
-                   help="when each batch returns: sync (fsynced log; default) or buffered")
+    cli_options.add(p, "open", only=("durability",))
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
     p.set_defaults(func=cmd_insert)
 
@@ -894,8 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ids-file", default=None,
                    help="ids to delete from a file: .npy, .txt, .csv, or .bin (header: u32 count, u32 1; then "
                         "count x u64 little-endian); default: none")
-    p.add_argument("--durability", choices=("sync", "buffered"), default=None,
-                   help="when the delete returns: sync (fsynced log; default) or buffered")
+    cli_options.add(p, "open", only=("durability",))
     p.add_argument("--checkpoint", action="store_true", help="write a checkpoint afterwards")
     p.set_defaults(func=cmd_delete)
 

@@ -102,8 +102,8 @@ class _Transport:
                 conn.request(method, self.prefix + path, body=data, headers=headers)
                 resp = conn.getresponse()
                 raw = resp.read()
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                    http.client.CannotSendRequest, http.client.BadStatusLine) as e:
+            except (http.client.HTTPException, ConnectionResetError, BrokenPipeError) as e:
+                # RemoteDisconnected, a reply cut short (IncompleteRead), a bad status line...
                 self._drop()
                 if idempotent and attempt == 0:
                     continue  # a kept-alive connection the server had closed: retry once
@@ -177,11 +177,11 @@ class RemoteIndex:
     def _missing(self) -> float:
         return float("inf") if self.metric == "l2" else float("-inf")
 
-    def search(self, queries: Any, k: int = 10, *, return_stats: bool = False, timeout: Optional[float] = None,
+    def search(self, queries: Any, k: Optional[int] = None, *, return_stats: bool = False, timeout: Optional[float] = None,
                **options: Any) -> Union[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray, Dict[str, np.ndarray]]]:
         """:meth:`nearline.Index.search` on the server (``timeout``: seconds, at most the server's deadline)."""
-        body = {"queries": _queries(queries), "k": k, "stats": bool(return_stats), "encoding": "b64",
-                **{key: v for key, v in options.items() if v is not None}}
+        body = {"queries": _queries(queries), "stats": bool(return_stats), "encoding": "b64",
+                **{key: v for key, v in {"k": k, **options}.items() if v is not None}}
         if timeout is not None:
             body["timeout"] = timeout
         r = self._t.request("POST", self._url("/search"), body, idempotent=True)

@@ -48,7 +48,7 @@ import numpy as np
 import nearline
 
 from . import server_metrics
-from .server_wire import WireError, decode_array, dumps, encode_array, loads, option_types
+from .server_wire import WireError, decode_array, dumps, encode_array, loads, option_schema
 
 log = logging.getLogger("nearline.server")
 
@@ -271,13 +271,14 @@ class Server:
 
     # -- request bookkeeping (called by handlers) ------------------------------------------
     def _enter(self, handler: Any) -> bool:
+        """Counts a request as in flight (so a drain waits for its reply, a refusal included);
+        returns whether it may run (False while draining: it is answered 503)."""
         with self._lock:
-            if self.draining:
-                return False
             self._busy += 1
             self._connections[handler] = True
+            accepted = not self.draining
         self.metrics.in_flight.inc()
-        return True
+        return accepted
 
     def _leave(self, handler: Any) -> None:
         self.metrics.in_flight.dec()
@@ -546,16 +547,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         app = self.server.app
-        if not app._enter(self):
-            self.close_connection = True
-            self._error(503, "the server is shutting down")
-            return
+        accepted = app._enter(self)
         started = time.perf_counter()
         # Whether the request's body (if any) has been read off the connection.
         self._consumed = (self.headers.get("Content-Length", "0").strip() == "0"
                           and not self.headers.get("Transfer-Encoding"))
         op, name, status = "unknown", None, 500
         try:
+            if not accepted:
+                self.close_connection = True
+                status = 503
+                self._error(503, "the server is shutting down")
+                return
             url = urlsplit(self.path)
             path, query = url.path, parse_qs(url.query)
             if method == "GET" and path == "/health":
@@ -650,17 +653,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _openapi(app: Server) -> Dict[str, Any]:
-    """The OpenAPI 3.1 description, with each search option's JSON type read from the
-    Python API's signature."""
+    """The OpenAPI 3.1 description, each option's JSON schema generated from the engine's
+    (``nearline.SCHEMA``)."""
     array = {"oneOf": [{"type": "array"}, {"type": "object", "required": ["dtype", "shape", "b64"],
                                            "properties": {"dtype": {"enum": ["float32", "int64"]},
                                                           "shape": {"type": "array", "items": {"type": "integer"}},
                                                           "b64": {"type": "string"}}}]}
 
-    def options(call: str, func: Any, extra: Dict[str, Any], required: List[str]) -> Dict[str, Any]:
-        types = option_types(func)
-        props = {o: {"type": types.get(o, ["string"]) if len(types.get(o, ["string"])) > 1 else types.get(o, ["string"])[0]}
-                 for o in nearline.VOCABULARY["options"][call]}
+    def options(call: str, extra: Dict[str, Any], required: List[str]) -> Dict[str, Any]:
+        props = {o["name"]: option_schema(o, nearline.VOCABULARY)
+                 for o in nearline.SCHEMA["options"] if call in o["stages"]}
         props.update(extra)
         return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
@@ -682,13 +684,11 @@ def _openapi(app: Server) -> Dict[str, Any]:
         "/v1/collections": get("the collections served", "read"),
         c: get("a collection's info(): sizes, memory held vs budget, plan, updates", "read"),
         c + "/ids": get("live ids (?encoding=b64 for base64)", "read"),
-        c + "/search": post("k-nearest-neighbour search (a batch)", options(
-            "search", nearline.Index.search, common, ["queries"]), "read"),
+        c + "/search": post("k-nearest-neighbour search (a batch)", options("search", common, ["queries"]), "read"),
         c + "/range_search": post("range search", options(
-            "range_search", nearline.Index.range_search, {**common, "radius": {"type": "number"}},
-            ["queries", "radius"]), "read"),
+            "range_search", {**common, "radius": {"type": "number"}}, ["queries", "radius"]), "read"),
         c + "/plan": post("the plan a search with these options gets", options(
-            "search", nearline.Index.search, {"nq": {"type": "integer", "minimum": 1}}, []), "read"),
+            "search", {"nq": {"type": "integer", "minimum": 1}}, []), "read"),
         c + "/insert": post("insert vectors (acknowledged once in the write-ahead log)", {
             "type": "object", "required": ["vectors"], "additionalProperties": False,
             "properties": {"vectors": array, "ids": array, "encoding": {"enum": ["json", "b64"]}}}, "write"),

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import inspect
 import json
 import math
-import typing
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -143,20 +141,31 @@ def _fill_missing(value: List[Any], missing: float) -> List[Any]:
     return [_fill_missing(x, missing) if isinstance(x, list) else (missing if x is None else x) for x in value]
 
 
-_JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string"}
-
-
-def option_types(func: Any) -> Dict[str, List[str]]:
-    """JSON types of each keyword option of ``func`` (an :class:`nearline.Index` method),
-    read from its signature, so the server's schema follows the Python API's declaration."""
-    hints = typing.get_type_hints(func)
-    out: Dict[str, List[str]] = {}
-    for pname, param in inspect.signature(func).parameters.items():
-        if param.kind not in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD) or pname in ("self",):
-            continue
-        hint = hints.get(pname)
-        args = typing.get_args(hint) or (hint,)
-        types = sorted({_JSON_TYPES[a] for a in args if a in _JSON_TYPES})
-        if types:
-            out[pname] = types
+def option_schema(o: Dict[str, Any], vocabulary: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON schema of one engine option (an entry of ``nearline.SCHEMA["options"]``)."""
+    t = o["type"]
+    out: Dict[str, Any]
+    if t == "int":
+        out = {"type": "integer"}
+        if "choices_from" in o:
+            out["enum"] = vocabulary[o["choices_from"]]
+        else:
+            out["minimum"] = o["min"]
+    elif t == "float":
+        out = {"type": "number", ("exclusiveMinimum" if o["min_open"] else "minimum"): o["min"]}
+        if o["max"] is not None:
+            out["exclusiveMaximum" if o["max_open"] else "maximum"] = o["max"]
+    elif t == "bool":
+        out = {"type": "boolean"}
+    elif t == "name":
+        out = {"type": "string", "enum": o.get("choices") or vocabulary[o["choices_from"]]}
+    elif t == "budget":
+        out = {"type": ["integer", "number", "string"]}
+    elif t == "size":
+        out = {"type": ["integer", "string"]}
+    elif t == "int_or_auto":
+        out = {"type": ["integer", "string"], "minimum": o["min"], "maximum": o["max"]}
+    else:
+        out = {"type": "array", "items": {"type": "integer"}}
+    out["description"] = f"{o['doc']}. Default: {o['default']}."
     return out

@@ -290,11 +290,15 @@ fn _reseal_manifest(path: PathBuf) -> PyResult<()> {
 /// The names every API accepts (presets, executors, layouts, ...), JSON.
 #[pyfunction]
 fn vocabulary() -> PyResult<String> {
-    let mut v = nearline::planner::vocabulary();
-    if let Some(o) = v.as_object_mut() {
-        o.insert("options".into(), options::option_names());
-    }
-    json_str(&v)
+    json_str(&nearline::planner::vocabulary())
+}
+
+/// The API's description of itself (options, statistics, vocabulary,
+/// defaults), JSON: what Python's keyword checks, docstrings and CLI, the
+/// bench and the server are generated from.
+#[pyfunction]
+fn schema() -> PyResult<String> {
+    json_str(&nearline::planner::schema::schema_json())
 }
 
 /// The defaults every API uses when an option is left open, JSON.
@@ -305,86 +309,21 @@ fn defaults() -> PyResult<String> {
 
 /// Per-query statistics as a dict of numpy arrays.
 fn stats_dict<'py>(py: Python<'py>, s: &[QueryStats]) -> PyResult<Bound<'py, PyDict>> {
+    use nearline::search::stats::{StatGetter, STATS};
     let d = PyDict::new(py);
-    d.set_item("hops", PyArray1::from_iter(py, s.iter().map(|x| x.hops)))?;
-    d.set_item("reads", PyArray1::from_iter(py, s.iter().map(|x| x.reads)))?;
-    d.set_item(
-        "bytes_read",
-        PyArray1::from_iter(py, s.iter().map(|x| x.bytes_read)),
-    )?;
-    d.set_item(
-        "cache_hits",
-        PyArray1::from_iter(py, s.iter().map(|x| x.cache_hits)),
-    )?;
-    d.set_item(
-        "adjacency_hits",
-        PyArray1::from_iter(py, s.iter().map(|x| x.adjacency_hits)),
-    )?;
-    d.set_item(
-        "replica_hits",
-        PyArray1::from_iter(py, s.iter().map(|x| x.replica_hits)),
-    )?;
-    d.set_item(
-        "refine_reads",
-        PyArray1::from_iter(py, s.iter().map(|x| x.refine_reads)),
-    )?;
-    d.set_item("stale", PyArray1::from_iter(py, s.iter().map(|x| x.stale)))?;
-    d.set_item(
-        "pq_distances",
-        PyArray1::from_iter(py, s.iter().map(|x| x.pq_distances)),
-    )?;
-    d.set_item(
-        "exact_distances",
-        PyArray1::from_iter(py, s.iter().map(|x| x.exact_distances)),
-    )?;
-    d.set_item(
-        "io_wait_us",
-        PyArray1::from_iter(py, s.iter().map(|x| x.io_wait_us)),
-    )?;
-    d.set_item(
-        "cpu_us",
-        PyArray1::from_iter(py, s.iter().map(|x| x.cpu_us)),
-    )?;
-    d.set_item(
-        "total_us",
-        PyArray1::from_iter(py, s.iter().map(|x| x.total_us)),
-    )?;
-    d.set_item(
-        "dist_us",
-        PyArray1::from_iter(py, s.iter().map(|x| x.dist_ns as f64 / 1000.0)),
-    )?;
-    d.set_item(
-        "used_bytes",
-        PyArray1::from_iter(py, s.iter().map(|x| x.used_bytes)),
-    )?;
-    d.set_item(
-        "io_utilisation",
-        PyArray1::from_iter(py, s.iter().map(|x| x.io_utilisation())),
-    )?;
-    d.set_item(
-        "page_records",
-        PyArray1::from_iter(py, s.iter().map(|x| x.page_records)),
-    )?;
-    d.set_item(
-        "used_records",
-        PyArray1::from_iter(py, s.iter().map(|x| x.used_records)),
-    )?;
-    d.set_item(
-        "colocated",
-        PyArray1::from_iter(py, s.iter().map(|x| x.colocated)),
-    )?;
-    d.set_item(
-        "path_length",
-        PyArray1::from_iter(py, s.iter().map(|x| x.path_length())),
-    )?;
-    d.set_item(
-        "vertex_utilisation",
-        PyArray1::from_iter(py, s.iter().map(|x| x.vertex_utilisation())),
-    )?;
-    d.set_item(
-        "doublings",
-        PyArray1::from_iter(py, s.iter().map(|x| x.doublings)),
-    )?;
+    for spec in STATS {
+        match spec.get {
+            StatGetter::U32(f) => {
+                d.set_item(spec.name, PyArray1::from_iter(py, s.iter().map(f)))?
+            }
+            StatGetter::U64(f) => {
+                d.set_item(spec.name, PyArray1::from_iter(py, s.iter().map(f)))?
+            }
+            StatGetter::F64(f) => {
+                d.set_item(spec.name, PyArray1::from_iter(py, s.iter().map(f)))?
+            }
+        }
+    }
     Ok(d)
 }
 
@@ -925,6 +864,7 @@ fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_index, m)?)?;
     m.add_function(wrap_pyfunction!(probe_vectors, m)?)?;
     m.add_function(wrap_pyfunction!(vocabulary, m)?)?;
+    m.add_function(wrap_pyfunction!(schema, m)?)?;
     m.add_function(wrap_pyfunction!(_reseal_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(defaults, m)?)?;
     m.add_function(wrap_pyfunction!(read_vectors, m)?)?;

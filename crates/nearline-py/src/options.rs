@@ -7,6 +7,7 @@ use nearline::distance::Metric;
 use nearline::format::LayoutKind;
 use nearline::io::EngineKind;
 use nearline::layout::shuffle::ShuffleAlgo;
+use nearline::planner::schema::{self, Stage};
 use nearline::planner::{
     BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
     RangeOptions, SearchOptions,
@@ -17,6 +18,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyString};
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 /// Keyword arguments being read: each option is taken once; what is left
 /// at the end is an unknown option.
@@ -217,43 +219,8 @@ impl<'a, 'py> Kw<'a, 'py> {
 }
 
 /// The build options' names.
-pub const BUILD_KEYS: &[&str] = &[
-    "metric",
-    "preset",
-    "ids",
-    "R",
-    "build_L",
-    "alpha",
-    "passes",
-    "saturate",
-    "pq_bytes",
-    "memory_budget",
-    "build_memory_budget",
-    "page_size",
-    "threads",
-    "seed",
-    "overwrite",
-    "nav_sample",
-    "entry_clusters",
-    "layout",
-    "shuffle",
-    "bnf_iters",
-    "bnf_tau",
-    "bns_iters",
-    "disk_budget",
-    "adjacency",
-    "principal_dims",
-    "code_bits",
-    "head_ratio",
-    "replicas",
-    "posting_limit",
-    "merge_threshold",
-    "rng_factor",
-    "closure",
-    "reassign_k",
-    "lire",
-    "recall_target",
-];
+pub static BUILD_KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| schema::option_names(Stage::Build));
 
 /// External ids: a 1-D integer array, every id in `0..2^63`.
 pub fn ids_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
@@ -310,7 +277,7 @@ pub fn ids_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
 
 /// Build options from keyword arguments.
 pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
-    let mut k = Kw::new(kw, "build", BUILD_KEYS);
+    let mut k = Kw::new(kw, "build", BUILD_KEYS.as_slice());
     let d = BuildOptions::default();
     let mut shuffle = d.shuffle.clone();
     if let Some(a) = k.name("shuffle", ShuffleAlgo::parse)? {
@@ -379,24 +346,12 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
 }
 
 /// The open options' names.
-pub const OPEN_KEYS: &[&str] = &[
-    "memory_budget",
-    "cache_nodes",
-    "cache",
-    "threads",
-    "io",
-    "entry_points",
-    "entry",
-    "nav_L",
-    "nav_seeds",
-    "durability",
-    "background_updates",
-    "read_only",
-];
+pub static OPEN_KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| schema::option_names(Stage::Open));
 
 /// Open options from keyword arguments.
 pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
-    let mut k = Kw::new(kw, "open", OPEN_KEYS);
+    let mut k = Kw::new(kw, "open", OPEN_KEYS.as_slice());
     let d = OpenOptions::default();
     let o = OpenOptions {
         memory_budget: k.budget("memory_budget")?,
@@ -437,42 +392,12 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
 }
 
 /// The search options' names.
-pub const SEARCH_KEYS: &[&str] = &[
-    "k",
-    "L",
-    "W",
-    "threads",
-    "executor",
-    "adaptive_beam",
-    "early_dispatch",
-    "queries_in_flight",
-    "page_search",
-    "sigma",
-    "refine_ratio",
-    "filter_ratio",
-    "repeatable",
-    "nprobe",
-    "probe_cut",
-];
+pub static SEARCH_KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| schema::option_names(Stage::Search));
 
 /// The range options' names besides the search options.
-pub const RANGE_KEYS: &[&str] = &[
-    "L",
-    "W",
-    "threads",
-    "executor",
-    "adaptive_beam",
-    "early_dispatch",
-    "queries_in_flight",
-    "page_search",
-    "sigma",
-    "refine_ratio",
-    "filter_ratio",
-    "repeatable",
-    "ratio",
-    "max_L",
-    "entry_cutoff",
-];
+pub static RANGE_KEYS: LazyLock<Vec<&'static str>> =
+    LazyLock::new(|| schema::option_names(Stage::Range));
 
 fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
     let qif = match k.get("queries_in_flight")? {
@@ -539,7 +464,7 @@ fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
 
 /// Search options from keyword arguments.
 pub fn search_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<SearchOptions> {
-    let mut k = Kw::new(kw, "search", SEARCH_KEYS);
+    let mut k = Kw::new(kw, "search", SEARCH_KEYS.as_slice());
     let kk = k.usize("k")?.unwrap_or(10);
     let o = search_fields(&mut k, kk)?;
     k.finish()?;
@@ -548,7 +473,7 @@ pub fn search_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<SearchOptions>
 
 /// Range-search options from keyword arguments.
 pub fn range_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<(SearchOptions, RangeOptions)> {
-    let mut k = Kw::new(kw, "range_search", RANGE_KEYS);
+    let mut k = Kw::new(kw, "range_search", RANGE_KEYS.as_slice());
     let s = search_fields(&mut k, 1)?;
     let r = RangeOptions {
         ratio: k.f64("ratio")?.map(|x| x as f32),
@@ -557,16 +482,6 @@ pub fn range_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<(SearchOptions,
     };
     k.finish()?;
     Ok((s, r))
-}
-
-/// The accepted option names of each call, for the Python side's help.
-pub fn option_names() -> serde_json::Value {
-    serde_json::json!({
-        "build": BUILD_KEYS,
-        "open": OPEN_KEYS,
-        "search": SEARCH_KEYS,
-        "range_search": RANGE_KEYS,
-    })
 }
 
 /// The shape of an index's queries check: a helper for error messages.

@@ -14,6 +14,7 @@ pub mod options;
 pub mod partition;
 pub mod preset;
 pub mod rules;
+pub mod schema;
 pub mod search;
 
 pub use auto::GORGEOUS_DIMS_PER_PQ_BYTE;
@@ -23,6 +24,7 @@ pub use options::{
     RangeOptions, SearchOptions, IO_ENGINES,
 };
 pub use preset::PresetDefaults;
+pub use schema::{defaults_json, vocabulary};
 pub use search::{
     plan_search, plan_search_quietly, PlannedSearch, ScratchRoom, SearchFacts, SearchPlanView,
 };
@@ -30,14 +32,14 @@ pub use search::{
 use crate::build::{self, BuildPlan};
 use crate::distance::Metric;
 use crate::elem::DType;
-use crate::format::{LayoutKind, Manifest, PageGeometry, Preset, Section};
+use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
 use crate::graph::nav::{check_nav_sample, nav_graph_degree, nav_sample_size};
 use crate::layout::shuffle::ShuffleParams;
 use crate::search::entry::{MAX_NAV_L, MAX_NAV_SEEDS};
 use crate::search::EntryPlan;
 use crate::{Error, Result};
 use memory::{FixedCosts, QueryShape};
-use preset::{defaults, DEFAULT_L};
+use preset::defaults;
 use rules::EntryKind;
 use serde::Serialize;
 
@@ -1133,73 +1135,4 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) ->
         ),
         code_groups: geo.code_groups(),
     }
-}
-
-/// The names every API accepts, from one source (Python and the CLI take
-/// their choice lists from here).
-pub fn vocabulary() -> serde_json::Value {
-    serde_json::json!({
-        "presets": PresetChoice::names(),
-        "executors": ExecutorChoice::names(),
-        "page_searches": PageChoice::names(),
-        "caches": CacheChoice::names(),
-        "entry_kinds": EntryChoice::names(),
-        "layouts": LayoutKind::names(),
-        "shuffles": crate::layout::shuffle::ShuffleAlgo::names(),
-        "metrics": ["l2", "ip", "cosine"],
-        "dtypes": ["float32", "float16", "uint8", "int8"],
-        "io_engines": IO_ENGINES,
-        "page_sizes": [4096, 8192, 16384],
-        "index_kinds": crate::format::IndexKind::names(),
-    })
-}
-
-/// The defaults every API uses when an option is left open.
-pub fn defaults_json() -> serde_json::Value {
-    let p = |x: Preset| {
-        let d = defaults(x);
-        serde_json::json!({
-            "R": d.r, "build_L": d.build_l, "alpha": d.alpha, "passes": d.passes,
-            "page_size": d.page_size, "layout": d.layout.name(), "nav_sample": d.nav_sample,
-            "entry_clusters": d.entry_clusters, "W": d.width, "nav_L": d.nav_l,
-            "nav_seeds": d.nav_seeds, "sigma": d.sigma, "memory_budget": d.budget_fraction,
-            "L": d.l, "cache": d.cache.name(), "adjacency": d.adjacency,
-            "refine_ratio": d.refine_ratio, "filter_ratio": d.filter_ratio,
-            "executor": match d.executor {
-                preset::PresetExecutor::ByRule => "auto",
-                preset::PresetExecutor::Beam => "beam",
-                preset::PresetExecutor::Pipeline => "pipeline",
-            },
-        })
-    };
-    let mut presets = serde_json::Map::new();
-    for &x in Preset::ALL {
-        if x == Preset::Spfresh {
-            // A partition index: its own parameters (planner::partition).
-            presets.insert(
-                x.name().into(),
-                serde_json::json!({
-                    "kind": "partition",
-                    "head_ratio": partition::HEAD_RATIO,
-                    "replicas": partition::REPLICAS,
-                    "rng_factor": 1.0,
-                    "reassign_k": partition::REASSIGN_K,
-                    "posting_limit": "8 x the build's cluster size / build_fill",
-                    "build_fill": partition::BUILD_FILL,
-                    "merge_threshold": "1/16 of the posting limit, at most 10",
-                    "lire": true,
-                    "recall_target": partition::RECALL_TARGET,
-                    "nprobe": "calibrated at build for recall_target",
-                }),
-            );
-            continue;
-        }
-        presets.insert(x.name().into(), p(x));
-    }
-    serde_json::json!({
-        "L": DEFAULT_L,
-        "queries_in_flight": "auto",
-        "range_ratio": preset::DEFAULT_RANGE_RATIO,
-        "presets": presets,
-    })
 }
