@@ -499,6 +499,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         finally:
             progress.close()
         build_s = time.perf_counter() - t0
+        info = idx.info()
         idx.close()
         with nl.open(str(work / "demo.index"), threads=args.threads) as idx:
             idx.search(queries[:50], args.k, L=args.L, threads=args.threads)  # warm-up
@@ -512,6 +513,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ("mean reads/query", f"{means.get('reads', float('nan')):.2f}"),
             ("mean hops", f"{means.get('hops', float('nan')):.2f}"),
             ("build time", f"{build_s:.1f} s"),
+            # preset="auto" (the default): what the planner's rules chose (`nearline plan` says why).
+            ("preset (auto's choice)", f"{info.get('preset')}, layout {(info.get('layout') or {}).get('kind')}"),
+            ("memory budget", f"{_human_bytes(info['memory']['budget'])} (within budget: "
+                              f"{info['memory']['within_budget']})"),
         ]
         _print_table(rows)
     finally:
@@ -879,9 +884,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_disk_ceiling)
 
-    from . import cli_serve
+    from . import cli_distributed, cli_serve
 
     cli_serve.register(sub)
+    cli_distributed.register(sub)
     return parser
 
 

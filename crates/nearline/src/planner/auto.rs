@@ -237,8 +237,7 @@ mod tests {
         }
     }
 
-    fn auto(dim: usize, budget: f64) -> BuildOptions {
-        let _ = dim;
+    fn auto(budget: f64) -> BuildOptions {
         BuildOptions {
             memory_budget: Some(Budget::Fraction(budget)),
             ..BuildOptions::default()
@@ -263,7 +262,7 @@ mod tests {
         for (dim, want) in table {
             for (b, w) in [0.05, 0.2, 0.4].into_iter().zip(want) {
                 let f = facts(100_000, dim);
-                let p = plan_build(&auto(dim, b), &f).unwrap();
+                let p = plan_build(&auto(b), &f).unwrap();
                 let lost: Vec<String> = p
                     .decisions
                     .iter()
@@ -298,7 +297,7 @@ mod tests {
     fn every_lost_candidate_says_why() {
         // 768-d at 5%: the lists do not fit (gorgeous loses), one record a
         // page (alayalaser wins).
-        let p = plan_build(&auto(768, 0.05), &facts(100_000, 768)).unwrap();
+        let p = plan_build(&auto(0.05), &facts(100_000, 768)).unwrap();
         let lost: Vec<_> = p
             .decisions
             .iter()
@@ -317,7 +316,7 @@ mod tests {
     fn the_coded_layout_is_not_chosen_for_inner_product() {
         let o = BuildOptions {
             metric: Metric::InnerProduct,
-            ..auto(768, 0.05)
+            ..auto(0.05)
         };
         let p = plan_build(&o, &facts(100_000, 768)).unwrap();
         assert_eq!(p.plan.preset, Preset::Diskann);
@@ -335,7 +334,7 @@ mod tests {
         // pq_bytes does not apply to the coded layout: the next rule decides.
         let o = BuildOptions {
             pq_bytes: Some(64),
-            ..auto(768, 0.05)
+            ..auto(0.05)
         };
         let p = plan_build(&o, &facts(100_000, 768)).unwrap();
         assert_eq!(p.plan.preset, Preset::Diskann);
@@ -357,7 +356,7 @@ mod tests {
         ] {
             let o = BuildOptions {
                 layout: Some(layout),
-                ..auto(128, 0.2)
+                ..auto(0.2)
             };
             assert_eq!(
                 plan_build(&o, &facts(50_000, 128)).unwrap().plan.preset,
@@ -370,7 +369,7 @@ mod tests {
     fn a_disk_budget_no_candidate_meets_is_refused() {
         let o = BuildOptions {
             disk_budget: Some(1 << 20),
-            ..auto(128, 0.2)
+            ..auto(0.2)
         };
         let e = plan_build(&o, &facts(100_000, 128))
             .unwrap_err()
@@ -398,7 +397,7 @@ mod tests {
     fn a_named_preset_is_planned_as_asked() {
         let o = BuildOptions {
             preset: PresetChoice::Named(Preset::Pipeann),
-            ..auto(768, 0.2)
+            ..auto(0.2)
         };
         let p = plan_build(&o, &facts(100_000, 768)).unwrap();
         assert_eq!(p.plan.preset, Preset::Pipeann);
