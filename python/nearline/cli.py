@@ -513,11 +513,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ("mean reads/query", f"{means.get('reads', float('nan')):.2f}"),
             ("mean hops", f"{means.get('hops', float('nan')):.2f}"),
             ("build time", f"{build_s:.1f} s"),
-            # preset="auto" (the default): what the planner's rules chose (`nearline plan` says why).
-            ("preset (auto's choice)", f"{info.get('preset')}, layout {(info.get('layout') or {}).get('kind')}"),
-            ("memory budget", f"{_human_bytes(info['memory']['budget'])} (within budget: "
-                              f"{info['memory']['within_budget']})"),
         ]
+        # preset="auto" (the default): what the planner's rules chose (`nearline plan` says why).
+        if info.get("preset"):
+            rows.append(("preset (auto's choice)", f"{info['preset']}, layout {(info.get('layout') or {}).get('kind')}"))
+        mem = info.get("memory") or {}
+        if "budget" in mem:
+            rows.append(("memory budget", f"{_human_bytes(mem['budget'])} (within budget: {mem.get('within_budget')})"))
         _print_table(rows)
     finally:
         if tmp is not None:

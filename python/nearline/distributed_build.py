@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
 import numpy as np
 import ray
@@ -25,6 +25,9 @@ from nearline.distributed_common import (CENTROIDS, FORMAT, FORMAT_VERSION, IDS_
 from nearline.distributed_routing import (AUTO, HASH, ROUTINGS, assign, calibrate_nprobe, fill_empty, hash_segments,
                                           kmeans, plan_routing, split_budget)
 from nearline.distributed_segment import SegmentEngineError, build_segment
+
+if TYPE_CHECKING:  # the collection this module's build opens (distributed.py imports this module)
+    from nearline.distributed import Collection
 
 log = logging.getLogger("nearline.distributed")
 

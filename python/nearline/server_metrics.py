@@ -9,7 +9,7 @@ import numpy as np
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-    from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+    from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401 - the server's reply type
     from prometheus_client.core import GaugeMetricFamily
 except ImportError as e:  # pragma: no cover - the message is the point
     raise ImportError("nearline serve needs prometheus-client: pip install 'nearline[serve]'") from e
