@@ -425,3 +425,90 @@ def test_sigterm_during_an_insert_stream_loses_no_acknowledged_insert(built, tmp
             assert not missing, f"trial {trial} ({name}): acknowledged inserts lost: {missing[:10]}"
             assert not ix.check()["problems"]
         shutil.rmtree(tmp)
+
+
+def test_batcher_groups_searches_that_arrive_while_busy_and_returns_each_its_rows():
+    from nearline.server_batch import Batcher
+
+    calls = []
+    gate = threading.Event()
+
+    def fake_search(q, **opts):
+        calls.append((len(q), opts.get("L")))
+        if len(calls) == 1:
+            gate.wait(5)  # the first call holds the only slot while the others queue up
+        ids = (q[:, :1] * 10).astype(np.int64) + opts.get("L", 0)
+        return ids, q[:, :1].astype(np.float32), {"reads": q[:, 0].astype(np.uint32)}
+
+    b = Batcher(fake_search, concurrency=1, max_rows=256)
+    out = {}
+
+    def call(i, L):
+        out[i] = b.search(np.full((1, 3), i, np.float32), L=L)
+
+    first = threading.Thread(target=call, args=(0, 5))
+    first.start()
+    while not calls:
+        time.sleep(0.001)
+    others = [threading.Thread(target=call, args=(i, 5 if i % 2 else 7)) for i in range(1, 11)]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 10
+    while sum(g.rows for g in list(b._order)) < 10 and time.monotonic() < deadline:
+        time.sleep(0.005)  # until every other caller is queued behind the first call
+    gate.set()
+    for t in [first, *others]:
+        t.join()
+    # One call alone, then one call per option set holding all its queued queries.
+    assert calls[0] == (1, 5) and sorted(calls[1:]) == [(5, 5), (5, 7)]
+    for i in range(11):
+        L = 5 if i % 2 or i == 0 else 7
+        ids, dists, stats = out[i]
+        assert ids.tolist() == [[10 * i + L]] and dists.tolist() == [[float(i)]] and stats["reads"].tolist() == [i]
+
+
+def test_batcher_gives_every_member_the_engine_error():
+    from nearline.server_batch import Batcher
+
+    gate = threading.Event()
+
+    def failing(q, **opts):
+        gate.wait(5)
+        raise ValueError("L=0 is out of range")
+
+    b = Batcher(failing, concurrency=1)
+    errors = []
+
+    def call():
+        try:
+            b.search(np.zeros((1, 2), np.float32), L=0)
+        except ValueError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=call) for _ in range(6)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert errors == ["L=0 is out of range"] * 6
+
+
+def test_concurrent_one_query_calls_equal_the_in_process_answers(served, data):
+    _, queries = data
+    local = served.indexes["graph"]
+    want, _ = local.search(queries, k=10, L=48)
+    c = Client(served.url, READ, collection="graph")
+    got = {}
+
+    def caller(rows):
+        for i in rows:
+            got[i] = c.search(queries[i], k=10, L=48)[0]
+
+    threads = [threading.Thread(target=caller, args=(range(t, len(queries), 8),)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(got[i].tolist() == want[i].tolist() for i in range(len(queries)))

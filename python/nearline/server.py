@@ -48,6 +48,7 @@ import numpy as np
 import nearline
 
 from . import server_metrics
+from .server_batch import Batcher
 from .server_wire import WireError, decode_array, dumps, encode_array, loads, option_schema
 
 log = logging.getLogger("nearline.server")
@@ -65,18 +66,21 @@ _RANGE_KEYS = ("queries", "radius", "stats", "encoding", "timeout")
 @dataclass
 class Limits:
     """What one request may ask: body bytes, rows (queries or vectors) per batch, values per
-    array, and the longest a search may run (seconds) before it is answered 504."""
+    array, and the longest a search may run (seconds) before it is answered 504; and how the
+    server runs searches: ``engine_calls`` engine calls per collection at once, searches that
+    arrive while they are all busy batched into the next one (:mod:`nearline.server_batch`)."""
 
     max_body: int = 64 << 20
     max_batch: int = 10_000
     max_values: int = 16 << 20
     deadline: float = 30.0
     max_concurrent: int = 64
+    engine_calls: int = 2
     idle_timeout: float = 120.0
     grace: float = 30.0
 
     def check(self) -> "Limits":
-        for name in ("max_body", "max_batch", "max_values", "max_concurrent"):
+        for name in ("max_body", "max_batch", "max_values", "max_concurrent", "engine_calls"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be a positive integer")
@@ -196,6 +200,8 @@ class Server:
         self.limits = (limits or Limits()).check()
         self.indexes = dict(indexes)
         self.metrics = server_metrics.Metrics(self.indexes)
+        self.batchers = {name: Batcher(ix.search, concurrency=self.limits.engine_calls)
+                         for name, ix in self.indexes.items()}
         self._slots = threading.BoundedSemaphore(self.limits.max_concurrent)
         self._lock = threading.Condition()
         self._busy = 0
@@ -395,7 +401,7 @@ class Server:
             if lo and time.monotonic() > deadline:
                 raise WireError(504, f"the deadline passed after {lo} of {len(q2)} queries; "
                                 "send smaller batches or a longer timeout")
-            parts.append(ix.search(q2[lo:lo + step], return_stats=True, **opts))
+            parts.append(self.batchers[name].search(q2[lo:lo + step], return_stats=True, **opts))
         ids = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, int(opts.get("k", 10))), np.int64)
         dists = np.concatenate([p[1] for p in parts]) if parts else np.empty(ids.shape, np.float32)
         stats = {k: np.concatenate([p[2][k] for p in parts]) for k in (parts[0][2] if parts else {})}
@@ -467,6 +473,9 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # Connections the kernel queues before they are accepted (socketserver's default of 5
+    # reset clients when 32 or more connected at once).
+    request_queue_size = 1024
 
     def __init__(self, address: Tuple[str, int], handler: Any, app: Server) -> None:
         self.app = app
