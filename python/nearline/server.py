@@ -354,13 +354,19 @@ class Server:
         b64 = query.get("encoding", ["json"])[-1] == "b64"
         return {"ids": encode_array(self.indexes[name].ids(), b64)}
 
-    def _queries(self, ix: "nearline.Index", body: Dict[str, Any]) -> np.ndarray:
-        if "queries" not in body:
-            raise WireError(400, "the body needs 'queries' (a list, a list of lists or a base64 array)")
-        q = decode_array(body["queries"], "queries", "float32", ndim=(1, 2), max_items=self.limits.max_values)
-        rows = q.shape[0] if q.ndim == 2 else 1
+    def _rows(self, body: Dict[str, Any], key: str) -> np.ndarray:
+        """The float32 rows under ``key`` (``queries`` or ``vectors``): one row or a matrix,
+        within the server's value and batch limits."""
+        if key not in body:
+            raise WireError(400, f"the body needs '{key}' (a list, a list of lists or a base64 array)")
+        a = decode_array(body[key], key, "float32", ndim=(1, 2), max_items=self.limits.max_values)
+        rows = a.shape[0] if a.ndim == 2 else 1
         if rows > self.limits.max_batch:
-            raise WireError(413, f"{rows} queries exceed this server's batch limit of {self.limits.max_batch}")
+            raise WireError(413, f"{rows} {key} exceed this server's batch limit of {self.limits.max_batch}")
+        return a
+
+    def _queries(self, ix: "nearline.Index", body: Dict[str, Any]) -> np.ndarray:
+        q = self._rows(body, "queries")
         if q.shape[-1] != ix.dim:
             raise WireError(400, f"queries have dimension {q.shape[-1]}, collection has {ix.dim}")
         return q
@@ -441,12 +447,7 @@ class Server:
         unknown = sorted(set(body) - {"vectors", "ids", "encoding"})
         if unknown:
             raise WireError(400, f"unknown insert key(s) {', '.join(unknown)}; accepted: encoding, ids, vectors")
-        if "vectors" not in body:
-            raise WireError(400, "the body needs 'vectors'")
-        v = decode_array(body["vectors"], "vectors", "float32", ndim=(1, 2), max_items=self.limits.max_values)
-        rows = v.shape[0] if v.ndim == 2 else 1
-        if rows > self.limits.max_batch:
-            raise WireError(413, f"{rows} vectors exceed this server's batch limit of {self.limits.max_batch}")
+        v = self._rows(body, "vectors")
         ids = None
         if body.get("ids") is not None:
             ids = decode_array(body["ids"], "ids", "int64", ndim=(1,), max_items=self.limits.max_batch)
