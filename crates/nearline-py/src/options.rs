@@ -7,10 +7,10 @@ use nearline::distance::Metric;
 use nearline::format::LayoutKind;
 use nearline::io::EngineKind;
 use nearline::layout::shuffle::ShuffleAlgo;
+use nearline::planner::reader::{self, OptionReader};
 use nearline::planner::schema::{self, Stage};
 use nearline::planner::{
-    BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
-    RangeOptions, SearchOptions,
+    BuildOptions, CacheChoice, EntryChoice, OpenOptions, PresetChoice, RangeOptions, SearchOptions,
 };
 use nearline::util::Budget;
 use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
@@ -44,12 +44,12 @@ impl<'a, 'py> Kw<'a, 'py> {
         }
     }
 
-    /// The value of `key`, or `None` when absent or Python `None`.
     /// Whether this call accepts `key`.
     pub fn accepts(&self, key: &str) -> bool {
         self.accepted.contains(&key)
     }
 
+    /// The value of `key`, or `None` when absent or Python `None`.
     pub fn get(&mut self, key: &'static str) -> PyResult<Option<Bound<'py, PyAny>>> {
         debug_assert!(self.accepted.contains(&key), "{key} not declared");
         self.taken.insert(key.to_string());
@@ -399,74 +399,10 @@ pub static SEARCH_KEYS: LazyLock<Vec<&'static str>> =
 pub static RANGE_KEYS: LazyLock<Vec<&'static str>> =
     LazyLock::new(|| schema::option_names(Stage::Range));
 
-fn search_fields(k: &mut Kw<'_, '_>, kk: usize) -> PyResult<SearchOptions> {
-    let qif = match k.get("queries_in_flight")? {
-        None => None,
-        Some(v) => match v.extract::<String>() {
-            Ok(s) if s.trim().eq_ignore_ascii_case("auto") => None,
-            Ok(s) => {
-                return Err(PyValueError::new_err(format!(
-                    "queries_in_flight={s:?} must be 'auto' or an integer in 1..64"
-                )))
-            }
-            Err(_) => {
-                if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
-                    return Err(PyTypeError::new_err(
-                        "queries_in_flight must be 'auto' or an integer",
-                    ));
-                }
-                match v.extract::<i64>() {
-                    Ok(q) if q >= 1 => Some(q as usize),
-                    Ok(q) => {
-                        return Err(PyValueError::new_err(format!(
-                            "queries_in_flight={q} must be in 1..64 (or 'auto')"
-                        )))
-                    }
-                    Err(_) => {
-                        return Err(PyTypeError::new_err(
-                            "queries_in_flight must be 'auto' or an integer",
-                        ))
-                    }
-                }
-            }
-        },
-    };
-    Ok(SearchOptions {
-        k: kk,
-        l: k.usize("L")?,
-        w: k.usize("W")?,
-        executor: k
-            .name("executor", ExecutorChoice::parse)?
-            .unwrap_or(ExecutorChoice::Auto),
-        adaptive_beam: k.bool("adaptive_beam")?.unwrap_or(false),
-        early_dispatch: k.f64("early_dispatch")?.map(|x| x as f32),
-        queries_in_flight: qif,
-        page_search: k
-            .name("page_search", PageChoice::parse)?
-            .unwrap_or(PageChoice::Auto),
-        sigma: k.f64("sigma")?.map(|x| x as f32),
-        refine_ratio: k.f64("refine_ratio")?.map(|x| x as f32),
-        filter_ratio: k.f64("filter_ratio")?.map(|x| x as f32),
-        threads: k.usize("threads")?,
-        repeatable: k.bool("repeatable")?.unwrap_or(true),
-        nprobe: if k.accepts("nprobe") {
-            k.usize("nprobe")?
-        } else {
-            None
-        },
-        probe_cut: if k.accepts("probe_cut") {
-            k.f64("probe_cut")?.map(|x| x as f32)
-        } else {
-            None
-        },
-    })
-}
-
 /// Search options from keyword arguments.
 pub fn search_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<SearchOptions> {
     let mut k = Kw::new(kw, "search", SEARCH_KEYS.as_slice());
-    let kk = k.usize("k")?.unwrap_or(10);
-    let o = search_fields(&mut k, kk)?;
+    let o = reader::search_options(&mut k)?;
     k.finish()?;
     Ok(o)
 }
@@ -474,14 +410,60 @@ pub fn search_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<SearchOptions>
 /// Range-search options from keyword arguments.
 pub fn range_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<(SearchOptions, RangeOptions)> {
     let mut k = Kw::new(kw, "range_search", RANGE_KEYS.as_slice());
-    let s = search_fields(&mut k, 1)?;
-    let r = RangeOptions {
-        ratio: k.f64("ratio")?.map(|x| x as f32),
-        max_l: k.usize("max_L")?,
-        entry_cutoff: k.f64("entry_cutoff")?.map(|x| x as f32),
-    };
+    let o = reader::range_options(&mut k)?;
     k.finish()?;
-    Ok((s, r))
+    Ok(o)
+}
+
+/// Python keyword arguments as the engine's option source: the search
+/// options' names and fields are `nearline::planner::reader`'s.
+impl OptionReader for Kw<'_, '_> {
+    type Error = PyErr;
+    fn accepts(&self, key: &str) -> bool {
+        Kw::accepts(self, key)
+    }
+    fn usize(&mut self, key: &'static str) -> PyResult<Option<usize>> {
+        Kw::usize(self, key)
+    }
+    fn f64(&mut self, key: &'static str) -> PyResult<Option<f64>> {
+        Kw::f64(self, key)
+    }
+    fn bool(&mut self, key: &'static str) -> PyResult<Option<bool>> {
+        Kw::bool(self, key)
+    }
+    fn str(&mut self, key: &'static str) -> PyResult<Option<String>> {
+        Kw::str(self, key)
+    }
+    fn int_or_auto(&mut self, key: &'static str) -> PyResult<Option<usize>> {
+        let Some(v) = self.get(key)? else {
+            return Ok(None);
+        };
+        if let Ok(s) = v.extract::<String>() {
+            if s.trim().eq_ignore_ascii_case("auto") {
+                return Ok(None);
+            }
+            return Err(PyValueError::new_err(format!(
+                "{key}={s:?} must be 'auto' or an integer in 1..64"
+            )));
+        }
+        if v.is_instance_of::<PyBool>() || v.is_instance_of::<PyFloat>() {
+            return Err(PyTypeError::new_err(format!(
+                "{key} must be 'auto' or an integer"
+            )));
+        }
+        match v.extract::<i64>() {
+            Ok(q) if q >= 1 => Ok(Some(q as usize)),
+            Ok(q) => Err(PyValueError::new_err(format!(
+                "{key}={q} must be in 1..64 (or 'auto')"
+            ))),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "{key} must be 'auto' or an integer"
+            ))),
+        }
+    }
+    fn engine_error(&self, e: nearline::Error) -> PyErr {
+        to_py(e)
+    }
 }
 
 /// The shape of an index's queries check: a helper for error messages.

@@ -13,6 +13,7 @@ pub mod memory;
 pub mod options;
 pub mod partition;
 pub mod preset;
+pub mod reader;
 pub mod rules;
 pub mod schema;
 pub mod search;
