@@ -13,6 +13,11 @@ a server holding the same index with the same search threads. Every answer of th
 side must equal the in-process one (ids, bit for bit), so a figure never compares different
 work. ``--target-recall`` picks the first L of ``--L`` whose recall@k reaches it.
 
+``--generator`` picks the served side's callers: ``client`` (``nearline.Client``, what a
+Python user gets) or ``raw`` (a minimal HTTP/1.1 generator: one kept-alive socket a caller,
+the request bytes built before the clock starts, the reply's ids decoded from its base64),
+which measures the server rather than the Python client; ``both`` runs each.
+
     python benches/serve.py --index IDX --queries Q.fbin --gt GT.bin --L 20,30,50,100 \\
         --target-recall 0.95 --clients 1,2,4,8,16,32,64 --reps 3 --out serve.json --plot serve.png
 """
@@ -20,14 +25,17 @@ work. ``--target-recall`` picks the first L of ``--L`` whose recall@k reaches it
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import re
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -65,9 +73,9 @@ def run_calls(search, plan, k: int, L: int):
     return time.perf_counter() - t0, out, [x for c in lat for x in c]
 
 
-def measure(search, q: np.ndarray, args) -> dict:
+def measure(search, q: np.ndarray, args, only=None) -> dict:
     res = {}
-    for mode in args.modes:
+    for mode in (args.modes if only is None else only):
         plan = _calls(q, mode, args.batch)
         run_calls(search, plan, args.k, args.L)  # warm-up: caches, connections
         secs, out, lat = run_calls(search, plan, args.k, args.L)
@@ -86,7 +94,51 @@ def child(args) -> None:
     print(json.dumps(res))
 
 
-def served(args) -> dict:
+class RawSearch:
+    """``search(block, k, L)`` over raw keep-alive sockets (one a thread): the request bytes of
+    every query are built up front, so the timed loop only sends, reads and decodes the ids."""
+
+    def __init__(self, url: str, collection: str, queries: np.ndarray, k: int, L: int) -> None:
+        m = re.match(r"http://([^:/]+):(\d+)", url)
+        if not m:
+            raise ValueError(f"not an http URL: {url}")
+        self.addr = (m.group(1), int(m.group(2)))
+        self.local = threading.local()
+        self.requests = {}
+        for row in queries:
+            body = json.dumps({"queries": {"dtype": "float32", "shape": [1, len(row)],
+                                           "b64": base64.b64encode(row.astype("<f4").tobytes()).decode()},
+                               "k": k, "L": L, "encoding": "b64"}).encode()
+            head = (f"POST /v1/collections/{collection}/search HTTP/1.1\r\nHost: b\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+            self.requests[row.tobytes()] = head + body
+
+    def _sock(self) -> Any:
+        s = getattr(self.local, "sock", None)
+        if s is None:
+            s = socket.create_connection(self.addr)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.local.sock, self.local.buf = s, b""
+        return s
+
+    def __call__(self, block: np.ndarray, k: int, L: int) -> Any:
+        s = self._sock()
+        s.sendall(self.requests[block[0].tobytes()])
+        buf = self.local.buf
+        while (end := buf.find(b"\r\n\r\n")) < 0:
+            buf += s.recv(65536)
+        head = buf[:end]
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"the server answered {head[:60]!r}")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(buf) < end + 4 + length:
+            buf += s.recv(65536)
+        body, self.local.buf = buf[end + 4:end + 4 + length], buf[end + 4 + length:]
+        ids = json.loads(body)["ids"]
+        return (np.frombuffer(base64.b64decode(ids["b64"]), "<i8").reshape(ids["shape"]),)
+
+
+def served(args, generator: str) -> dict:
     q = nearline.read_vectors(args.queries)[: args.nq]
     p = subprocess.Popen([sys.executable, "-m", "nearline", "serve", "--port", "0", f"b={args.index}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -96,7 +148,13 @@ def served(args) -> dict:
         if not m:
             raise RuntimeError(f"the server did not start: {line!r} {p.stderr.read()}")
         client = Client(m.group(1), collection="b")
-        res = measure(client.search, q, args)
+        if generator == "raw":
+            # The batch mode sends batches: the client builds those; the one-query modes go raw.
+            raw = RawSearch(m.group(1), "b", q, args.k, args.L)
+            res = measure(client.search, q, args, only=["batch"])
+            res.update(measure(raw, q, args, only=[m_ for m_ in args.modes if m_ != "batch"]))
+        else:
+            res = measure(client.search, q, args)
         mem = client.info()["memory"]
         res["budget"], res["within_budget"] = mem["budget"], mem["within_budget"]
         return res
@@ -127,7 +185,9 @@ def plot(summary: dict, path: str) -> None:
     modes = [m for m in summary["modes"] if m != "batch"]
     xs = [int(m[1:]) for m in modes]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
-    for side, mark in (("in_process", "o-"), ("served", "s-")):
+    sides = ["in_process"] + [k[len("qps_"):] for k in summary["modes"][modes[0]]
+                              if k.startswith("qps_served") and not k.startswith("qps_runs")]
+    for side, mark in zip(sides, ("o-", "s-", "^-")):
         a.plot(xs, [summary["modes"][m][f"qps_{side}"] for m in modes], mark, label=side.replace("_", "-"))
         b.plot(xs, [summary["modes"][m][f"p50_ms_{side}"] for m in modes], mark, label=f"{side} p50")
         b.plot(xs, [summary["modes"][m][f"p99_ms_{side}"] for m in modes], mark.replace("-", "--"),
@@ -156,6 +216,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--clients", default="4", help="concurrent callers of the one-query modes, comma-separated")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--generator", choices=("client", "raw", "both"), default="client",
+                    help="the served side's callers (see above)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--plot", default=None)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -168,35 +230,43 @@ def main() -> None:
         child(args)
         return
     args.L = pick_L(args)
-    runs = {"in_process": [], "served": []}
+    gens = ["client", "raw"] if args.generator == "both" else [args.generator]
+    served_sides = [f"served_{g}" if len(gens) > 1 else "served" for g in gens]
+    runs = {"in_process": [], **{s_: [] for s_ in served_sides}}
     for rep in range(args.reps):
-        for side in (("in_process", "served") if rep % 2 == 0 else ("served", "in_process")):
+        order = ["in_process", *served_sides]
+        for side in (order if rep % 2 == 0 else order[::-1]):
             if side == "in_process":
                 r = subprocess.run([sys.executable, __file__, "--child", "--chosen-L", str(args.L), *sys.argv[1:]],
                                    capture_output=True, text=True, check=True)
                 runs[side].append(json.loads(r.stdout.strip().splitlines()[-1]))
             else:
-                runs[side].append(served(args))
+                runs[side].append(served(args, gens[served_sides.index(side)]))
     gt = nearline.read_ground_truth(args.gt)[0] if args.gt else None
+    first = served_sides[0]
     summary = {"index": args.index, "L": args.L, "k": args.k, "batch": args.batch, "reps": args.reps,
-               "memory_budget": runs["served"][0]["budget"],
+               "generators": gens, "memory_budget": runs[first][0]["budget"],
                "within_budget": all(r["within_budget"] for s in runs.values() for r in s), "modes": {}}
     for mode in args.modes:
-        same = all(a[mode]["ids"] == b[mode]["ids"] for a, b in zip(runs["in_process"], runs["served"]))
+        same = all(a[mode]["ids"] == b[mode]["ids"]
+                   for side in served_sides for a, b in zip(runs["in_process"], runs[side]))
         row = {"identical_results": same}
         for side in runs:
             for key in ("qps", "p50_ms", "p99_ms"):
                 row[f"{key}_{side}"] = statistics.median(r[mode][key] for r in runs[side])
             row[f"qps_runs_{side}"] = [r[mode]["qps"] for r in runs[side]]
-        row["served_over_in_process"] = row["qps_served"] / row["qps_in_process"]
+        text = []
+        for side in served_sides:
+            ratio = row[f"qps_{side}"] / row["qps_in_process"]
+            row[f"{side}_over_in_process"] = ratio
+            text.append(f"{side.replace('_', ' ')} {row[f'qps_{side}']:7.0f} QPS (p50 {row[f'p50_ms_{side}']:.2f} ms, "
+                        f"p99 {row[f'p99_ms_{side}']:.2f}) = {ratio:.2f}x")
         if gt is not None and mode == "batch":
-            found = np.asarray(runs["served"][0][mode]["ids"][0])
+            found = np.asarray(runs[first][0][mode]["ids"][0])
             summary["recall"] = nearline.recall(found, gt[: len(found)], args.k)
         summary["modes"][mode] = row
         print(f"{mode:>6}: in-process {row['qps_in_process']:7.0f} QPS (p50 {row['p50_ms_in_process']:.2f} ms, "
-              f"p99 {row['p99_ms_in_process']:.2f}), served {row['qps_served']:7.0f} QPS (p50 "
-              f"{row['p50_ms_served']:.2f} ms, p99 {row['p99_ms_served']:.2f}) = "
-              f"{row['served_over_in_process']:.2f}x, identical results: {same}")
+              f"p99 {row['p99_ms_in_process']:.2f}), {', '.join(text)}, identical results: {same}")
     print(f"L {args.L}, recall@{args.k} {summary.get('recall', float('nan')):.4f}, memory budget "
           f"{summary['memory_budget']} bytes, within budget: {summary['within_budget']}")
     if args.out:

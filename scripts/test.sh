@@ -24,7 +24,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --profile ci --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --profile ci -p nearline
+cargo test --profile ci -p nearline -p nearline-http
 echo "== pytest"
 .venv/bin/python -m pytest -q --durations=15 tests
 echo "== pytest (pread I/O engine forced)"

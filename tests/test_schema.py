@@ -121,7 +121,7 @@ def test_server_schema_is_generated_from_the_schema(tmp_path):
             assert props["executor"]["enum"] == nearline.VOCABULARY["executors"]
             assert props["sigma"] == {**props["sigma"], "type": "number", "exclusiveMinimum": 0.0, "maximum": 1.0}
         finally:
-            srv.httpd.server_close()
+            srv.stop(close_indexes=False)
 
 
 @pytest.mark.parametrize("preset, budget", [("gorgeous", 1_300_000), ("spfresh", None)])

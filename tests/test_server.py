@@ -145,6 +145,8 @@ def test_auth_scopes(served, data):
     assert _raw(served, "POST", "/v1/collections/graph/search", {"queries": queries[0].tolist()},
                 token="x" * 20)[0] == 401
     assert _raw(served, "GET", "/metrics", token=None)[0] == 401
+    # Only a bearer token is a token.
+    assert _raw(served, "GET", "/v1/collections", token=None, headers={"Authorization": f"Basic {READ}"})[0] == 401
     reader = Client(served.url, READ, collection="graph")
     reader.search(queries[:2])
     n = reader.n
@@ -226,7 +228,8 @@ def test_malformed_requests_get_4xx_and_the_server_keeps_serving(served, data):
     reply = b""
     while chunk := sock.recv(4096):  # the server closes after a malformed request
         reply += chunk
-    assert b" 400 " in reply.split(b"\r\n")[0] + b" " and b'"error"' in reply
+    # Bytes that are not HTTP get the HTTP parser's bare 400 (no JSON: no request was read).
+    assert b" 400 " in reply.split(b"\r\n")[0] + b" "
     sock.close()
     assert graph.n == n0, "a refused request changed the index"
     _still_serving(served, queries)
@@ -347,8 +350,7 @@ def test_tokens_and_binding_are_checked(tmp_path, built):
     with pytest.raises(ValueError, match="read:TOKEN"):
         Tokens.parse("admin:" + "a" * 20, "x")
     t = Tokens.parse(f"# comment\nread:{READ}\nwrite:{WRITE}, read:{'z' * 16}", "x")
-    assert t.scope(f"Bearer {WRITE}") == "write" and t.scope(f"Bearer {READ}") == "read"
-    assert t.scope(f"Basic {READ}") is None and t.scope(None) is None
+    assert t.read == [READ, "z" * 16] and t.write == [WRITE]
     f = tmp_path / "tokens"
     f.write_text(f"read:{READ}\n")
     os.chmod(f, 0o644)
@@ -425,74 +427,6 @@ def test_sigterm_during_an_insert_stream_loses_no_acknowledged_insert(built, tmp
             assert not missing, f"trial {trial} ({name}): acknowledged inserts lost: {missing[:10]}"
             assert not ix.check()["problems"]
         shutil.rmtree(tmp)
-
-
-def test_batcher_groups_searches_that_arrive_while_busy_and_returns_each_its_rows():
-    from nearline.server_batch import Batcher
-
-    calls = []
-    gate = threading.Event()
-
-    def fake_search(q, **opts):
-        calls.append((len(q), opts.get("L")))
-        if len(calls) == 1:
-            gate.wait(5)  # the first call holds the only slot while the others queue up
-        ids = (q[:, :1] * 10).astype(np.int64) + opts.get("L", 0)
-        return ids, q[:, :1].astype(np.float32), {"reads": q[:, 0].astype(np.uint32)}
-
-    b = Batcher(fake_search, concurrency=1, max_rows=256)
-    out = {}
-
-    def call(i, L):
-        out[i] = b.search(np.full((1, 3), i, np.float32), L=L)
-
-    first = threading.Thread(target=call, args=(0, 5))
-    first.start()
-    while not calls:
-        time.sleep(0.001)
-    others = [threading.Thread(target=call, args=(i, 5 if i % 2 else 7)) for i in range(1, 11)]
-    for t in others:
-        t.start()
-    deadline = time.monotonic() + 10
-    while sum(g.rows for g in list(b._order)) < 10 and time.monotonic() < deadline:
-        time.sleep(0.005)  # until every other caller is queued behind the first call
-    gate.set()
-    for t in [first, *others]:
-        t.join()
-    # One call alone, then one call per option set holding all its queued queries.
-    assert calls[0] == (1, 5) and sorted(calls[1:]) == [(5, 5), (5, 7)]
-    for i in range(11):
-        L = 5 if i % 2 or i == 0 else 7
-        ids, dists, stats = out[i]
-        assert ids.tolist() == [[10 * i + L]] and dists.tolist() == [[float(i)]] and stats["reads"].tolist() == [i]
-
-
-def test_batcher_gives_every_member_the_engine_error():
-    from nearline.server_batch import Batcher
-
-    gate = threading.Event()
-
-    def failing(q, **opts):
-        gate.wait(5)
-        raise ValueError("L=0 is out of range")
-
-    b = Batcher(failing, concurrency=1)
-    errors = []
-
-    def call():
-        try:
-            b.search(np.zeros((1, 2), np.float32), L=0)
-        except ValueError as e:
-            errors.append(str(e))
-
-    threads = [threading.Thread(target=call) for _ in range(6)]
-    for t in threads:
-        t.start()
-    time.sleep(0.2)
-    gate.set()
-    for t in threads:
-        t.join()
-    assert errors == ["L=0 is out of range"] * 6
 
 
 def test_concurrent_one_query_calls_equal_the_in_process_answers(served, data):

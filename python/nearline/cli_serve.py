@@ -34,9 +34,9 @@ def register(sub: Any) -> None:
                         "only shorten it)")
     p.add_argument("--max-concurrent", type=_positive_int, default=d.max_concurrent,
                    help="requests answered at once (others wait up to the deadline, then get 503)")
-    p.add_argument("--engine-calls", type=_positive_int, default=d.engine_calls,
-                   help="engine calls per collection at once; searches that arrive while they are all busy "
-                        "wait and run together as the next one (dynamic batching)")
+    p.add_argument("--io-threads", type=_positive_int, default=2,
+                   help="threads of the HTTP front end that read requests and write replies (searches run "
+                        "on their own threads)")
     p.add_argument("--grace", type=_positive_float, default=d.grace,
                    help="seconds SIGTERM waits for requests in flight before the indexes close")
     p.add_argument("--memory-budget", type=_budget, default=None,
@@ -50,9 +50,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .server import Limits, serve
 
     limits = Limits(max_body=args.max_body, max_batch=args.max_batch, deadline=args.deadline,
-                    max_concurrent=args.max_concurrent, engine_calls=args.engine_calls, grace=args.grace)
+                    max_concurrent=args.max_concurrent, grace=args.grace)
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port} must be in 0..65535")
     return serve(args.indexes, host=args.host, port=args.port, token_file=args.token_file, limits=limits,
-                 allow_no_auth=args.insecure_no_auth, memory_budget=args.memory_budget, threads=args.threads,
+                 allow_no_auth=args.insecure_no_auth, io_threads=args.io_threads, memory_budget=args.memory_budget, threads=args.threads,
                  read_only=True if args.read_only else None)

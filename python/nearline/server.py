@@ -1,14 +1,16 @@
 """``nearline serve``: indexes served over HTTP/JSON, with bearer-token auth, limits and metrics.
 
-The stack is the standard library's threaded HTTP server: one thread per connection, and
-every engine call (search, insert, ...) releases the GIL, so searches and updates from many
-connections run in parallel in the engine while Python only parses and writes JSON. It adds
-no dependency beyond ``prometheus-client`` for the metrics; ``docs/serving.md`` has the
-measured cost against searching in-process.
+The transport is Rust (``crates/nearline-http``: hyper on tokio, started through the
+bindings): it accepts connections, routes, checks tokens and limits, and answers ``search``
+and ``range_search`` itself, without Python or the GIL, on blocking threads that call the
+engine directly. The other endpoints (info, ids, plan, insert, delete, checkpoint, the
+collection list, the metrics) come back here, to :meth:`Server._delegate`, after the same
+routing, auth and limits. ``docs/serving.md`` has the measured cost against searching
+in-process.
 
 Endpoints (``/openapi.json`` describes them, with every search option and its type):
 
-- ``GET /health`` (no token): ``{"status": "ok" | "draining", "collections": [...]}``.
+- ``GET /health`` (no token): ``{"status": "ok", "collections": [...]}``.
 - ``GET /metrics``: Prometheus text (requests, latency histograms, queries, reads, cache
   hits, memory held vs budget, updates waiting, vectors).
 - ``GET /v1/collections``; ``GET /v1/collections/NAME`` (the index's ``info()``);
@@ -20,35 +22,31 @@ Security: the server binds to 127.0.0.1 unless told otherwise; with tokens confi
 endpoint but ``/health`` and ``/openapi.json`` needs ``Authorization: Bearer TOKEN`` (a
 ``read`` token may search, a ``write`` token may also update); without tokens it refuses
 to bind to anything but a loopback address. Requests are bounded (body bytes, rows per
-batch, a deadline); a malformed request gets a 4xx with the reason and never reaches the
-index. SIGTERM (or SIGINT) drains: new requests get 503, requests in flight finish (an
-acknowledged write is in the index's log), then the indexes close.
+batch, values per array, a deadline, requests at once); a malformed request gets a 4xx
+with the reason and never reaches the index. SIGTERM (or SIGINT) drains: new requests get
+503, requests in flight finish (an acknowledged write is in the index's log), then the
+indexes close.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import logging
 import os
 import re
 import signal
-import socket
 import stat
 import sys
 import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import numpy as np
 
 import nearline
 
-from . import server_metrics
-from .server_batch import Batcher
+from . import _nearline, server_metrics
 from .server_wire import WireError, decode_array, dumps, encode_array, loads, option_schema
 
 log = logging.getLogger("nearline.server")
@@ -58,29 +56,26 @@ SCOPES = ("read", "write")
 TOKENS_ENV = "NEARLINE_TOKENS"
 MIN_TOKEN_CHARS = 16
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# Request keys that are not search options.
-_SEARCH_KEYS = ("queries", "stats", "encoding", "timeout")
-_RANGE_KEYS = ("queries", "radius", "stats", "encoding", "timeout")
 
 
 @dataclass
 class Limits:
     """What one request may ask: body bytes, rows (queries or vectors) per batch, values per
-    array, and the longest a search may run (seconds) before it is answered 504; and how the
-    server runs searches: ``engine_calls`` engine calls per collection at once, searches that
-    arrive while they are all busy batched into the next one (:mod:`nearline.server_batch`)."""
+    array, and the longest a search may run (seconds) before it is answered 504 (also the
+    longest a request waits for one of the ``max_concurrent`` request slots before a 503);
+    ``idle_timeout``: a connection that sends nothing for this long is closed; ``grace``: how
+    long a drain waits for requests in flight."""
 
     max_body: int = 64 << 20
     max_batch: int = 10_000
     max_values: int = 16 << 20
     deadline: float = 30.0
     max_concurrent: int = 64
-    engine_calls: int = 2
     idle_timeout: float = 120.0
     grace: float = 30.0
 
     def check(self) -> "Limits":
-        for name in ("max_body", "max_batch", "max_values", "max_concurrent", "engine_calls"):
+        for name in ("max_body", "max_batch", "max_values", "max_concurrent"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be a positive integer")
@@ -101,19 +96,6 @@ class Tokens:
     @property
     def enabled(self) -> bool:
         return bool(self.read or self.write)
-
-    def scope(self, header: Optional[str]) -> Optional[str]:
-        """The scope a request's ``Authorization`` header grants, or None."""
-        if not header or not header.startswith("Bearer "):
-            return None
-        given = header[len("Bearer "):].strip().encode()
-        # Compare against every token (constant time each) so timing tells nothing.
-        found = None
-        for scope in ("write", "read"):
-            for t in getattr(self, scope):
-                if hmac.compare_digest(given, t.encode()) and found is None:
-                    found = scope
-        return found
 
     @classmethod
     def parse(cls, text: str, source: str) -> "Tokens":
@@ -181,13 +163,14 @@ def parse_collections(specs: Sequence[str]) -> List[Tuple[str, str]]:
 
 
 class Server:
-    """Collections (opened indexes) served over HTTP. ``start()`` serves in a background
-    thread (tests, embedding); ``serve_forever()`` serves until SIGTERM/SIGINT or
-    :meth:`stop`. Use :func:`serve` for the CLI's behaviour."""
+    """Collections (opened indexes) served over HTTP. The server listens from construction;
+    ``start()`` begins collecting its metrics in a background thread (tests, embedding);
+    ``serve_forever()`` serves until SIGTERM/SIGINT or :meth:`stop`. Use :func:`serve` for
+    the CLI's behaviour."""
 
     def __init__(self, indexes: Dict[str, "nearline.Index"], *, host: str = "127.0.0.1", port: int = 8080,
                  tokens: Optional[Tokens] = None, limits: Optional[Limits] = None,
-                 allow_no_auth: bool = False) -> None:
+                 allow_no_auth: bool = False, io_threads: int = 2) -> None:
         if not indexes:
             raise ValueError("a server needs at least one collection")
         for name in indexes:
@@ -198,24 +181,28 @@ class Server:
             raise ValueError(f"refusing to serve {host} without tokens: give --token-file or {TOKENS_ENV} "
                              "(or --insecure-no-auth to serve an open index on the network on purpose)")
         self.limits = (limits or Limits()).check()
+        if isinstance(io_threads, bool) or not isinstance(io_threads, int) or io_threads < 1:
+            raise ValueError(f"io_threads={io_threads!r} must be a positive integer")
         self.indexes = dict(indexes)
         self.metrics = server_metrics.Metrics(self.indexes)
-        self.batchers = {name: Batcher(ix.search, concurrency=self.limits.engine_calls)
-                         for name, ix in self.indexes.items()}
-        self._slots = threading.BoundedSemaphore(self.limits.max_concurrent)
-        self._lock = threading.Condition()
-        self._busy = 0
-        self._connections: Dict[Any, bool] = {}  # handler -> busy
-        self.draining = False
-        self._routes = self._route_table()
+        self._ops: Dict[str, Callable[..., Any]] = {
+            "collections": self._list, "info": self._info, "ids": self._ids, "plan": self._plan,
+            "insert": self._insert, "delete": self._delete, "checkpoint": self._checkpoint,
+        }
         self.openapi = _openapi(self)
-        self.httpd = _HTTPServer((host, port), _Handler, self)
-        self._thread: Optional[threading.Thread] = None
+        self._front = _nearline.HttpServer(
+            "127.0.0.1" if host == "localhost" else host, port,
+            {name: ix._raw for name, ix in self.indexes.items()},
+            list(self.tokens.read), list(self.tokens.write), asdict(self.limits), dumps(self.openapi),
+            self._delegate, f"nearline/{nearline.__version__}", io_threads)
+        self._stopped = threading.Event()
+        self._pump_thread: Optional[threading.Thread] = None
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def address(self) -> Tuple[str, int]:
-        host, port = self.httpd.server_address[:2]
+        host, port = self._front.address
         return str(host), int(port)
 
     @property
@@ -223,35 +210,40 @@ class Server:
         host, port = self.address
         return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
+    @property
+    def draining(self) -> bool:
+        return bool(self._front.draining)
+
     def start(self) -> "Server":
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="nearline-serve", daemon=True)
-        self._thread.start()
+        """Collects the front end's request events into the metrics every 0.2 s (a scrape of
+        ``/metrics`` collects them first too)."""
+        if self._pump_thread is None:
+            self._pump_thread = threading.Thread(target=self._pump_loop, name="nearline-metrics", daemon=True)
+            self._pump_thread.start()
         return self
+
+    def _pump_loop(self) -> None:
+        while not self._stopped.wait(0.2):
+            self._pump()
+
+    def _pump(self) -> None:
+        """Moves the requests the front end answered since the last call into the metrics."""
+        events, dropped = self._front.take_events()
+        self.metrics.answered(events, dropped)
+        self.metrics.in_flight.set(self._front.in_flight)
 
     def stop(self, close_indexes: bool = True) -> None:
         """Drains and stops: new requests get 503, requests in flight finish (up to the
         grace period), idle connections close, then (by default) the indexes close."""
-        with self._lock:
-            self.draining = True
-        if self._thread is not None:
-            self.httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._finish(close_indexes)
-
-    def _finish(self, close_indexes: bool) -> None:
-        deadline = time.monotonic() + self.limits.grace
-        with self._lock:
-            self.draining = True
-            for h, busy in list(self._connections.items()):
-                if not busy:
-                    h.hang_up()
-            while self._busy and time.monotonic() < deadline:
-                self._lock.wait(0.05)
-            for h in list(self._connections):
-                h.hang_up()
-        self.httpd.server_close()
+        if self._closed:
+            return
+        self._closed = True
+        self._front.stop()
+        self._stopped.set()
+        if self._pump_thread is not None:
+            self._pump_thread.join()
+            self._pump_thread = None
+        self._pump()
         if close_indexes:
             for ix in self.indexes.values():
                 try:
@@ -261,82 +253,42 @@ class Server:
 
     def serve_forever(self) -> None:
         """Serves until SIGTERM or SIGINT (main thread only), then drains and closes."""
+        signalled = threading.Event()
+
         def on_signal(signum: int, _frame: Any) -> None:
             log.warning("signal %d: draining", signum)
-            with self._lock:
-                self.draining = True
-            threading.Thread(target=self.httpd.shutdown, daemon=True).start()
+            self._front.begin_drain()
+            signalled.set()
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            self.httpd.serve_forever(poll_interval=0.1)
+            while not signalled.wait(0.2) and not self._closed:
+                self._pump()
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
-            self._finish(close_indexes=True)
+            self.stop(close_indexes=True)
 
-    # -- request bookkeeping (called by handlers) ------------------------------------------
-    def _enter(self, handler: Any) -> bool:
-        """Counts a request as in flight (so a drain waits for its reply, a refusal included);
-        returns whether it may run (False while draining: it is answered 503)."""
-        with self._lock:
-            self._busy += 1
-            self._connections[handler] = True
-            accepted = not self.draining
-        self.metrics.in_flight.inc()
-        return accepted
+    # -- the endpoints the Rust front end hands over ------------------------------------------
+    def _delegate(self, op: str, name: Optional[str], body: bytes, query: str) -> Tuple[int, str, bytes]:
+        """Answers ``op`` (routed, authorised and within the body limit already):
+        ``(status, content type, body)``; never raises."""
+        try:
+            if op == "metrics":
+                self._pump()
+                return 200, server_metrics.CONTENT_TYPE, self.metrics.exposition()
+            fn = self._ops[op]
+            return 200, "application/json", dumps(fn(name, loads(body) if body else {}, parse_qs(query)))
+        except WireError as e:
+            return e.status, "application/json", _error(e.status, str(e), e.kind)
+        except TypeError as e:
+            return 400, "application/json", _error(400, str(e), "TypeError")
+        except (ValueError, OverflowError) as e:
+            return 400, "application/json", _error(400, str(e), "ValueError")
+        except Exception as e:  # noqa: BLE001 - a request never takes the server down
+            log.exception("%s %s", op, name)
+            return 500, "application/json", _error(500, f"{type(e).__name__}: {e}", type(e).__name__)
 
-    def _leave(self, handler: Any) -> None:
-        self.metrics.in_flight.dec()
-        with self._lock:
-            self._busy -= 1
-            if handler in self._connections:
-                self._connections[handler] = False
-            self._lock.notify_all()
-
-    def _register(self, handler: Any) -> None:
-        with self._lock:
-            self._connections[handler] = False
-
-    def _unregister(self, handler: Any) -> None:
-        with self._lock:
-            self._connections.pop(handler, None)
-
-    # -- routing -----------------------------------------------------------------------------
-    def _route_table(self) -> Dict[Tuple[str, str], Tuple[Optional[str], Callable[..., Any]]]:
-        return {
-            ("GET", "collections"): ("read", self._list),
-            ("GET", ""): ("read", self._info),
-            ("GET", "ids"): ("read", self._ids),
-            ("POST", "search"): ("read", self._search),
-            ("POST", "range_search"): ("read", self._range_search),
-            ("POST", "plan"): ("read", self._plan),
-            ("POST", "insert"): ("write", self._insert),
-            ("POST", "delete"): ("write", self._delete),
-            ("POST", "checkpoint"): ("write", self._checkpoint),
-        }
-
-    def route(self, method: str, path: str) -> Tuple[str, Optional[str], Optional[str], Callable[..., Any]]:
-        """``(op, collection, scope, handler)`` for a request, or a 404/405 WireError."""
-        parts = [p for p in path.split("/") if p]
-        if parts[:1] != ["v1"] or len(parts) < 2 or parts[1] != "collections" or len(parts) > 4:
-            raise WireError(404, f"no endpoint {path} (see /openapi.json)")
-        if len(parts) == 2:
-            op, name = "collections", None
-        else:
-            name, op = parts[2], (parts[3] if len(parts) == 4 else "")
-            if name not in self.indexes:
-                raise WireError(404, f"no collection {name!r} (this server has {', '.join(sorted(self.indexes))})")
-        entry = self._routes.get((method, op))
-        if entry is None:
-            allowed = sorted(m for (m, o) in self._routes if o == op)
-            if allowed:
-                raise WireError(405, f"{path} takes {' or '.join(allowed)}, not {method}")
-            raise WireError(404, f"no endpoint {path} (see /openapi.json)")
-        scope, fn = entry
-        return (op or "info"), name, scope, fn
-
-    # -- endpoints ---------------------------------------------------------------------------
     def _list(self, _name: None, _body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
         return {"collections": [self._summary(n) for n in sorted(self.indexes)]}
 
@@ -355,8 +307,8 @@ class Server:
         return {"ids": encode_array(self.indexes[name].ids(), b64)}
 
     def _rows(self, body: Dict[str, Any], key: str) -> np.ndarray:
-        """The float32 rows under ``key`` (``queries`` or ``vectors``): one row or a matrix,
-        within the server's value and batch limits."""
+        """The float32 rows under ``key``: one row or a matrix, within the server's value and
+        batch limits."""
         if key not in body:
             raise WireError(400, f"the body needs '{key}' (a list, a list of lists or a base64 array)")
         a = decode_array(body[key], key, "float32", ndim=(1, 2), max_items=self.limits.max_values)
@@ -365,81 +317,14 @@ class Server:
             raise WireError(413, f"{rows} {key} exceed this server's batch limit of {self.limits.max_batch}")
         return a
 
-    def _queries(self, ix: "nearline.Index", body: Dict[str, Any]) -> np.ndarray:
-        q = self._rows(body, "queries")
-        if q.shape[-1] != ix.dim:
-            raise WireError(400, f"queries have dimension {q.shape[-1]}, collection has {ix.dim}")
-        return q
-
-    def _options(self, body: Dict[str, Any], call: str, keys: Sequence[str]) -> Dict[str, Any]:
-        allowed = set(nearline.VOCABULARY["options"][call]) | set(keys)
-        unknown = sorted(set(body) - allowed)
-        if unknown:
-            raise WireError(400, f"unknown {call} option(s) {', '.join(unknown)}; "
-                            f"accepted: {', '.join(sorted(allowed))}")
-        enc = body.get("encoding", "json")
-        if enc not in ("json", "b64"):
-            raise WireError(400, f"encoding must be 'json' or 'b64', got {enc!r}")
-        if not isinstance(body.get("stats", False), bool):
-            raise WireError(400, "stats must be true or false")
-        return {k: v for k, v in body.items() if k not in keys}
-
-    def _deadline(self, body: Dict[str, Any]) -> float:
-        t = body.get("timeout")
-        if t is None:
-            return self.limits.deadline
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
-            raise WireError(400, f"timeout must be a positive number of seconds, got {t!r}")
-        return min(float(t), self.limits.deadline)
-
-    def _search(self, name: str, body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
-        ix = self.indexes[name]
-        opts = self._options(body, "search", _SEARCH_KEYS)
-        q = self._queries(ix, body)
-        single = q.ndim == 1
-        q2 = q[None, :] if single else q
-        deadline = time.monotonic() + self._deadline(body)
-        parts = []
-        # Chunks bound how far a batch can overrun its deadline; a chunk keeps every
-        # search thread busy with several queries in flight.
-        step = max(64, 16 * int(opts.get("threads") or os.cpu_count() or 1))
-        for lo in range(0, len(q2), step):
-            if lo and time.monotonic() > deadline:
-                raise WireError(504, f"the deadline passed after {lo} of {len(q2)} queries; "
-                                "send smaller batches or a longer timeout")
-            parts.append(self.batchers[name].search(q2[lo:lo + step], return_stats=True, **opts))
-        ids = np.concatenate([p[0] for p in parts]) if parts else np.empty((0, int(opts.get("k", 10))), np.int64)
-        dists = np.concatenate([p[1] for p in parts]) if parts else np.empty(ids.shape, np.float32)
-        stats = {k: np.concatenate([p[2][k] for p in parts]) for k in (parts[0][2] if parts else {})}
-        self.metrics.searched(name, len(q2), stats)
-        b64 = body.get("encoding") == "b64"
-        if single:
-            ids, dists = ids[0], dists[0]
-        out: Dict[str, Any] = {"ids": encode_array(ids, b64), "distances": encode_array(dists, b64)}
-        if body.get("stats"):
-            out["stats"] = {k: encode_array(v, False) for k, v in stats.items()}
-        return out
-
-    def _range_search(self, name: str, body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
-        ix = self.indexes[name]
-        opts = self._options(body, "range_search", _RANGE_KEYS)
-        q = self._queries(ix, body)
-        if "radius" not in body:
-            raise WireError(400, "the body needs 'radius'")
-        deadline = time.monotonic() + self._deadline(body)
-        lims, ids, dists, stats = ix.range_search(q, body["radius"], return_stats=True, **opts)
-        if time.monotonic() > deadline:
-            raise WireError(504, "the range search ran past its deadline; send smaller batches")
-        self.metrics.searched(name, len(lims) - 1, stats)
-        b64 = body.get("encoding") == "b64"
-        out = {"lims": encode_array(lims, b64), "ids": encode_array(ids, b64), "distances": encode_array(dists, b64)}
-        if body.get("stats"):
-            out["stats"] = {k: encode_array(v, False) for k, v in stats.items()}
-        return out
-
     def _plan(self, name: str, body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
         nq = body.get("nq", 1)
-        opts = self._options({k: v for k, v in body.items() if k != "nq"}, "search", ())
+        opts = {k: v for k, v in body.items() if k != "nq"}
+        allowed = set(nearline.VOCABULARY["options"]["search"])
+        unknown = sorted(set(opts) - allowed)
+        if unknown:
+            raise WireError(400, f"unknown search option(s) {', '.join(unknown)}; "
+                            f"accepted: {', '.join(sorted(allowed))}")
         return self.indexes[name].plan_search(nq, **opts)
 
     def _insert(self, name: str, body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
@@ -447,13 +332,16 @@ class Server:
         unknown = sorted(set(body) - {"vectors", "ids", "encoding"})
         if unknown:
             raise WireError(400, f"unknown insert key(s) {', '.join(unknown)}; accepted: encoding, ids, vectors")
+        enc = body.get("encoding", "json")
+        if enc not in ("json", "b64"):
+            raise WireError(400, f"encoding must be 'json' or 'b64', got {enc!r}")
         v = self._rows(body, "vectors")
         ids = None
         if body.get("ids") is not None:
             ids = decode_array(body["ids"], "ids", "int64", ndim=(1,), max_items=self.limits.max_batch)
         out = ix.insert(v, ids)
         self.metrics.updated(name, inserted=len(out))
-        return {"ids": encode_array(out, body.get("encoding") == "b64")}
+        return {"ids": encode_array(out, enc == "b64")}
 
     def _delete(self, name: str, body: Dict[str, Any], _query: Dict[str, List[str]]) -> Any:
         unknown = sorted(set(body) - {"ids"})
@@ -470,196 +358,8 @@ class Server:
         return {"sequence": self.indexes[name].checkpoint()}
 
 
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    # Connections the kernel queues before they are accepted (socketserver's default of 5
-    # reset clients when 32 or more connected at once).
-    request_queue_size = 1024
-
-    def __init__(self, address: Tuple[str, int], handler: Any, app: Server) -> None:
-        self.app = app
-        family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self.address_family = family
-        super().__init__(address, handler)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = f"nearline/{nearline.__version__}"
-    server: _HTTPServer
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.settimeout(self.server.app.limits.idle_timeout)
-        if self.connection.family in (socket.AF_INET, socket.AF_INET6):
-            # A reply is its headers then its body: without this, Nagle's algorithm holds the
-            # body until the client's delayed ACK (~40 ms a request).
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.app._register(self)
-
-    def finish(self) -> None:
-        self.server.app._unregister(self)
-        try:
-            super().finish()
-        except OSError:
-            pass
-
-    def hang_up(self) -> None:
-        try:
-            self.connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        log.info("%s %s", self.address_string(), format % args)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._handle("GET")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._handle("POST")
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._handle("PUT")
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._handle("DELETE")
-
-    def _reply(self, status: int, body: bytes, ctype: str = "application/json", extra: Sequence[Tuple[str, str]] = ()) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in extra:
-            self.send_header(k, v)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
-        """http.server's own refusals (a malformed request line or header) as JSON too."""
-        self.close_connection = True
-        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
-            self.request_version = "HTTP/1.1"  # answer with a status line and headers, never HTTP/0.9
-        try:
-            self._error(code, message or explain or "malformed request")
-        except OSError:
-            pass
-
-    def _error(self, status: int, message: str, kind: str = "ValueError") -> None:
-        if not getattr(self, "_consumed", True):
-            # The body was never read: the connection cannot carry another request.
-            self.close_connection = True
-        extra = [("WWW-Authenticate", 'Bearer realm="nearline"')] if status == 401 else []
-        self._reply(status, dumps({"error": message, "type": kind, "status": status}), extra=extra)
-
-    def _handle(self, method: str) -> None:
-        app = self.server.app
-        accepted = app._enter(self)
-        started = time.perf_counter()
-        # Whether the request's body (if any) has been read off the connection.
-        self._consumed = (self.headers.get("Content-Length", "0").strip() == "0"
-                          and not self.headers.get("Transfer-Encoding"))
-        op, name, status = "unknown", None, 500
-        try:
-            if not accepted:
-                self.close_connection = True
-                status = 503
-                self._error(503, "the server is shutting down")
-                return
-            url = urlsplit(self.path)
-            path, query = url.path, parse_qs(url.query)
-            if method == "GET" and path == "/health":
-                op, status = "health", 200
-                self._reply(200, dumps({"status": "draining" if app.draining else "ok",
-                                        "collections": sorted(app.indexes)}))
-                return
-            if method == "GET" and path == "/openapi.json":
-                op, status = "openapi", 200
-                self._reply(200, dumps(app.openapi))
-                return
-            scope_needed: Optional[str] = "read"
-            fn: Optional[Callable[..., Any]] = None
-            if path == "/metrics":
-                if method != "GET":
-                    raise WireError(405, "/metrics takes GET")
-                op = "metrics"
-            else:
-                op, name, scope_needed, fn = app.route(method, path)
-            if app.tokens.enabled:
-                got = app.tokens.scope(self.headers.get("Authorization"))
-                if got is None:
-                    raise WireError(401, "a valid bearer token is needed (Authorization: Bearer TOKEN)", "PermissionError")
-                if scope_needed == "write" and got != "write":
-                    raise WireError(403, f"a read-only token cannot {op}", "PermissionError")
-            if fn is None:
-                status = 200
-                self._reply(200, app.metrics.exposition(), ctype=server_metrics.CONTENT_TYPE)
-                return
-            body = self._body(method)
-            if not app._slots.acquire(timeout=app.limits.deadline):
-                raise WireError(503, "the server is busy: every request slot stayed taken past the deadline")
-            try:
-                result = fn(name, body, query)
-            finally:
-                app._slots.release()
-            status = 200
-            self._reply(200, dumps(result))
-        except WireError as e:
-            status = e.status
-            self._error(e.status, str(e), e.kind)
-        except TypeError as e:
-            status = 400
-            self._error(400, str(e), "TypeError")
-        except (ValueError, OverflowError) as e:
-            status = 400
-            self._error(400, str(e), "ValueError")
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
-            self.close_connection = True
-        except Exception as e:  # noqa: BLE001 - a request never takes the server down
-            status = 500
-            log.exception("%s %s", method, self.path)
-            self._error(500, f"{type(e).__name__}: {e}", type(e).__name__)
-        finally:
-            app.metrics.request(name or "", op, status, time.perf_counter() - started)
-            app._leave(self)
-
-    def _body(self, method: str) -> Dict[str, Any]:
-        if method == "GET" and self._consumed:
-            return {}
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            raise WireError(411, "send the body with a Content-Length (chunked transfer is not accepted)")
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
-            self.close_connection = True
-            raise WireError(411, "a POST needs a Content-Length")
-        try:
-            length = int(length_text)
-        except ValueError:
-            self.close_connection = True
-            raise WireError(400, f"Content-Length {length_text!r} is not an integer") from None
-        if length < 0:
-            self.close_connection = True
-            raise WireError(400, "Content-Length must not be negative")
-        limit = self.server.app.limits.max_body
-        if length > limit:
-            # The body is left unread, so the connection cannot carry another request.
-            self.close_connection = True
-            raise WireError(413, f"a body of {length} bytes exceeds this server's limit of {limit}")
-        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip().lower()
-        data = self.rfile.read(length)
-        self._consumed = True
-        if len(data) != length:
-            self.close_connection = True
-            raise WireError(400, f"the body ended after {len(data)} of {length} bytes")
-        if ctype != "application/json":
-            raise WireError(415, f"send application/json, not {ctype}")
-        if length == 0:
-            return {}
-        return loads(data)
+def _error(status: int, message: str, kind: str) -> bytes:
+    return dumps({"error": message, "type": kind, "status": status})
 
 
 def _openapi(app: Server) -> Dict[str, Any]:
@@ -723,7 +423,7 @@ def _responses() -> Dict[str, Any]:
 
 def serve(specs: Sequence[str], *, host: str = "127.0.0.1", port: int = 8080, token_file: Optional[str] = None,
           limits: Optional[Limits] = None, allow_no_auth: bool = False, ready: Optional[Callable[[Server], None]] = None,
-          **open_options: Any) -> int:
+          io_threads: int = 2, **open_options: Any) -> int:
     """Opens each index (``NAME=PATH`` or ``PATH``) and serves them until SIGTERM/SIGINT."""
     collections = parse_collections(specs)
     tokens = Tokens.load(token_file)
@@ -731,7 +431,8 @@ def serve(specs: Sequence[str], *, host: str = "127.0.0.1", port: int = 8080, to
     try:
         for name, path in collections:
             indexes[name] = nearline.open(path, **{k: v for k, v in open_options.items() if v is not None})
-        server = Server(indexes, host=host, port=port, tokens=tokens, limits=limits, allow_no_auth=allow_no_auth)
+        server = Server(indexes, host=host, port=port, tokens=tokens, limits=limits, allow_no_auth=allow_no_auth,
+                        io_threads=io_threads)
     except BaseException:
         for ix in indexes.values():
             ix.close()

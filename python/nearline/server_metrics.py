@@ -3,9 +3,7 @@ global one, so two servers in one process count apart)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
-
-import numpy as np
+from typing import Any, Dict, List, Tuple
 
 try:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -71,19 +69,23 @@ class Metrics:
         self.inserted = Counter("nearline_inserted", "vectors inserted", ["collection"], registry=r)
         self.deleted = Counter("nearline_deleted", "ids deleted (that were live)", ["collection"], registry=r)
         self.in_flight = Gauge("nearline_requests_in_flight", "requests being answered", registry=r)
+        self.dropped = Counter("nearline_events_dropped", "answered requests left out of these metrics "
+                               "(more than 2^20 between two collections)", registry=r)
         r.register(_IndexCollector(indexes))
 
-    def request(self, collection: str, op: str, status: int, seconds: float) -> None:
-        self.requests.labels(collection, op, str(status)).inc()
-        if status < 400:
-            self.latency.labels(collection, op).observe(seconds)
-
-    def searched(self, collection: str, nq: int, stats: Dict[str, np.ndarray]) -> None:
-        self.queries.labels(collection).inc(nq)
-        if "reads" in stats:
-            self.reads.labels(collection).inc(float(np.sum(stats["reads"])))
-        if "cache_hits" in stats:
-            self.cache_hits.labels(collection).inc(float(np.sum(stats["cache_hits"])))
+    def answered(self, events: List[Tuple[str, str, int, float, int, int, int]], dropped: int = 0) -> None:
+        """Requests the HTTP front end answered: ``(collection, op, status, seconds, queries,
+        reads, cache_hits)`` each (the last three are a search's)."""
+        for collection, op, status, seconds, queries, reads, hits in events:
+            self.requests.labels(collection, op, str(status)).inc()
+            if status < 400:
+                self.latency.labels(collection, op).observe(seconds)
+            if queries:
+                self.queries.labels(collection).inc(queries)
+                self.reads.labels(collection).inc(reads)
+                self.cache_hits.labels(collection).inc(hits)
+        if dropped:
+            self.dropped.inc(dropped)
 
     def updated(self, collection: str, inserted: int = 0, deleted: int = 0) -> None:
         if inserted:

@@ -1,6 +1,7 @@
 //! Python bindings of the nearline engine: conversions and the GIL only;
 //! every piece of logic lives in the engine crate.
 
+mod http;
 mod options;
 
 use nearline::data::files;
@@ -859,6 +860,7 @@ fn _nearline(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("FormatError", m.py().get_type::<FormatError>())?;
     m.add("CorruptIndexError", m.py().get_type::<CorruptIndexError>())?;
     m.add_class::<RawIndex>()?;
+    m.add_class::<http::HttpServer>()?;
     m.add_function(wrap_pyfunction!(build_index, m)?)?;
     m.add_function(wrap_pyfunction!(plan_build, m)?)?;
     m.add_function(wrap_pyfunction!(plan_index, m)?)?;
