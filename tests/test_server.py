@@ -446,3 +446,34 @@ def test_concurrent_one_query_calls_equal_the_in_process_answers(served, data):
     for t in threads:
         t.join()
     assert all(got[i].tolist() == want[i].tolist() for i in range(len(queries)))
+
+
+def test_a_refused_request_leaves_its_connection_usable_and_searches_are_counted(served, data):
+    """A 403 or 404 is sent after the request's body is read, so the same kept-alive
+    connection carries the next request; searches answered by the Rust front end reach the
+    metrics (queries and reads) and leave the index untouched."""
+    _, queries = data
+    host, port = served.address
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    auth = {"Content-Type": "application/json"}
+    body = json.dumps({"vectors": queries[:2].tolist()}).encode()
+    n0 = served.indexes["graph"].n
+    for path, token, want in (("/v1/collections/graph/insert", READ, 403),
+                              ("/v1/collections/nope/search", READ, 404),
+                              ("/v1/collections/graph/search", READ, 200)):
+        conn.request("POST", path, body=body if want != 200 else json.dumps({"queries": queries[:3].tolist()}).encode(),
+                     headers={**auth, "Authorization": f"Bearer {token}"})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == want, path
+    conn.close()
+    assert served.indexes["graph"].n == n0
+    text = Client(served.url, READ, collection="graph").metrics()
+    queries_counted = [float(line.split()[-1]) for line in text.splitlines()
+                       if line.startswith('nearline_queries_total{collection="graph"}')]
+    # Each query's nodes come from disk (reads) or the cache (cache hits): one of them counted.
+    touched = sum(float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith(('nearline_reads_total{collection="graph"}',
+                                      'nearline_cache_hits_total{collection="graph"}')))
+    assert queries_counted and queries_counted[0] >= 3 and touched > 0
+    assert 'op="insert",status="403"' in text and 'op="search",status="200"' in text
