@@ -9,7 +9,6 @@ one per thread. Only the standard library is used.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import socket
@@ -55,6 +54,87 @@ def _raise(status: int, payload: Dict[str, Any]) -> None:
     raise ServerError(status, msg)
 
 
+class _ProtocolError(Exception):
+    """A reply that is cut short or is not HTTP/1.1."""
+
+
+class _Connection:
+    """One kept-alive HTTP/1.1 connection: a request goes out in one send, the reply is read
+    by its Content-Length (or chunks, or to the end). Lean on purpose: ``http.client`` costs
+    several hundred Python calls a request (its header parser), which the two cores a search
+    runs on pay for."""
+
+    def __init__(self, scheme: str, host: str, port: int, timeout: float) -> None:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if scheme == "https":
+            import ssl
+
+            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+        self.sock = sock
+        self.buf = bytearray()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise _ProtocolError("the server closed the connection")
+        self.buf += chunk
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def _line(self) -> bytes:
+        while (end := self.buf.find(b"\r\n")) < 0:
+            self._fill()
+        return self._take(end + 2)[:-2]
+
+    def exchange(self, request: bytes) -> Tuple[int, Dict[str, str], bytes]:
+        """Sends one request; returns the reply's status, headers (lower-case names) and body."""
+        self.sock.sendall(request)
+        while (end := self.buf.find(b"\r\n\r\n")) < 0:
+            if len(self.buf) > 1 << 20:
+                raise _ProtocolError("the reply's head exceeds 1 MiB")
+            self._fill()
+        lines = self._take(end + 4)[:-4].decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise _ProtocolError(f"not an HTTP/1.1 reply: {lines[0][:80]!r}")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            parts = []
+            while (size := int(self._line().split(b";")[0], 16)) > 0:
+                parts.append(self._take(size))
+                self._line()
+            while self._line():  # trailers, then the blank line
+                pass
+            body = b"".join(parts)
+        elif "content-length" in headers:
+            body = self._take(int(headers["content-length"]))
+        else:
+            try:
+                while True:
+                    self._fill()
+            except _ProtocolError:
+                pass
+            body, self.buf = bytes(self.buf), bytearray()
+            headers["connection"] = "close"
+        return int(code), headers, body
+
+
 class _Transport:
     """HTTP/1.1 with keep-alive, one connection per thread."""
 
@@ -62,23 +142,22 @@ class _Transport:
         u = urlsplit(url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"url must be http://HOST:PORT or https://HOST:PORT, got {url!r}")
-        self.scheme, self.host, self.port = u.scheme, u.hostname, u.port
+        self.scheme, self.host = u.scheme, u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
         self.prefix = u.path.rstrip("/")
         self.token = token
         self.timeout = timeout
         self._local = threading.local()
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self._host_header = host if u.port is None else f"{host}:{u.port}"
 
-    def _conn(self, fresh: bool) -> http.client.HTTPConnection:
+    def _conn(self, fresh: bool) -> _Connection:
         c = getattr(self._local, "conn", None)
         if c is not None and (fresh and time.monotonic() - self._local.used > _FRESH_FOR_WRITE):
             c.close()
             c = None
         if c is None:
-            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
-            c = cls(self.host, self.port, timeout=self.timeout)
-            c.connect()
-            # Small requests go out at once instead of waiting on the server's delayed ACK.
-            c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            c = _Connection(self.scheme, self.host, self.port, self.timeout)
             self._local.conn = c
         return c
 
@@ -90,20 +169,19 @@ class _Transport:
 
     def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, *, idempotent: bool,
                 text: bool = False) -> Any:
-        data = None if body is None else json.dumps(body, allow_nan=False).encode()
-        headers = {"Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
+        data = b"" if body is None else json.dumps(body, allow_nan=False).encode()
+        head = [f"{method} {self.prefix + path} HTTP/1.1", f"Host: {self._host_header}", "Accept: application/json"]
+        if body is not None:
+            head += ["Content-Type: application/json", f"Content-Length: {len(data)}"]
         if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+            head.append(f"Authorization: Bearer {self.token}")
+        request = ("\r\n".join(head) + "\r\n\r\n").encode() + data
         for attempt in (0, 1):
             conn = self._conn(fresh=not idempotent)
             try:
-                conn.request(method, self.prefix + path, body=data, headers=headers)
-                resp = conn.getresponse()
-                raw = resp.read()
-            except (http.client.HTTPException, ConnectionResetError, BrokenPipeError) as e:
-                # RemoteDisconnected, a reply cut short (IncompleteRead), a bad status line...
+                status, headers, raw = conn.exchange(request)
+            except (_ProtocolError, ConnectionResetError, BrokenPipeError, ValueError) as e:
+                # A reply cut short, a connection the server closed, a garbled reply...
                 self._drop()
                 if idempotent and attempt == 0:
                     continue  # a kept-alive connection the server had closed: retry once
@@ -113,21 +191,18 @@ class _Transport:
                 self._drop()
                 raise
             self._local.used = time.monotonic()
-            if resp.getheader("Connection", "").lower() == "close":
+            if headers.get("connection", "").lower() == "close":
                 self._drop()
-            if text and resp.status < 400:
+            if text and status < 400:
                 return raw.decode()
             try:
                 payload = json.loads(raw.decode()) if raw else {}
             except ValueError:
                 payload = {"error": raw[:200].decode(errors="replace")}
-            if resp.status >= 400:
-                _raise(resp.status, payload if isinstance(payload, dict) else {"error": payload})
+            if status >= 400:
+                _raise(status, payload if isinstance(payload, dict) else {"error": payload})
             return payload
         raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        self._drop()
 
 
 def _arr(value: Any, name: str, dtype: str, missing: Optional[float] = None) -> np.ndarray:
