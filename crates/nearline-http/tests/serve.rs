@@ -23,9 +23,12 @@ const DIM: usize = 8;
 const READ: &str = "read-token-0123456789";
 const WRITE: &str = "write-token-0123456789";
 
+/// One delegated call: op, collection, body, query string.
+type Call = (String, Option<String>, Vec<u8>, String);
+
 /// Records each call and answers 201 with the op's name.
 #[derive(Default)]
-struct Recorder(Mutex<Vec<(String, Option<String>, Vec<u8>, String)>>);
+struct Recorder(Mutex<Vec<Call>>);
 
 impl Delegate for Recorder {
     fn call(&self, op: &str, collection: Option<&str>, body: &[u8], query: &str) -> Reply {
