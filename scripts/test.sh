@@ -25,6 +25,11 @@ echo "== cargo clippy"
 cargo clippy --profile ci --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --profile ci -p nearline
+# The budget tests' 30.7 MB graph indexes (tests/conftest.py budget_index): built by the first pytest
+# pass, opened again by the pread pass; a directory of this run's own, removed when it ends.
+NEARLINE_TEST_INDEXES="$(mktemp -d)"
+export NEARLINE_TEST_INDEXES
+trap 'rm -rf "$NEARLINE_TEST_INDEXES"' EXIT
 echo "== pytest"
 .venv/bin/python -m pytest -q --durations=15 tests
 echo "== pytest (pread I/O engine forced)"
