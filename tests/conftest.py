@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -64,3 +67,37 @@ def small_index(tmp_path_factory, small_data):
     # The DiskANN composition: the tests that share it add what they test.
     nearline.build(base, path, preset="diskann", R=24, build_L=60, pq_bytes=12, threads=2)
     return path
+
+
+@pytest.fixture(scope="session")
+def budget_data():
+    """30.7 MB of raw float32 vectors (30,000 × 256) and 200 held-out queries: the set of the memory
+    budget tests (``test_index.py::test_rss_delta_within_budget``, ``test_budget_borrow.py``)."""
+    return clustered(30_000, 256, seed=21, queries=200)
+
+
+@pytest.fixture(scope="session")
+def budget_index(tmp_path_factory, budget_data):
+    """``budget_index(preset)``: the graph index of ``budget_data`` with that preset, built at 5% of the
+    raw vectors (R 24, build L 32) on first use and shared by the budget tests after it (closed).
+
+    With ``NEARLINE_TEST_INDEXES`` set (scripts/test.sh sets it to a directory of its own run), the indexes
+    are built there, and a later pytest session of the same run (the pread pass) opens them instead of
+    building them again: a build is committed whole or not at all, so an index there is complete."""
+    import nearline
+
+    base, _ = budget_data
+    shared = os.environ.get("NEARLINE_TEST_INDEXES")
+    root = Path(shared) if shared else tmp_path_factory.mktemp("budget")
+    built = {}
+
+    def get(preset: str):
+        if preset not in built:
+            path = root / f"budget-{preset}.index"
+            if not (shared and path.is_dir()):
+                nearline.build(base, path, preset=preset, R=24, build_L=32, memory_budget=0.05, threads=2,
+                               overwrite=True).close()
+            built[preset] = path
+        return built[preset]
+
+    return get

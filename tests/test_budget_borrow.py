@@ -36,7 +36,6 @@ WS = (1, 4, 8, 32)
 THREADS = (1, 2, 8)
 QIFS = (1, 4, 8)
 FULL = os.environ.get("NEARLINE_BUDGET_GRID") == "full"
-N, DIM = 30_000, 256
 MIB = 1 << 20
 CHILD = Path(__file__).with_name("budget_grid_child.py")
 
@@ -52,21 +51,19 @@ def grid_points(preset: str) -> list[list[int]]:
 
 
 @pytest.fixture(scope="module")
-def grid_indexes(tmp_path_factory):
-    """One small index per graph preset, built at 5% of the raw vectors, and the queries."""
-    root = tmp_path_factory.mktemp("grid")
-    base, queries = clustered(N, DIM, seed=21, queries=64)
-    np.save(root / "q.npy", queries)
-    for preset in PRESETS:
-        nearline.build(base, root / f"{preset}.index", preset=preset, R=24, build_L=32, memory_budget=0.05,
-                       threads=2).close()
-    return root
+def grid_queries(tmp_path_factory, budget_data):
+    """The grid's 64 queries (at most 8 threads × 8 in flight), saved for the child."""
+    path = tmp_path_factory.mktemp("grid") / "q.npy"
+    np.save(path, budget_data[1][:64])
+    return path
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_no_search_an_empty_cache_could_hold_is_refused(grid_indexes, preset):
+def test_no_search_an_empty_cache_could_hold_is_refused(budget_index, grid_queries, preset):
+    # One small index per graph preset, built at 5% of the raw vectors (conftest.py's budget_index: the
+    # RSS test of test_index.py opens the same diskann, pipeann and starling indexes).
     points = grid_points(preset)
-    args = {"index": str(grid_indexes / f"{preset}.index"), "queries": str(grid_indexes / "q.npy"),
+    args = {"index": str(budget_index(preset)), "queries": str(grid_queries),
             "budgets": list(BUDGETS), "points": points}
     out = subprocess.run([sys.executable, str(CHILD), json.dumps(args)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -83,6 +83,7 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- defect 1: data loss
 
 
+@pytest.mark.build_only
 def test_overwrite_refuses_the_directory_holding_the_data_python(tmp_path, vectors):
     """The issue's scenario: the data file and a note in ``d``, then ``build("d/base.fbin", "d", overwrite=True)``.
     The old version replaced ``d`` with index files (notes and data gone)."""
@@ -104,6 +105,7 @@ def test_overwrite_refuses_the_directory_holding_the_data_python(tmp_path, vecto
     assert _snapshot(e) == {"notes.txt": b"mine\n"}
 
 
+@pytest.mark.build_only
 def test_overwrite_refuses_the_directory_holding_the_data_cli(tmp_path, vectors, capsys):
     """Same scenario through ``nearline build ... --overwrite``: exit 2, one line, nothing touched."""
     d = tmp_path / "d"
@@ -118,6 +120,7 @@ def test_overwrite_refuses_the_directory_holding_the_data_cli(tmp_path, vectors,
     assert _leftovers(tmp_path, "d") == []
 
 
+@pytest.mark.build_only
 def test_overwrite_refuses_an_index_that_holds_the_data(tmp_path, base_file, vectors):
     """A valid index directory that also holds the build's input is not replaced either."""
     idx = tmp_path / "i.index"
@@ -129,6 +132,7 @@ def test_overwrite_refuses_an_index_that_holds_the_data(tmp_path, base_file, vec
     assert _snapshot(idx) == before
 
 
+@pytest.mark.build_only
 def test_overwrite_replaces_an_index(tmp_path, base_file, vectors, capsys):
     """Overwriting a real index works (API and CLI); without the flag it is refused."""
     target = tmp_path / "x.index"
@@ -160,6 +164,7 @@ def _interrupt_in_graph(stage: str, done: int, total: int) -> None:
         raise KeyboardInterrupt()
 
 
+@pytest.mark.build_only
 @pytest.mark.parametrize("how", ["callback error", "ctrl-c", "bad data"])
 def test_old_index_survives_a_failed_or_cancelled_overwrite(tmp_path, base_file, vectors, how):
     """The old index stays intact (byte for byte, and it searches) when the new build fails or is cancelled."""
@@ -183,6 +188,7 @@ def test_old_index_survives_a_failed_or_cancelled_overwrite(tmp_path, base_file,
     assert _leftovers(tmp_path, "x.index") == []
 
 
+@pytest.mark.build_only
 def test_old_index_survives_a_failed_overwrite_cli(tmp_path, base_file, vectors, capsys):
     target = tmp_path / "x.index"
     nearline.build(base_file, target, progress=False, **FAST).close()
@@ -313,6 +319,7 @@ def _readme_python_example() -> str:
     return m.group(1)
 
 
+@pytest.mark.build_only
 def test_readme_example_runs_twice(tmp_path):
     """The README's first Python example, run twice in a row in the same directory (as a user
     re-running it would) with fewer vectors so the test stays fast; it ends on ``within_budget``."""
@@ -434,6 +441,7 @@ class _TTY:
         return "".join(self.parts)
 
 
+@pytest.mark.build_only
 def test_progress_bars(tmp_path, vectors, monkeypatch):
     """``progress=True`` draws tqdm bars per stage on stderr; ``None`` (the default) draws them only when
     stderr is a terminal; ``False`` never."""

@@ -73,6 +73,7 @@ def test_bad_search_arguments(small_index, small_data):
         idx.search(np.zeros((2, 2, 24), np.float32), k=3)
 
 
+@pytest.mark.build_only
 def test_bad_build_arguments(tmp_path, small_data):
     base, _ = small_data
     p = tmp_path / "x.index"
@@ -283,6 +284,7 @@ def test_manifest_versions_and_garbage(tmp_path, small_index):
         nearline.open(tmp_path / "nope")
 
 
+@pytest.mark.build_only
 def test_progress_callback_and_cancellation(tmp_path, small_data):
     base, _ = small_data
     seen = []
@@ -307,16 +309,16 @@ def test_progress_callback_and_cancellation(tmp_path, small_data):
 
 
 @pytest.mark.parametrize("preset", ["diskann", "pipeann", "starling"])
-def test_rss_delta_within_budget(tmp_path, preset):
+def test_rss_delta_within_budget(tmp_path, preset, budget_data, budget_index):
     """For every preset and budgets of 5%, 10% and 20% of the raw vectors, the
     resident memory that opening the index and searching a batch adds stays
     within the budget + 5%, and info() says it is within the budget (measured
-    in a clean subprocess)."""
-    n, dim = 20_000, 384
-    base, queries = clustered(n, dim, seed=11, queries=200)
-    path = tmp_path / f"{preset}.index"
+    in a clean subprocess). The index (30.7 MB of raw vectors, built at 5%) is
+    conftest.py's, shared with test_budget_borrow.py."""
+    base, queries = budget_data
+    n, dim = base.shape
+    path = budget_index(preset)
     raw = n * dim * 4
-    nearline.build(base, path, preset=preset, R=24, build_L=32, memory_budget=0.05, threads=2).close()
     qfile = tmp_path / "q.npy"
     np.save(qfile, queries)
     code = f"""
@@ -358,6 +360,7 @@ print(json.dumps({{"delta": r1 - r0, "total": mem["total"], "within": mem["withi
         assert res["delta"] <= budget * 1.05, (preset, frac, res)
 
 
+@pytest.mark.build_only
 def test_sharded_build_within_budget(tmp_path):
     """A build memory budget smaller than the one-shot estimate partitions the data and still finds neighbours."""
     base, queries = clustered(12_000, 32, clusters=48, seed=13, queries=200)
@@ -629,6 +632,7 @@ def test_entry_info_memory_and_recall(entry_index, small_data):
     assert nearline.recall(ids, gt, 10) >= res["medoid"][1] - 0.02
 
 
+@pytest.mark.build_only
 def test_nav_graph_is_deterministic(tmp_path, small_data):
     base, _ = small_data
     for name in ("a", "b"):

@@ -39,6 +39,32 @@ fn build_gorgeous(dir: &Path, opts: &BuildOptions) -> (Manifest, Vec<f32>) {
     (man, data)
 }
 
+/// One index built with `gorgeous_opts()` for the tests that only read it
+/// (each used to build the same index of its own: a build is most of
+/// their time). A test that changes its files works on a copy
+/// (`corrupt_replicated_pages_are_detected`).
+struct Shared {
+    dir: PathBuf,
+    man: Manifest,
+    data: Vec<f32>,
+    _tmp: tempfile::TempDir,
+}
+
+fn shared_gorgeous() -> &'static Shared {
+    static S: std::sync::OnceLock<Shared> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("g");
+        let (man, data) = build_gorgeous(&dir, &gorgeous_opts());
+        Shared {
+            dir,
+            man,
+            data,
+            _tmp: tmp,
+        }
+    })
+}
+
 /// Bytes an adjacency cache takes to hold every list of `n` nodes at `r`.
 fn every_list_bytes(n: usize, r: usize) -> u64 {
     crate::cache::AdjacencyCache::index_bytes(n)
@@ -62,9 +88,7 @@ fn recall(idx: &Index, data: &[f32], queries: &[f32], opts: &SearchOptions) -> (
 
 #[test]
 fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("g");
-    let (man, data) = build_gorgeous(&dir, &gorgeous_opts());
+    let Shared { dir, man, data, .. } = shared_gorgeous();
     assert_eq!(man.layout.kind, LayoutKind::Replicated);
     // 64-d float, R 24: a 4 KiB page holds the record (256 + 4 + 96
     // bytes) and 35 more lists (4 + 35 × (8 + 96) bytes).
@@ -89,13 +113,13 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
 
     // A budget that holds every list and some vectors (this set is small
     // for its workers).
-    let idx = open_with_budget(&dir, 3 << 20);
+    let idx = open_with_budget(dir, 3 << 20);
     assert_eq!(
         idx.open_plan().unwrap().cache,
         crate::planner::preset::CacheKind::Adjacency
     );
     let queries = clustered(50, DIM, 7);
-    let (r, out) = recall(&idx, &data, &queries, &SearchOptions::new(10));
+    let (r, out) = recall(&idx, data, &queries, &SearchOptions::new(10));
     assert!(r >= 0.9, "recall {r}");
     let sum = |f: fn(&QueryStats) -> u32| out.stats.iter().map(f).sum::<u32>();
     // Every list is in memory: the traversal reads nothing, the refine
@@ -112,10 +136,8 @@ fn gorgeous_builds_replicated_pages_an_adjacency_section_and_finds_neighbours() 
 
 #[test]
 fn replicated_records_carry_exactly_their_neighbours_lists() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("g");
-    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
-    let geo = crate::planner::geometry(&man).unwrap();
+    let Shared { dir, man, .. } = shared_gorgeous();
+    let geo = crate::planner::geometry(man).unwrap();
     let id = crate::layout::IdLayout::new(geo, man.n);
     let layout = AnyLayout::Id(id);
     let pages = dir.join("pages.bin");
@@ -447,10 +469,7 @@ fn searches_of_any_shape_stay_within_the_budget() {
     // The refine stage's reads are all in flight at once, and workers keep
     // their scratch between batches: whatever L, threads and interleaving a
     // batch asks for, what the index holds afterwards stays within budget.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("g");
-    build_gorgeous(&dir, &gorgeous_opts());
-    let idx = open_with_budget(&dir, 3 << 20);
+    let idx = open_with_budget(&shared_gorgeous().dir, 3 << 20);
     let q = clustered(64, DIM, 11);
     for (l, threads, qif, ratio) in [
         (128, 2, None, None),
@@ -487,15 +506,13 @@ fn searches_of_any_shape_stay_within_the_budget() {
 
 #[test]
 fn the_packed_adjacency_cache_holds_exactly_the_graphs_lists() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("g");
-    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
-    let geo = crate::planner::geometry(&man).unwrap();
+    let Shared { dir, man, .. } = shared_gorgeous();
+    let geo = crate::planner::geometry(man).unwrap();
     let layout = AnyLayout::Id(crate::layout::IdLayout::new(geo, man.n));
     let mut reader = RecordReader::open(&dir.join("pages.bin"), &layout).unwrap();
     // A budget that holds every list (and some vectors).
     let idx = Index::open(
-        &dir,
+        dir,
         &OpenOptions {
             memory_budget: Some(Budget::Bytes(64 << 20)),
             ..Default::default()
@@ -528,13 +545,12 @@ fn the_packed_adjacency_cache_holds_exactly_the_graphs_lists() {
 #[test]
 fn the_adjacency_cache_never_exceeds_its_share() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("g");
-    let (man, data) = build_gorgeous(&dir, &gorgeous_opts());
+    let Shared { dir, man, data, .. } = shared_gorgeous();
     let queries = clustered(20, DIM, 11);
     let mut last = 0;
     let open = |budget: u64| {
         Index::open(
-            &dir,
+            dir,
             &OpenOptions {
                 memory_budget: Some(Budget::Bytes(budget)),
                 threads: Some(2),
@@ -574,7 +590,7 @@ fn the_adjacency_cache_never_exceeds_its_share() {
             assert_eq!(lists as usize, man.n, "{c}");
             assert!(c["vectors"].as_u64().unwrap() > 0, "{c}");
         }
-        let (r, out) = recall(&idx, &data, &queries, &SearchOptions::new(10));
+        let (r, out) = recall(&idx, data, &queries, &SearchOptions::new(10));
         assert!(r >= 0.85, "recall {r} at {frac}");
         assert!(held.static_total() + held.worker_scratch <= budget);
         drop(out);
@@ -610,10 +626,13 @@ fn the_adjacency_cache_never_exceeds_its_share() {
 
 #[test]
 fn corrupt_replicated_pages_are_detected() {
+    // Damages its own copy of the shared index.
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("g");
-    let (man, _) = build_gorgeous(&dir, &gorgeous_opts());
-    let geo = crate::planner::geometry(&man).unwrap();
+    let shared = shared_gorgeous();
+    copy_dir(&shared.dir, &dir);
+    let man = &shared.man;
+    let geo = crate::planner::geometry(man).unwrap();
     let pages = dir.join("pages.bin");
     let original = std::fs::read(&pages).unwrap();
     let q = clustered(30, DIM, 3);
@@ -661,4 +680,19 @@ fn corrupt_replicated_pages_are_detected() {
     );
     std::fs::write(&pages, &original).unwrap();
     open().search(&q, 30, &SearchOptions::new(10)).unwrap();
+}
+
+/// Copies the files of index directory `from` (and of its subdirectories)
+/// into a new directory `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).unwrap();
+        }
+    }
 }
