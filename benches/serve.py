@@ -13,10 +13,12 @@ a server holding the same index with the same search threads. Every answer of th
 side must equal the in-process one (ids, bit for bit), so a figure never compares different
 work. ``--target-recall`` picks the first L of ``--L`` whose recall@k reaches it.
 
-``--generator`` picks the served side's callers: ``client`` (``nearline.Client``, what a
-Python user gets) or ``raw`` (a minimal HTTP/1.1 generator: one kept-alive socket a caller,
-the request bytes built before the clock starts, the reply's ids decoded from its base64),
-which measures the server rather than the Python client; ``both`` runs each.
+``--generator`` picks the served side's callers: ``client`` (``nearline.Client`` in one
+thread a caller, what a Python user gets) or ``raw`` (a minimal event-driven HTTP/1.1
+generator, as wrk-style tools are: one thread drives every caller's kept-alive connection
+with a selector, one request outstanding on each, the request bytes built before the clock
+starts and the replies' ids decoded after it stops), which measures the server rather than
+a Python client; ``both`` runs each. The batch mode always uses the client.
 
     python benches/serve.py --index IDX --queries Q.fbin --gt GT.bin --L 20,30,50,100 \\
         --target-recall 0.95 --clients 1,2,4,8,16,32,64 --reps 3 --out serve.json --plot serve.png
@@ -28,6 +30,7 @@ import argparse
 import base64
 import json
 import re
+import selectors
 import socket
 import statistics
 import subprocess
@@ -77,8 +80,11 @@ def measure(search, q: np.ndarray, args, only=None) -> dict:
     res = {}
     for mode in (args.modes if only is None else only):
         plan = _calls(q, mode, args.batch)
-        run_calls(search, plan, args.k, args.L)  # warm-up: caches, connections
-        secs, out, lat = run_calls(search, plan, args.k, args.L)
+        run = search.run if hasattr(search, "run") else (lambda p, k, L: run_calls(search, p, k, L))
+        run(plan, args.k, args.L)  # warm-up: caches, connections
+        secs, out, lat = run(plan, args.k, args.L)
+        if hasattr(search, "decode"):
+            out = [[search.decode(x) for x in o] for o in out]
         res[mode] = {"qps": len(q) / secs, "ids": [np.concatenate(o).tolist() for o in out],
                      "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))}
     return res
@@ -130,12 +136,75 @@ class RawSearch:
         head = buf[:end]
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"the server answered {head[:60]!r}")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        at = head.find(b"content-length: ") + 16  # hyper writes header names in lower case
+        if at < 16:
+            raise RuntimeError(f"a reply without a Content-Length: {head[:200]!r}")
+        stop = head.find(b"\r\n", at)
+        length = int(head[at:stop if stop > 0 else len(head)])
         while len(buf) < end + 4 + length:
             buf += s.recv(65536)
         body, self.local.buf = buf[end + 4:end + 4 + length], buf[end + 4 + length:]
+        return (body,)
+
+    def run(self, plan, k: int, L: int):
+        """Drives every caller's connection from this one thread (a selector loop, as event-driven
+        load generators do: no thread switch or GIL hand-off a request): each connection has one
+        request outstanding and sends its next when the reply is in. ``run_calls``' result."""
+        conns = []
+        for blocks in plan:
+            sock = socket.create_connection(self.addr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            conns.append({"sock": sock, "blocks": blocks, "next": 0, "buf": b"", "sent": 0.0,
+                          "out": [], "lat": []})
+        sel = selectors.DefaultSelector()
+
+        def send(c):
+            c["sent"] = time.perf_counter()
+            c["sock"].sendall(self.requests[c["blocks"][c["next"]][0].tobytes()])
+
+        t0 = time.perf_counter()
+        active = 0
+        for c in conns:
+            if c["blocks"]:
+                sel.register(c["sock"], selectors.EVENT_READ, c)
+                send(c)
+                active += 1
+        while active:
+            for key, _ in sel.select():
+                c = key.data
+                c["buf"] += c["sock"].recv(65536)
+                buf = c["buf"]
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    continue
+                if not buf.startswith(b"HTTP/1.1 200"):
+                    raise RuntimeError(f"the server answered {buf[:60]!r}")
+                at = buf.find(b"content-length: ", 0, end) + 16
+                if at < 16:
+                    raise RuntimeError(f"a reply without a Content-Length: {buf[:200]!r}")
+                length = int(buf[at:buf.find(b"\r\n", at)])
+                if len(buf) < end + 4 + length:
+                    continue
+                c["lat"].append((time.perf_counter() - c["sent"]) * 1e3)
+                c["out"].append(buf[end + 4:end + 4 + length])
+                c["buf"] = buf[end + 4 + length:]
+                c["next"] += 1
+                if c["next"] < len(c["blocks"]):
+                    send(c)
+                else:
+                    sel.unregister(c["sock"])
+                    active -= 1
+        secs = time.perf_counter() - t0
+        for c in conns:
+            c["sock"].close()
+        return secs, [c["out"] for c in conns], [x for c in conns for x in c["lat"]]
+
+    @staticmethod
+    def decode(body: bytes) -> np.ndarray:
+        """The ids of a reply (after the clock stops: the generator only sends and reads)."""
         ids = json.loads(body)["ids"]
-        return (np.frombuffer(base64.b64decode(ids["b64"]), "<i8").reshape(ids["shape"]),)
+        return np.frombuffer(base64.b64decode(ids["b64"]), "<i8").reshape(ids["shape"])
 
 
 def served(args, generator: str) -> dict:

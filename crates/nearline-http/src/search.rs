@@ -161,7 +161,7 @@ fn stats_json(stats: &[QueryStats]) -> Value {
 /// Queries a chunk holds: a batch is searched in chunks so that it can
 /// stop at its deadline, each chunk still keeping every search thread busy.
 fn chunk_rows(threads: Option<usize>) -> usize {
-    let t = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let t = threads.unwrap_or_else(nearline::planner::default_threads);
     (16 * t).max(64)
 }
 
