@@ -196,3 +196,34 @@ def test_cli_updates_a_graph_index(tmp_path):
     with nearline.open(out, read_only=True) as idx:
         live = idx.ids()
         assert 3 not in live and 1100 not in live and len(live) == 1198
+
+
+def test_a_write_ratio_leaves_the_delta_room_under_a_tight_budget(tmp_path):
+    """A workload hint at build: the PQ codes give up the hinted share of what the budget
+    leaves them, so the open index's update delta has room. Under a budget just above the
+    minimum, the index built without the hint refuses inserts (the codes took everything);
+    built with it, it takes them and finds them. The plan says why; a bad hint is refused."""
+    base, queries = clustered(10_100, 32, seed=5, queries=20)
+    # A budget a little above the minimum (workers and structures): the PQ codes fill the rest.
+    opts = dict(preset="diskann", R=16, build_L=32, threads=2, memory_budget=600_000)
+    shares, pq = {}, {}
+    for w in (None, 0.4):
+        with nearline.build(base[:10_000], tmp_path / f"w{w}", write_ratio=w, **opts) as idx:
+            info = idx.info()
+            shares[w] = info["updates"]["delta_share"]
+            pq[w] = info["pq_bytes"] if "pq_bytes" in info else info["params"]["pq_bytes"]
+            if w is None:
+                with pytest.raises(ValueError, match="memory budget leaves the update layer"):
+                    idx.insert(base[10_000:10_001])
+                continue
+            new = idx.insert(base[10_000:])
+            ids, _ = idx.search(base[10_000:10_010], k=1, L=64)
+            assert ids[:, 0].tolist() == new[:10].tolist()
+            assert idx.info()["memory"]["within_budget"]
+    assert pq[0.4] < pq[None]
+    assert shares[0.4] > 20 * max(shares[None], 1)
+    decisions = {d["what"]: d for d in nearline.plan(base[:10_000], write_ratio=0.4, **opts)["decisions"]}
+    assert decisions["update_reserve"]["value"] == "40%" and decisions["update_strategy"]["value"] == "out-of-place"
+    for bad, err in ((1.5, ValueError), (-0.2, ValueError), ("half", TypeError)):
+        with pytest.raises(err, match="write_ratio"):
+            nearline.plan(base[:10_000], write_ratio=bad, **opts)

@@ -282,6 +282,7 @@ def build(
     reassign_k: Optional[int] = None,
     lire: Optional[bool] = None,
     recall_target: Optional[float] = None,
+    write_ratio: Optional[float] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -321,7 +322,7 @@ def build(
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
         code_bits=code_bits, head_ratio=head_ratio, replicas=replicas, posting_limit=posting_limit,
         merge_threshold=merge_threshold, rng_factor=rng_factor, closure=closure, reassign_k=reassign_k,
-        lire=lire, recall_target=recall_target,
+        lire=lire, recall_target=recall_target, write_ratio=write_ratio,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)

@@ -340,6 +340,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             lire: k.bool("lire")?,
             recall_target: k.f64("recall_target")?,
         },
+        write_ratio: k.f64("write_ratio")?,
     };
     k.finish()?;
     Ok(o)

@@ -403,4 +403,60 @@ mod tests {
         assert_eq!(p.plan.preset, Preset::Pipeann);
         assert!(!p.decisions.iter().any(|d| d.what == "candidate"));
     }
+
+    #[test]
+    fn a_write_ratio_keeps_room_for_the_update_delta() {
+        // wordnet's shape at 20% of the raw bytes: DiskANN's rule lets the PQ
+        // codes fill what the structures leave, so the delta gets almost nothing.
+        let f = facts(114_895, 384);
+        let plan = |w: Option<f64>| {
+            let o = BuildOptions {
+                preset: PresetChoice::Named(Preset::Diskann),
+                write_ratio: w,
+                ..auto(0.2)
+            };
+            plan_build(&o, &f).unwrap()
+        };
+        let (read_only, writes) = (plan(None), plan(Some(0.3)));
+        assert!(writes.plan.pq_bytes < read_only.plan.pq_bytes);
+        // The codes give up about the reserve (30% of what the structures and
+        // workers leave, nearly all of which the codes took): room the open
+        // plan's delta share (half of what the budget leaves beyond its
+        // minimum) then has.
+        let freed = read_only.memory.pq_codes - writes.memory.pq_codes;
+        assert!(
+            freed as f64 >= 0.2 * read_only.memory.pq_codes as f64,
+            "{freed}"
+        );
+        assert_eq!(writes.memory.budget, read_only.memory.budget);
+        let said = |p: &PlannedBuild, what: &str| {
+            p.decisions
+                .iter()
+                .find(|d| d.what == what)
+                .map(|d| d.value.clone())
+        };
+        assert_eq!(said(&writes, "update_reserve").as_deref(), Some("30%"));
+        assert_eq!(said(&read_only, "update_reserve").as_deref(), Some("0%"));
+        assert_eq!(
+            said(&writes, "update_strategy").as_deref(),
+            Some("out-of-place")
+        );
+        // The reserve is capped at half; pq_bytes asked for is kept as asked.
+        let all = plan(Some(1.0));
+        assert_eq!(said(&all, "update_reserve").as_deref(), Some("50%"));
+        let asked = BuildOptions {
+            pq_bytes: Some(32),
+            write_ratio: Some(0.5),
+            ..auto(0.2)
+        };
+        assert_eq!(plan_build(&asked, &f).unwrap().plan.pq_bytes, 32);
+        for bad in [-0.1, 1.5, f64::NAN] {
+            let o = BuildOptions {
+                write_ratio: Some(bad),
+                ..auto(0.2)
+            };
+            let e = plan_build(&o, &f).unwrap_err().to_string();
+            assert!(e.contains("write_ratio"), "{e}");
+        }
+    }
 }

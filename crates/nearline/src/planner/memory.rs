@@ -399,6 +399,7 @@ pub fn split_at_build(
     budget: Option<u64>,
     default_budget: u64,
     pq_share: f64,
+    reserve: f64,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
@@ -439,10 +440,14 @@ pub fn split_at_build(
     if budget < min.total {
         return Err(Error::arg(minimum_message(what, budget, raw, fixed, &min)));
     }
+    // The update reserve (`rules::update_reserve`): a share of what the
+    // budget leaves beyond its minimum, kept from the codes and the workers'
+    // interleaving; at open it is the cache's until the update delta takes it.
+    let avail = budget - ((budget - min.total) as f64 * reserve.clamp(0.0, 1.0)) as u64;
     // The workers first: interleaving within its share of the budget.
     let q = reserved_qif(
-        budget,
-        budget - need(m_min, 1) + t * worker(1, m_min),
+        avail,
+        avail - need(m_min, 1) + t * worker(1, m_min),
         threads,
         m_min,
         worker,
@@ -461,13 +466,13 @@ pub fn split_at_build(
             m
         }
         (None, None) => {
-            let left = budget.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
+            let left = avail.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
             let left = (left as f64 * pq_share.clamp(0.0, 1.0)) as u64;
             let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
             // The codebook grows by 4 bytes a chunk, the workers' tables by
             // 1 KiB, and large code tables round to huge pages: step down
             // until everything fits.
-            while m > 1 && need(m, q) > budget {
+            while m > 1 && need(m, q) > avail {
                 m -= 1;
             }
             decisions.push(Decision::new(
@@ -486,8 +491,8 @@ pub fn split_at_build(
     let q = if auto_m.is_some() {
         super::preset::AUTO_QUERIES_IN_FLIGHT
     } else {
-        let rest = budget.saturating_sub(need(m, 1) - t * worker(1, m));
-        reserved_qif(budget, rest, threads, m, worker)
+        let rest = avail.saturating_sub(need(m, 1) - t * worker(1, m));
+        reserved_qif(avail, rest, threads, m, worker)
     };
     decisions.push(Decision::new(
         "worker_scratch",
@@ -743,7 +748,7 @@ mod tests {
         let raw = 100_000 * 512;
         let split = |budget: Option<u64>, d: &mut Vec<Decision>| {
             split_at_build(
-                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, 1.0, &geo, d,
+                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, 1.0, 0.0, &geo, d,
             )
         };
         let (m, plan) = split(Some(6_400_000), &mut d).unwrap();

@@ -106,11 +106,16 @@ impl Decision {
     }
 }
 
-/// Default thread count: the cores available to this process.
+/// Default thread count: the cores available to this process, read once
+/// (the standard library reads the cgroup's CPU quota from /proc on every
+/// call: tens of microseconds, which a server's per-request path notices).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
 }
 
 /// What the planner knows of the data before a build.
@@ -144,6 +149,16 @@ pub struct PlannedBuild {
 }
 
 /// Checks the build options that are not the planner's to choose.
+/// The workload hint, checked: a share of operations in [0, 1].
+pub fn check_write_ratio(w: Option<f64>) -> Result<()> {
+    match w {
+        Some(w) if !(0.0..=1.0).contains(&w) => Err(Error::arg(format!(
+            "write_ratio={w} must be a share of operations in [0, 1]"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
     if opts.preset == PresetChoice::Named(crate::format::Preset::Spfresh) {
         return Err(Error::arg(
@@ -156,6 +171,7 @@ fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
              reassign_k, lire and recall_target apply to partition indexes (preset \"spfresh\")",
         ));
     }
+    check_write_ratio(opts.write_ratio)?;
     let n = f.n;
     if n == 0 {
         return Err(Error::arg("cannot build an index over 0 vectors"));
@@ -540,6 +556,43 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         default_budget.max(need)
     };
     let in_degree = coded && pd.cache == preset::CacheKind::InDegree;
+    let write_ratio = opts.write_ratio.unwrap_or(0.0);
+    let reserve = if coded || opts.pq_bytes.is_some() || budget_given.is_none() {
+        0.0
+    } else {
+        rules::update_reserve(write_ratio)
+    };
+    d.push(Decision::new(
+        "update_strategy",
+        "out-of-place",
+        format!(
+            "write_ratio {write_ratio}: a graph index takes inserts into an in-memory delta and \
+             deletes into a delete set, merged into a new disk graph (FreshDiskANN); the \
+             evaluation paper prefers in-place updates for query-heavy workloads, but nearline's \
+             in-place index (preset spfresh) reaches a fraction of the graph's QPS on real \
+             embeddings (docs/benchmarks.md), so by our measurement every write ratio keeps the \
+             graph"
+        ),
+    ));
+    d.push(Decision::new(
+        "update_reserve",
+        format!("{:.0}%", reserve * 100.0),
+        if coded {
+            "no PQ codes to shrink: the coded layout's records carry the routing codes".to_string()
+        } else if opts.pq_bytes.is_some() {
+            "none: pq_bytes was asked for".to_string()
+        } else if budget_given.is_none() {
+            "none: with no budget given the open plan gives the delta a quarter of the budget"
+                .to_string()
+        } else {
+            format!(
+                "of what the budget leaves beyond its minimum (the structures and one query per \
+                 worker), kept from the PQ codes and the workers' interleaving for the update \
+                 delta: the write ratio, at most {:.0}%",
+                rules::MAX_UPDATE_RESERVE * 100.0
+            )
+        },
+    ));
     let (mut pq_bytes, mut mem) = if coded {
         // No PQ: the budget holds the fixed structures, the transform, the
         // workers and a cache of whole records (in-degree order).
@@ -605,6 +658,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             },
             default_budget,
             if select_pq { PQ_SHARE_ADJACENCY } else { 1.0 },
+            reserve,
             &geo,
             &mut d,
         )?

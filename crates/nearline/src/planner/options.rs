@@ -189,6 +189,10 @@ pub struct BuildOptions {
     pub code_bits: Option<usize>,
     /// Options of a partition index (preset `spfresh`).
     pub partition: PartitionOptions,
+    /// Workload hint: the expected share of operations that are inserts or
+    /// deletes, in [0, 1] (`None`: 0). A graph index then leaves part of
+    /// the memory budget to its update delta ([`super::rules::update_reserve`]).
+    pub write_ratio: Option<f64>,
 }
 
 impl Default for BuildOptions {
@@ -218,6 +222,7 @@ impl Default for BuildOptions {
             principal_dims: None,
             code_bits: None,
             partition: Default::default(),
+            write_ratio: None,
         }
     }
 }

@@ -57,6 +57,9 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
             "{what} applies to graph indexes; preset \"spfresh\" builds a partition index"
         )))
     };
+    // A partition index updates in place (LIRE): the hint is checked and
+    // needs no memory kept at build.
+    super::check_write_ratio(opts.write_ratio)?;
     if opts.r.is_some() {
         return refuse("R");
     }

@@ -21,6 +21,30 @@ pub fn pq_bytes_for_budget(n: usize, dim: usize, bytes: u64) -> usize {
     (per.min(hi as u64) as usize).max(1)
 }
 
+/// Most of what a budget leaves beyond its minimum that the update reserve
+/// may keep from the PQ codes.
+pub const MAX_UPDATE_RESERVE: f64 = 0.5;
+
+/// The share of what a graph index's budget leaves beyond its minimum (the
+/// structures and one query per worker) that the build keeps from the PQ
+/// codes and the workers' interleaving, for the update delta, given the
+/// workload's expected share of writes: the write ratio itself, at most
+/// [`MAX_UPDATE_RESERVE`].
+///
+/// Why: an out-of-place index (FreshDiskANN) holds its inserts in memory
+/// until a merge, and the delta's share is what the budget leaves beyond its
+/// minimum (`planner::update_share`). PQ codes sized by DiskANN's rule fill a
+/// tight budget (at 20% of wordnet's raw bytes they leave the delta about
+/// 280 KB, a merge every few hundred inserts at about 20 s each:
+/// docs/benchmarks.md, "Graph index updates out of place"), so a workload that
+/// writes needs room kept at build. The write ratio sets the trade: each
+/// point of writes moves a point of that room from code precision (fewer PQ
+/// bytes, more reads per query) to fewer, larger merges. Capped at half so
+/// routing keeps most of its codes.
+pub fn update_reserve(write_ratio: f64) -> f64 {
+    write_ratio.clamp(0.0, MAX_UPDATE_RESERVE)
+}
+
 /// The executor kinds a plan can resolve to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExecutorKind {

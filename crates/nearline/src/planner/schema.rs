@@ -250,6 +250,12 @@ pub fn options() -> Vec<OptionSpec> {
             num(partition::RECALL_TARGET),
             "partition index: the recall@10 the build calibrates the default nprobe for, strictly between 0 and 1 (sample \
              vectors are searched at growing nprobe; info()[\"params\"][\"nprobe\"] holds the choice)"),
+        opt("write_ratio", BUILD, Kind::Float { min: 0.0, max: Some(1.0), min_open: false, max_open: false },
+            "0".into(),
+            "workload hint: the expected share of operations that are inserts or deletes; a graph index built with a \
+             memory budget keeps that share (at most half) of what the budget leaves beyond its minimum from the PQ \
+             codes, for its update delta (fewer, larger merges for a little code precision); nearline plan shows the \
+             reserve and the update strategy"),
         // ---- open
         opt("memory_budget", OPEN, Kind::Budget, "the budget the index was built with".into(),
             "the search memory budget (bytes, a size string or a fraction of the raw vector bytes), binding: the codes, \
