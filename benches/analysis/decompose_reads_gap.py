@@ -35,7 +35,6 @@ n, dim = base.shape
 
 def load_graph(path, hdr, rpb, rec, deg_off, R):
     raw = np.memmap(path, dtype=np.uint8, mode="r")
-    nb = (n + rpb - 1) // rpb
     out = np.full((n, R), -1, dtype=np.int64); degs = np.zeros(n, dtype=np.int64)
     for s in range(rpb):
         ids = np.arange(s, n, rpb)
