@@ -34,10 +34,10 @@ pub const MAX_UPDATE_RESERVE: f64 = 0.5;
 /// Why: an out-of-place index (FreshDiskANN) holds its inserts in memory
 /// until a merge, and the delta's share is what the budget leaves beyond its
 /// minimum (`planner::update_share`). PQ codes sized by DiskANN's rule fill a
-/// tight budget (at 20% of wordnet's raw bytes they leave the delta about
-/// 280 KB, a merge every few hundred inserts at about 20 s each:
-/// docs/benchmarks.md, "Graph index updates out of place"), so a workload that
-/// writes needs room kept at build. The write ratio sets the trade: each
+/// tight budget (at 20% of wordnet's raw bytes a reopened index had 53 KB for
+/// its delta and refused inserts; with a write ratio of 0.2 it took 4,000 in
+/// 9.2 s: docs/benchmarks.md, "The workload hint `write_ratio`"), so a
+/// workload that writes needs room kept at build. The write ratio sets the trade: each
 /// point of writes moves a point of that room from code precision (fewer PQ
 /// bytes, more reads per query) to fewer, larger merges. Capped at half so
 /// routing keeps most of its codes.
