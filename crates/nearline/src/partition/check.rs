@@ -32,6 +32,8 @@ impl Inner {
         let mut found = vec![false; versions.len()];
         let mut current: HashMap<u32, u32> = HashMap::new();
         let mut copies = vec![0u32; versions.len()];
+        // Per live id: the postings holding it, and its vector.
+        let mut holders: HashMap<u32, (Vec<u32>, Vec<f32>)> = HashMap::new();
         let external_all = read(&self.external).clone();
         let external_of = |i: u32| external_all.get(i as usize).copied().unwrap_or(u64::MAX);
         for &b in &free_list {
@@ -83,6 +85,12 @@ impl Inner {
                         rep.live_entries += 1;
                         found[h.id as usize] = true;
                         copies[h.id as usize] += 1;
+                        let (ps, v) = holders.entry(h.id).or_default();
+                        ps.push(*p);
+                        if v.is_empty() {
+                            v.resize(dim, 0.0);
+                            posting::read_entry(&s, dim, i, v);
+                        }
                         if !here.insert(h.id) {
                             rep.problems.push(format!(
                                 "posting {p} holds live id {} twice",
@@ -132,6 +140,13 @@ impl Inner {
                     external_of(i as u32),
                     self.params.replicas
                 ));
+            }
+        }
+        let mut sc = crate::graph::vamana::SearchScratch::new();
+        for (ps, v) in holders.values() {
+            let near = heads.search(&mut sc, v, 1, super::build::REPLICA_L);
+            if near.first().is_some_and(|&(_, h)| !ps.contains(&h)) {
+                rep.outside_nearest += 1;
             }
         }
         let ids = lock(&self.ids);

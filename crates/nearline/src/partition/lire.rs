@@ -256,9 +256,34 @@ impl Inner {
             self.counters.collected.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
-        // Balanced 2-means.
+        // Which entries are another live head's vector (a head's vector
+        // replicated here): a new head must not be one (two heads at one
+        // point split its queries between them by ties), so 2-means runs on
+        // the others, and these join the nearer half.
         let dim = self.dim;
-        let rows: Vec<f32> = live.iter().flat_map(|e| e.v.iter().copied()).collect();
+        let headlike: Vec<bool> = {
+            let heads = read(&self.heads);
+            let mut sc = SearchScratch::new();
+            live.iter()
+                .map(|e| {
+                    heads
+                        .search(&mut sc, &e.v, 2, super::build::REPLICA_L)
+                        .iter()
+                        .any(|&(_, h)| h != p && heads.vector(h) == &e.v[..])
+                })
+                .collect()
+        };
+        let basis: Vec<&Live> = if headlike.iter().filter(|&&h| !h).count() >= 2 {
+            live.iter()
+                .zip(&headlike)
+                .filter(|(_, &h)| !h)
+                .map(|(e, _)| e)
+                .collect()
+        } else {
+            live.iter().collect()
+        };
+        // Balanced 2-means.
+        let rows: Vec<f32> = basis.iter().flat_map(|e| e.v.iter().copied()).collect();
         let km = kmeans(
             &rows,
             dim,
@@ -270,8 +295,14 @@ impl Inner {
         )?;
         let (c0, c1) = km.centroids.split_at(dim);
         let mut g: [Vec<&Live>; 2] = [Vec::new(), Vec::new()];
-        for (e, &a) in live.iter().zip(&km.assignment) {
+        for (e, &a) in basis.iter().zip(&km.assignment) {
             g[a as usize].push(e);
+        }
+        if basis.len() < live.len() {
+            for (e, _) in live.iter().zip(&headlike).filter(|(_, &h)| h) {
+                let side = usize::from(l2_f32(&e.v, c1) < l2_f32(&e.v, c0));
+                g[side].push(e);
+            }
         }
         if g[0].is_empty() || g[1].is_empty() {
             // Inseparable (duplicates): halves.
@@ -280,10 +311,16 @@ impl Inner {
             g = [all[..mid].to_vec(), all[mid..].to_vec()];
         }
         // The new heads are data vectors, as the build's: each half's
-        // member nearest its mean.
+        // member nearest its mean that is not a head already.
+        let is_head: HashSet<u32> = live
+            .iter()
+            .zip(&headlike)
+            .filter(|(_, &h)| h)
+            .map(|(e, _)| e.id)
+            .collect();
         let cents = [
-            nearest_live(&g[0], &mean(&g[0], dim, c0)),
-            nearest_live(&g[1], &mean(&g[1], dim, c1)),
+            nearest_live(&g[0], &mean(&g[0], dim, c0), &is_head),
+            nearest_live(&g[1], &mean(&g[1], dim, c1), &is_head),
         ];
         let old_head = read(&self.heads).vector(p).to_vec();
         // The new heads' postings exist before the heads are reachable: a
@@ -314,22 +351,20 @@ impl Inner {
         self.store.release(&cur.blocks);
         drop(stripe);
         self.counters.splits.fetch_add(1, Ordering::Relaxed);
-        // Reassignment.
-        let mut cand: Vec<(u32, Live)> = Vec::new();
-        for (slot, grp, c) in [(a, &g[0], &cents[0]), (b, &g[1], &cents[1])] {
-            for e in grp.iter() {
-                if l2_f32(&e.v, &old_head) <= l2_f32(&e.v, c) {
-                    cand.push((
-                        slot,
-                        Live {
-                            id: e.id,
-                            version: e.version,
-                            v: e.v.clone(),
-                        },
-                    ));
-                }
-            }
-        }
+        // A placement that routed before the new heads were linked may
+        // still be appending to a neighbour posting a vector whose nearest
+        // head is now a new one: wait until every placement under way has
+        // appended, so the neighbour postings read below hold its entry
+        // (and the reassignment moves it).
+        drop(write(&self.placing));
+        // Reassignment. Every vector of the split posting is checked (not
+        // only those the paper's condition names): its nearest head must
+        // hold it afterwards, or a query routed to that head alone misses
+        // it (see [`Inner::reassign`]).
+        let cand: Vec<(u32, &Live)> = [(a, &g[0]), (b, &g[1])]
+            .into_iter()
+            .flat_map(|(slot, grp)| grp.iter().map(move |e| (slot, *e)))
+            .collect();
         let near: Vec<u32> = {
             let heads = read(&self.heads);
             let mut sc = SearchScratch::new();
@@ -361,8 +396,12 @@ impl Inner {
         };
         let items: Vec<(u32, &PostingRef)> = around.iter().map(|(q, r, _)| (*q, &**r)).collect();
         let streams = self.store.read_many(&items)?;
-        for ((_, r, head_q), s) in around.iter().zip(&streams) {
+        // Which of the neighbour postings hold which ids: a split vector
+        // whose nearest head is one of them stays if that posting holds it.
+        let mut held: HashSet<(u32, u32)> = HashSet::new();
+        for ((q, r, head_q), s) in around.iter().zip(&streams) {
             for e in self.live_entries(s, r.count as usize) {
+                held.insert((*q, e.id));
                 // The paper's condition (a new centroid nearer than the old
                 // head), and one it implies is worth checking: a new
                 // centroid nearer than the vector's own posting's head.
@@ -374,7 +413,8 @@ impl Inner {
                 }
             }
         }
-        let mut moving = self.reassign(&cand);
+        let read: HashSet<u32> = around.iter().map(|(q, _, _)| *q).collect();
+        let mut moving = self.reassign(&cand, &old_head, [a, b], &read, &held);
         let have: HashSet<u32> = g.iter().flatten().map(|e| e.id).collect();
         moving.extend(self.nearest_now_new(a, b, &have, &nbr));
         self.move_all(&moving)
@@ -397,36 +437,51 @@ impl Inner {
             .filter(|e| !have.contains(&e.id) && seen.insert(e.id))
             .filter(|e| {
                 heads
-                    .search(&mut sc, &e.v, 1, super::build::REPLICA_L / 2)
+                    .search(&mut sc, &e.v, 1, super::build::REPLICA_L)
                     .first()
                     .is_some_and(|&(_, h)| h == a || h == b)
             })
             .collect()
     }
 
-    /// The candidates to re-place: those whose posting is no longer among
-    /// their `replicas` nearest heads nor their RNG choices.
-    fn reassign<'a>(&self, cand: &'a [(u32, Live)]) -> Vec<&'a Live> {
-        let mut seen = HashSet::new();
+    /// The vectors of a split posting (each with the new posting `slot` that
+    /// holds it) to re-place, so that every live vector stays in the
+    /// posting of its nearest head (SPFresh's nearest-partition
+    /// assignment: a query that probes that head alone finds it). A vector
+    /// stays when the head search finds, as its nearest head, the new
+    /// posting that holds it or a neighbour posting that holds it too
+    /// (`read`: the postings read around the split, `held`: their
+    /// (posting, id) pairs); for a nearest head outside those, when it is
+    /// at least as near as the split one (the split posting then held a
+    /// further replica, and the nearest one holds it as before). Otherwise
+    /// it moves. (Keeping a vector wherever its posting was among its
+    /// `replicas` nearest heads, as this did before, left vectors that only
+    /// an `nprobe` of `replicas` or more found; and the distance rule alone
+    /// trusts an earlier head search that a change of the head graph may
+    /// now answer differently.)
+    fn reassign<'a>(
+        &self,
+        cand: &[(u32, &'a Live)],
+        old_head: &[f32],
+        split: [u32; 2],
+        read_around: &HashSet<u32>,
+        held: &HashSet<(u32, u32)>,
+    ) -> Vec<&'a Live> {
         let mut out = Vec::new();
         let heads = read(&self.heads);
         let mut sc = SearchScratch::new();
-        for (from, e) in cand {
-            if !seen.insert(e.id) {
-                continue;
+        for &(slot, e) in cand {
+            let near = heads.search(&mut sc, &e.v, 1, super::build::REPLICA_L);
+            let stays = near.first().is_some_and(|&(_, n)| {
+                n == slot
+                    || held.contains(&(n, e.id))
+                    || (!split.contains(&n)
+                        && !read_around.contains(&n)
+                        && l2_f32(&e.v, heads.vector(n)) <= l2_f32(&e.v, old_head))
+            });
+            if !stays {
+                out.push(e);
             }
-            // A vector whose posting is still among its `replicas` nearest
-            // heads stays: queries near it probe that posting anyway.
-            // (Re-running the RNG choice alone moves most candidates, as its
-            // picks shift with every new head.)
-            let near = heads.search(&mut sc, &e.v, self.params.replicas, super::build::REPLICA_L);
-            if near.iter().any(|c| c.1 == *from) {
-                continue;
-            }
-            if self.targets(&heads, &mut sc, &e.v, None).contains(from) {
-                continue;
-            }
-            out.push(e);
         }
         out
     }
@@ -546,11 +601,15 @@ impl Inner {
     }
 }
 
-/// The vector of `g` nearest `centre` (`centre` for an empty group).
-fn nearest_live(g: &[&Live], centre: &[f32]) -> Vec<f32> {
-    g.iter()
-        .map(|e| (l2_f32(&e.v, centre), e))
-        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)))
+/// The vector of `g` nearest `centre` whose id `is_head` does not hold;
+/// the nearest one when every member is a head's vector (the halves of
+/// duplicates); `centre` for an empty group.
+fn nearest_live(g: &[&Live], centre: &[f32], is_head: &HashSet<u32>) -> Vec<f32> {
+    let mut by: Vec<(f32, &Live)> = g.iter().map(|e| (l2_f32(&e.v, centre), *e)).collect();
+    by.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.id.cmp(&b.1.id)));
+    by.iter()
+        .find(|(_, e)| !is_head.contains(&e.id))
+        .or(by.first())
         .map_or_else(|| centre.to_vec(), |(_, e)| e.v.clone())
 }
 

@@ -197,6 +197,12 @@ pub struct CheckReport {
     pub live_ids: u64,
     /// Postings per live id (its current entries).
     pub replicas: state::Histogram,
+    /// Live ids the posting of their nearest head (as the head search of
+    /// an insert or a query finds it) does not hold: a query that probes
+    /// that head alone misses them (SPFresh's nearest-partition
+    /// assignment; 0 after a build and after LIRE's splits and merges,
+    /// see `lire`).
+    pub outside_nearest: u64,
     /// Problems found (empty: consistent).
     pub problems: Vec<String>,
 }
