@@ -53,11 +53,13 @@ def measure(idx: Any, base: np.ndarray, live: np.ndarray, q: np.ndarray, args: a
          "mean_reads": float(np.mean(st["reads"])), "mean_bytes_read": float(np.mean(st["bytes_read"])),
          "mean_scored": float(np.mean(st["exact_distances"])),
          "replicas_mean": float(chk["replicas"]["mean"]), "postings": int(chk["postings"]),
+         "outside_nearest": int(chk["outside_nearest"]),
          "live_ids": int(chk["live_ids"]), "problems": chk["problems"][:5],
          "resident": int(mem["resident"]), "budget": int(mem["budget"]),
          "within_budget": bool(mem["within_budget"]), "updates": idx.info()["updates"]}
     log(f"epoch {epoch}: recall {p['recall']:.4f}, replicas {p['replicas_mean']:.3f}, "
         f"scored {p['mean_scored']:.0f}, reads {p['mean_reads']:.1f}, postings {p['postings']}, "
+        f"outside nearest {p['outside_nearest']}, "
         f"resident {p['resident']} of {p['budget']} B")
     return p
 

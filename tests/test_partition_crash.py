@@ -232,12 +232,18 @@ def test_kill_and_recover(tmp_path, template, report, trial):
         if miss.size:
             # Diagnostics for the message: is the miss transient (found by the next search)?
             again, _ = idx.search(vectors(miss), 1, **probe)
+            # Where a wide search ranks them, and at what distance (0: the vector is stored and the
+            # search missed it; above 0: another vector is stored under the id).
+            wide = {"nprobe": 10**4} if kind == "partition" else {"L": 512}
+            far, fd = idx.search(vectors(miss), 100, **wide)
+            ranks = [(int(np.flatnonzero(far[j] == m)[0]), float(fd[j][far[j] == m][0])) if (far[j] == m).any()
+                     else None for j, m in enumerate(miss)]
             idx.maintain()
             later, _ = idx.search(vectors(miss), 1, **probe)
             raise AssertionError(f"{context}: live ids not found by their own query: {miss.tolist()}, got "
                                  f"{got[got[:, 0] != sample, 0].tolist()}; found by the next search: "
                                  f"{(again[:, 0] == miss).tolist()}, after maintain(): "
-                                 f"{(later[:, 0] == miss).tolist()}")
+                                 f"{(later[:, 0] == miss).tolist()}; (rank, distance) in a wide search: {ranks}")
         np.testing.assert_allclose(d[:, 0], 0.0, atol=1e-3)
         # Acknowledged deletes are never returned, not even to their own vectors' queries.
         gone = sorted(set(vector_of) - live_expected - uncertain)

@@ -32,8 +32,11 @@ impl Inner {
         let mut found = vec![false; versions.len()];
         let mut current: HashMap<u32, u32> = HashMap::new();
         let mut copies = vec![0u32; versions.len()];
-        // Per live id: the postings holding it, and its vector.
-        let mut holders: HashMap<u32, (Vec<u32>, Vec<f32>)> = HashMap::new();
+        // Per live id: its nearest head (found from its first entry seen)
+        // and whether that head's posting holds it.
+        let mut nearest: HashMap<u32, (u32, bool)> = HashMap::new();
+        let mut sc = crate::graph::vamana::SearchScratch::new();
+        let mut v = vec![0f32; dim];
         let external_all = read(&self.external).clone();
         let external_of = |i: u32| external_all.get(i as usize).copied().unwrap_or(u64::MAX);
         for &b in &free_list {
@@ -85,12 +88,12 @@ impl Inner {
                         rep.live_entries += 1;
                         found[h.id as usize] = true;
                         copies[h.id as usize] += 1;
-                        let (ps, v) = holders.entry(h.id).or_default();
-                        ps.push(*p);
-                        if v.is_empty() {
-                            v.resize(dim, 0.0);
-                            posting::read_entry(&s, dim, i, v);
-                        }
+                        let (n, held) = nearest.entry(h.id).or_insert_with(|| {
+                            posting::read_entry(&s, dim, i, &mut v);
+                            let near = heads.search(&mut sc, &v, 1, super::build::REPLICA_L);
+                            (near.first().map_or(*p, |&(_, n)| n), false)
+                        });
+                        *held |= *n == *p;
                         if !here.insert(h.id) {
                             rep.problems.push(format!(
                                 "posting {p} holds live id {} twice",
@@ -142,13 +145,7 @@ impl Inner {
                 ));
             }
         }
-        let mut sc = crate::graph::vamana::SearchScratch::new();
-        for (ps, v) in holders.values() {
-            let near = heads.search(&mut sc, v, 1, super::build::REPLICA_L);
-            if near.first().is_some_and(|&(_, h)| !ps.contains(&h)) {
-                rep.outside_nearest += 1;
-            }
-        }
+        rep.outside_nearest = nearest.values().filter(|(_, held)| !held).count() as u64;
         let ids = lock(&self.ids);
         let external = read(&self.external);
         for (i, &v) in versions.iter().enumerate() {
