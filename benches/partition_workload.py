@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         raise SystemExit(f"{args.epochs} epochs of {per} inserts need {per * args.epochs} held-out vectors; "
                          f"--holdout {args.holdout} leaves {len(held)}")
     opts = dict(preset="spfresh", memory_budget=args.memory_budget, threads=args.threads, metric=metric)
+    if args.reassign_k is not None:
+        opts["reassign_k"] = args.reassign_k
     path = workdir / "workload.index"
     shutil.rmtree(path, ignore_errors=True)
     t = time.perf_counter()
@@ -147,6 +149,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--nprobe", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reassign-k", type=int, default=None,
+                    help="postings around a split LIRE reads for reassignment (default: the planner's)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--out", required=True)

@@ -450,7 +450,7 @@ impl Inner {
     /// assignment: a query that probes that head alone finds it). A vector
     /// stays when the head search finds, as its nearest head, the new
     /// posting that holds it or a neighbour posting that holds it too
-    /// (`read`: the postings read around the split, `held`: their
+    /// (`read_around`: the postings read around the split, `held`: their
     /// (posting, id) pairs); for a nearest head outside those, when it is
     /// at least as near as the split one (the split posting then held a
     /// further replica, and the nearest one holds it as before). Otherwise
