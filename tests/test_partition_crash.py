@@ -234,7 +234,7 @@ def test_kill_and_recover(tmp_path, template, report, trial):
             again, _ = idx.search(vectors(miss), 1, **probe)
             # Where a wide search ranks them, and at what distance (0: the vector is stored and the
             # search missed it; above 0: another vector is stored under the id).
-            wide = {"nprobe": 10**4} if kind == "partition" else {"L": 512}
+            wide = {"nprobe": 4096} if "nprobe" in probe else {"L": 512}
             far, fd = idx.search(vectors(miss), 100, **wide)
             ranks = [(int(np.flatnonzero(far[j] == m)[0]), float(fd[j][far[j] == m][0])) if (far[j] == m).any()
                      else None for j, m in enumerate(miss)]
