@@ -165,16 +165,16 @@ def test_kill_and_recover(tmp_path, template, report, trial):
     live_expected = set(range(N))
     vector_of = {i: ("t", i) for i in range(N)}  # ("t", row of the template) or (batch, row)
     sizes = {}
-    for kind, batch, ids in done + ([in_flight] if in_flight else []):
-        if kind == "I":
+    for op, batch, ids in done + ([in_flight] if in_flight else []):
+        if op == "I":
             sizes[batch] = len(ids)
-    for kind, batch, ids in done:
-        if kind == "I":
+    for op, batch, ids in done:
+        if op == "I":
             for j, i in enumerate(ids):
                 assert i not in live_expected, f"the writer re-inserted live id {i}"
                 live_expected.add(i)
                 vector_of[i] = (batch, j)
-        elif kind == "D":
+        elif op == "D":
             live_expected.difference_update(ids)
     uncertain = set(in_flight[2]) if in_flight else set()
     # An insert in flight may have landed with its own vector.
@@ -196,10 +196,10 @@ def test_kill_and_recover(tmp_path, template, report, trial):
         return np.asarray(out, dtype=np.float32)
 
     replayed = 0  # acknowledged updates after the last acknowledged checkpoint
-    for kind, _, _ in reversed(done):
-        if kind == "C":
+    for op, _, _ in reversed(done):
+        if op == "C":
             break
-        replayed += kind in "ID"
+        replayed += op in "ID"
     t0 = time.perf_counter()
     idx = nearline.open(index, threads=2)
     recovery = time.perf_counter() - t0
