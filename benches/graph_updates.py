@@ -52,6 +52,15 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def build_opts(args: argparse.Namespace, metric: str) -> Dict[str, Any]:
+    """The options of every build of this bench (the index's and the fresh builds it is compared with)."""
+    opts: Dict[str, Any] = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads,
+                                metric=metric)
+    if args.write_ratio is not None:
+        opts["write_ratio"] = args.write_ratio
+    return opts
+
+
 def exact_knn(base: np.ndarray, live: np.ndarray, queries: np.ndarray, k: int, metric: str) -> np.ndarray:
     """Ids (rows of ``base``) of the k nearest live rows of each query, in chunks."""
     b = base[live].astype(np.float32)
@@ -94,7 +103,7 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
     shutil.rmtree(path, ignore_errors=True)
     log(f"{strategy}: build on {n0} of {n} vectors")
     t0 = time.perf_counter()
-    opts = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads, metric=metric)
+    opts = build_opts(args, metric)
     nearline.build(base[built], path, ids=built.astype(np.int64), **opts).close()
     build_s = time.perf_counter() - t0
     idx = nearline.open(path, threads=args.threads, memory_budget=args.memory_budget)
@@ -181,7 +190,8 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
     qps = [w["qps"] for w in windows]
     res = {
         "strategy": strategy, "n": n, "built": n0, "inserts": n_ins, "deletes": n_del,
-        "memory_budget": args.memory_budget, "preset": args.preset, "L": args.L, "k": args.k,
+        "memory_budget": args.memory_budget, "write_ratio": args.write_ratio, "preset": args.preset,
+        "L": args.L, "k": args.k,
         "build_seconds": build_s, "update_seconds": update_s,
         "recall_before": before, "recall_during": during_recalls, "recall_after": after,
         "search_qps_windows": windows, "search_qps_mean": float(np.mean(qps)) if qps else 0.0,
@@ -211,7 +221,7 @@ def merge_check(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, A
     n0 = int(n * 0.9)
     built, held = perm[:n0], perm[n0:]
     dels = rng.choice(built, size=n // 10, replace=False)
-    opts = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads, metric=metric)
+    opts = build_opts(args, metric)
     path = workdir / "merge.index"
     shutil.rmtree(path, ignore_errors=True)
     nearline.build(base[built], path, ids=built.astype(np.int64), **opts).close()
@@ -265,7 +275,7 @@ def churn(ds: Any, args: argparse.Namespace, workdir: Path,
     q = ds.queries[: args.queries]
     path = workdir / "churn.index"
     shutil.rmtree(path, ignore_errors=True)
-    opts = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads, metric=metric)
+    opts = build_opts(args, metric)
     t = time.perf_counter()
     nearline.build(base, path, ids=np.arange(n, dtype=np.int64), **opts).close()
     build_s = time.perf_counter() - t
@@ -355,6 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--preset", default="diskann")
     ap.add_argument("--strategies", default="out_of_place")
     ap.add_argument("--memory-budget", default="0.2")
+    ap.add_argument("--write-ratio", type=float, default=None,
+                    help="the build's workload hint write_ratio (keeps a share of the budget for the delta)")
     ap.add_argument("--merge-open-budget", default="1.0",
                     help="the merge check's open budget (room for the whole delta)")
     ap.add_argument("--threads", type=int, default=2)
@@ -388,7 +400,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(args.data, workdir)
     result: Dict[str, Any] = {"data": ds.name, "n": len(ds.base), "dim": ds.base.shape[1],
-                              "memory_budget": args.memory_budget, "preset": args.preset,
+                              "memory_budget": args.memory_budget, "write_ratio": args.write_ratio,
+                              "preset": args.preset,
                               "threads": args.threads, "experiments": []}
     for s in args.strategies.split(",") if args.paper else []:
         result["experiments"].append(experiment(ds, args, workdir, s))

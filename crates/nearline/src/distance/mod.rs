@@ -106,6 +106,25 @@ pub fn oversized(norm2: f64) -> Option<String> {
     })
 }
 
+/// Checks that every value is finite and every row's squared norm within
+/// [`crate::distance::MAX_SQUARED_NORM`] (so every distance stays finite).
+pub fn check_rows(v: &[f32], what: &str, dim: usize) -> crate::Result<()> {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(crate::Error::arg(format!(
+            "{what} row {} holds a non-finite value ({}) at dimension {}",
+            i / dim,
+            v[i],
+            i % dim
+        )));
+    }
+    for (r, row) in v.chunks_exact(dim.max(1)).enumerate() {
+        if let Some(why) = oversized(squared_norm_f64(row)) {
+            return Err(crate::Error::arg(format!("{what} row {r} {why}")));
+        }
+    }
+    Ok(())
+}
+
 /// Normalises `v` to unit length in place; zero vectors stay zero.
 pub fn normalize(v: &mut [f32]) {
     let n = kernels::dot_f32(v, v).sqrt();

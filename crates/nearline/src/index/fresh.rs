@@ -25,9 +25,10 @@ use crate::distance::{normalize, Metric};
 use crate::elem::DType;
 use crate::graph::dynamic::DynamicGraph;
 use crate::graph::vamana::SearchScratch;
-use crate::update::wal::{Op, Record};
+use crate::update::ids::{check_insert_rows, IdTracker};
+use crate::update::recovery::{self, Recover};
+use crate::update::wal::Record;
 use crate::{with_dtype, Error, Result};
-use std::collections::HashMap;
 use std::path::Path;
 
 /// Name of the write-ahead log inside a graph index directory.
@@ -45,8 +46,8 @@ pub struct Delta {
     graph: DynamicGraph,
     /// Slot → external id (`u64::MAX`: deleted).
     slot_ext: Vec<u64>,
-    /// External id → slot, live delta vectors.
-    by_ext: HashMap<u64, u32>,
+    /// Live delta vectors: external id → slot, and the next automatic id.
+    ids: IdTracker,
     /// One bit per disk node: deleted.
     disk_deleted: Vec<u64>,
     disk_deleted_count: usize,
@@ -54,8 +55,6 @@ pub struct Delta {
     /// Disk nodes sorted by external id (built on the first update of an
     /// index with an id section; `None` otherwise).
     perm: Option<Vec<u32>>,
-    /// The next automatic id.
-    next_auto: u64,
     /// The last log sequence applied.
     pub applied: u64,
     /// Bytes the ledger counts for this delta now.
@@ -81,12 +80,11 @@ impl Delta {
             dtype,
             graph: DynamicGraph::new(dim, metric, 16),
             slot_ext: Vec::new(),
-            by_ext: HashMap::new(),
+            ids: IdTracker::empty(next_auto),
             disk_deleted: Vec::new(),
             disk_deleted_count: 0,
             n_disk: n,
             perm: None,
-            next_auto,
             applied,
             counted: 0,
         }
@@ -94,17 +92,17 @@ impl Delta {
 
     /// Whether nothing was inserted or deleted since the last merge.
     pub fn is_empty(&self) -> bool {
-        self.by_ext.is_empty() && self.disk_deleted_count == 0 && self.slot_ext.is_empty()
+        self.ids.is_empty() && self.disk_deleted_count == 0 && self.slot_ext.is_empty()
     }
 
     /// The next automatic id.
     pub fn next_auto(&self) -> u64 {
-        self.next_auto
+        self.ids.next_auto()
     }
 
     /// Live vectors in the delta.
     pub fn inserted(&self) -> usize {
-        self.by_ext.len()
+        self.ids.len()
     }
 
     /// Disk nodes deleted.
@@ -130,8 +128,8 @@ impl Delta {
 
     /// The live delta vectors and their external ids, in slot order.
     pub fn live_rows(&self) -> (Vec<f32>, Vec<u64>) {
-        let mut rows = Vec::with_capacity(self.by_ext.len() * self.dim);
-        let mut ids = Vec::with_capacity(self.by_ext.len());
+        let mut rows = Vec::with_capacity(self.ids.len() * self.dim);
+        let mut ids = Vec::with_capacity(self.ids.len());
         for (s, &e) in self.slot_ext.iter().enumerate() {
             if e != u64::MAX {
                 rows.extend_from_slice(self.graph.vector(s as u32));
@@ -144,24 +142,25 @@ impl Delta {
     /// Bytes held: the delta graph and its maps, the delete set, the id
     /// index.
     pub fn memory_bytes(&self) -> u64 {
-        let map = self.by_ext.capacity() * (std::mem::size_of::<(u64, u32)>() + 1);
         (self.graph.memory_bytes()
             + self.slot_ext.capacity() * 8
-            + map
             + self.disk_deleted.capacity() * 8
             + self.perm.as_ref().map_or(0, |p| p.capacity() * 4)) as u64
+            + self.ids.memory_bytes()
     }
 
     /// The bytes [`Delta::memory_bytes`] would hold with `more` vectors
     /// inserted (the graph grows by an eighth at a time).
     pub fn bytes_after(&self, more: usize) -> u64 {
-        let per = self.dim * 4 + (crate::graph::dynamic::HEAD_R + 1) * 4 + 1 + 8 + 13;
+        // A vector, its list and flag, its slot's id, its place in the map.
+        let per = (self.dim * 4 + (crate::graph::dynamic::HEAD_R + 1) * 4 + 1 + 8) as u64
+            + IdTracker::bytes_for(1).max(1);
         let bits = if self.disk_deleted.is_empty() {
             self.n_disk.div_ceil(64) as u64 * 8
         } else {
             0
         };
-        self.memory_bytes() + bits + (more + more / 8 + 64) as u64 * per as u64
+        self.memory_bytes() + bits + (more + more / 8 + 64) as u64 * per
     }
 
     fn ensure_perm(&mut self, g: &GraphIndex) {
@@ -197,11 +196,14 @@ impl Delta {
 
     /// Whether `ext` names a live vector.
     pub fn is_live(&self, g: &GraphIndex, ext: u64) -> bool {
-        self.by_ext.contains_key(&ext)
-            || self
-                .disk_nodes(g, ext)
-                .into_iter()
-                .any(|i| !self.is_deleted(i))
+        self.ids.contains(ext) || self.disk_live(g, ext)
+    }
+
+    /// Whether `ext` names a live disk node.
+    fn disk_live(&self, g: &GraphIndex, ext: u64) -> bool {
+        self.disk_nodes(g, ext)
+            .into_iter()
+            .any(|i| !self.is_deleted(i))
     }
 
     /// Every live external id (disk ones first, in internal order).
@@ -224,17 +226,7 @@ impl Delta {
         ids: Option<&[u64]>,
     ) -> Result<(Vec<f32>, Vec<u64>)> {
         let dim = self.dim;
-        if vectors.is_empty() || !vectors.len().is_multiple_of(dim) {
-            return Err(Error::arg(format!(
-                "an insert needs whole rows of the index's dimension {dim}: got {} values",
-                vectors.len()
-            )));
-        }
-        let n = vectors.len() / dim;
-        crate::data::files::check_finite(
-            "inserted vectors",
-            crate::data::matrix::MatrixView::new(vectors, n, dim)?,
-        )?;
+        let n = check_insert_rows(vectors, dim)?;
         let mut rows = vectors.to_vec();
         with_dtype!(self.dtype, T, {
             for (i, x) in rows.iter_mut().enumerate() {
@@ -262,47 +254,7 @@ impl Delta {
             }
         }
         self.ensure_perm(g);
-        let ids = match ids {
-            Some(ids) => {
-                if ids.len() != n {
-                    return Err(Error::arg(format!("{} ids for {n} vectors", ids.len())));
-                }
-                let mut seen = std::collections::HashSet::with_capacity(n);
-                for (i, &e) in ids.iter().enumerate() {
-                    if e > i64::MAX as u64 {
-                        return Err(Error::arg(format!(
-                            "id {e} (row {i}) is above the largest id, 2**63-1"
-                        )));
-                    }
-                    if !seen.insert(e) {
-                        return Err(Error::arg(format!("id {e} appears twice (row {i})")));
-                    }
-                    if self.is_live(g, e) {
-                        return Err(Error::arg(format!(
-                            "id {e} (row {i}) is already in the index: delete it first to \
-                             replace its vector"
-                        )));
-                    }
-                }
-                ids.to_vec()
-            }
-            None => {
-                let mut out = Vec::with_capacity(n);
-                let mut next = self.next_auto;
-                while out.len() < n {
-                    if next > i64::MAX as u64 {
-                        return Err(Error::arg(
-                            "automatic ids are used up (they stop at 2**63-1); give explicit ids",
-                        ));
-                    }
-                    if !self.is_live(g, next) {
-                        out.push(next);
-                    }
-                    next += 1;
-                }
-                out
-            }
-        };
+        let ids = self.ids.resolve_insert(ids, n, |e| self.disk_live(g, e))?;
         Ok((rows, ids))
     }
 
@@ -321,9 +273,9 @@ impl Delta {
                 self.slot_ext.resize(s + 1, u64::MAX);
             }
             self.slot_ext[s] = e;
-            self.by_ext.insert(e, slot);
-            self.next_auto = self.next_auto.max(e.saturating_add(1));
+            self.ids.insert(e, slot);
         }
+        self.ids.shrink_if_sparse();
     }
 
     /// Applies a delete; returns how many of `ids` were live.
@@ -331,7 +283,7 @@ impl Delta {
         self.ensure_perm(g);
         let mut live = 0;
         for &e in ids {
-            if let Some(slot) = self.by_ext.remove(&e) {
+            if let Some(slot) = self.ids.remove(e) {
                 self.slot_ext[slot as usize] = u64::MAX;
                 self.graph.remove(slot);
                 live += 1;
@@ -353,41 +305,9 @@ impl Delta {
         live
     }
 
-    /// Applies one logged operation (replay).
+    /// Applies one logged record (replay; see [`crate::update::recovery`]).
     pub fn apply_record(&mut self, g: &GraphIndex, rec: &Record, path: &Path) -> Result<()> {
-        match Op::decode(rec, path)? {
-            Op::Insert {
-                ids,
-                dim,
-                dtype,
-                vectors,
-            } => {
-                let rows =
-                    crate::update::wal::insert_rows(path, self.dim, dim, dtype, &vectors, None)?;
-                let (rows, ids) = self
-                    .prepare_replayed(&rows, &ids)
-                    .map_err(|e| Error::corrupt(path, format!("record {}: {e}", rec.seq)))?;
-                self.apply_insert(g, &rows, &ids);
-            }
-            Op::Delete { ids } => {
-                self.apply_delete(g, &ids);
-            }
-        }
-        self.applied = rec.seq;
-        Ok(())
-    }
-
-    /// Logged rows as the index stores them (what `prepare_insert` did
-    /// before logging: conversion and normalisation are idempotent).
-    fn prepare_replayed(&self, rows: &[f32], ids: &[u64]) -> Result<(Vec<f32>, Vec<u64>)> {
-        if rows.len() != ids.len() * self.dim {
-            return Err(Error::arg("vector bytes do not match the ids"));
-        }
-        let mut rows = rows.to_vec();
-        if self.metric == Metric::Cosine {
-            rows.chunks_mut(self.dim).for_each(normalize);
-        }
-        Ok((rows, ids.to_vec()))
+        recovery::replay(&mut Replaying { delta: self, g }, rec, path)
     }
 
     /// A query as the delta's vectors are stored: normalised for cosine.
@@ -403,7 +323,7 @@ impl Delta {
 
     /// The delta's `k` nearest live vectors to `q` (metric distance).
     pub fn search(&self, q: &[f32], k: usize, l: usize) -> Found {
-        if self.by_ext.is_empty() {
+        if self.ids.is_empty() {
             return Vec::new();
         }
         let mut scratch = SearchScratch::new();
@@ -436,13 +356,13 @@ impl Delta {
     /// Consistency problems between the delta's maps (empty: none).
     pub fn problems(&self, g: &GraphIndex) -> Vec<String> {
         let mut out = Vec::new();
-        for (&e, &s) in &self.by_ext {
+        for (e, s) in self.ids.iter() {
             if self.slot_ext.get(s as usize) != Some(&e) {
                 out.push(format!(
                     "delta id {e} maps to slot {s}, which holds another id"
                 ));
             }
-            if !self.graph.is_alive(s) && self.by_ext.len() > 1 {
+            if !self.graph.is_alive(s) && self.ids.len() > 1 {
                 out.push(format!(
                     "delta id {e}'s slot {s} is a tombstone in the delta graph"
                 ));
@@ -456,10 +376,10 @@ impl Delta {
             }
         }
         let live_slots = self.slot_ext.iter().filter(|&&e| e != u64::MAX).count();
-        if live_slots != self.by_ext.len() {
+        if live_slots != self.ids.len() {
             out.push(format!(
                 "the delta holds {live_slots} live slots but maps {} ids",
-                self.by_ext.len()
+                self.ids.len()
             ));
         }
         let bits: usize = self
@@ -486,4 +406,40 @@ pub fn merge_found(mut disk: Found, delta: Found, k: usize) -> Found {
     disk.dedup_by_key(|x| x.1);
     disk.truncate(k);
     disk
+}
+
+/// A delta rebuilt from the log over its disk graph.
+struct Replaying<'a> {
+    delta: &'a mut Delta,
+    g: &'a GraphIndex,
+}
+
+impl Recover for Replaying<'_> {
+    fn dim(&self) -> usize {
+        self.delta.dim
+    }
+
+    fn applied(&self) -> u64 {
+        self.delta.applied
+    }
+
+    fn set_applied(&mut self, seq: u64) {
+        self.delta.applied = seq;
+    }
+
+    fn replay_insert(&mut self, ids: &[u64], rows: &[f32]) -> Result<()> {
+        // What `prepare_insert` did before logging: conversion to the
+        // element type was logged; normalisation is idempotent.
+        let mut rows = rows.to_vec();
+        if self.delta.metric == Metric::Cosine {
+            rows.chunks_mut(self.delta.dim).for_each(normalize);
+        }
+        self.delta.apply_insert(self.g, &rows, ids);
+        Ok(())
+    }
+
+    fn replay_delete(&mut self, ids: &[u64]) -> Result<()> {
+        self.delta.apply_delete(self.g, ids);
+        Ok(())
+    }
 }

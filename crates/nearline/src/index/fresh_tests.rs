@@ -282,8 +282,8 @@ fn bad_updates_are_refused_and_change_nothing() {
     nan[3] = f32::NAN;
     assert!(msg(idx.insert(&nan, None)).contains("row 0"));
     assert!(msg(idx.insert(&v, Some(&[7, 501]))).contains("already in the index"));
-    assert!(msg(idx.insert(&v, Some(&[600, 600]))).contains("twice"));
-    assert!(msg(idx.insert(&v, Some(&[600]))).contains("ids for"));
+    assert!(msg(idx.insert(&v, Some(&[600, 600]))).contains("appears more than once"));
+    assert!(msg(idx.insert(&v, Some(&[600]))).contains("ids given for"));
     assert_eq!(idx.live_ids().unwrap().len(), 500);
     assert_eq!(idx.delete(&[10_000]).unwrap(), 0);
     let ro = open(&dir, true);

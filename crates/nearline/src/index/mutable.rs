@@ -25,6 +25,7 @@ use super::merge::{merge_index, MergeJob, MergeReport, StagedMerge};
 use crate::elem::DType;
 use crate::format::Manifest;
 use crate::planner::{self, OpenOptions, OpenPlan};
+use crate::update::recovery::check_continues;
 use crate::update::tail::{TailStatus, WalTail};
 use crate::update::wal::{Op, Wal};
 use crate::{Error, Result};
@@ -183,19 +184,7 @@ fn open_state(
     let path = wal_path(dir);
     let tail = if path.exists() {
         let mut t = WalTail::open(&path)?;
-        if t.first_seq() > m.wal_sequence + 1 {
-            return Err(Error::corrupt(
-                &path,
-                format!(
-                    "the log starts at sequence {} but the index holds only up to {}: records \
-                     {}..{} are missing",
-                    t.first_seq(),
-                    m.wal_sequence,
-                    m.wal_sequence + 1,
-                    t.first_seq()
-                ),
-            ));
-        }
+        check_continues(&path, t.first_seq(), m.wal_sequence)?;
         let after = delta.applied;
         t.read_new(after, &mut |r| delta.apply_record(&open.g, &r, &path))?;
         Some(t)

@@ -155,7 +155,7 @@ impl Inner {
                     rep.problems
                         .push(format!("live id {} is in no posting", external[i]));
                 }
-                if ids.by_ext.get(&external[i]) != Some(&(i as u32)) {
+                if ids.tracker.get(external[i]) != Some(i as u32) {
                     rep.problems.push(format!(
                         "live id {} is missing from the id map",
                         external[i]
@@ -163,10 +163,10 @@ impl Inner {
                 }
             }
         }
-        if ids.by_ext.len() as u64 != rep.live_ids {
+        if ids.tracker.len() as u64 != rep.live_ids {
             rep.problems.push(format!(
                 "the id map holds {} ids, the version map {} live ones",
-                ids.by_ext.len(),
+                ids.tracker.len(),
                 rep.live_ids
             ));
         }

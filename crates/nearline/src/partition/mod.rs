@@ -40,7 +40,7 @@ mod stress_tests;
 mod tests;
 mod update;
 
-use crate::distance::{normalize, Metric};
+use crate::distance::{check_rows, normalize, Metric};
 use crate::elem::DType;
 use crate::format::{IndexKind, Preset, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE};
 use crate::graph::dynamic::DynamicGraph as Heads;
@@ -48,13 +48,14 @@ use crate::io::files::write_durable;
 use crate::io::staging::Staging;
 use crate::io::{EngineKind, IoEngine};
 use crate::search::QueryStats;
+use crate::update::ids::IdTracker;
 use crate::update::wal::{Durability, Wal};
 use crate::{Error, Result};
 use lire::Jobs;
 use posting::BLOCK;
 use recovery::{snapshot_state, state_name, write_manifest};
 use state::{PartitionBuildStats, PartitionManifest, PartitionParams};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -223,8 +224,7 @@ pub(crate) struct Counters {
 /// vectors: `retired` since their delete, `free` (reusable) once every
 /// search that began before the delete has finished.
 struct Ids {
-    by_ext: HashMap<u64, u32>,
-    next_auto: u64,
+    tracker: IdTracker,
     retired: Vec<u32>,
     free: Vec<u32>,
 }
@@ -296,25 +296,6 @@ fn threads_or_cores(t: Option<usize>) -> usize {
             .map(|n| n.get())
             .unwrap_or(1)
     })
-}
-
-/// Checks that every value is finite and every row's squared norm within
-/// [`crate::distance::MAX_SQUARED_NORM`] (so every distance stays finite).
-fn check_rows(v: &[f32], what: &str, dim: usize) -> Result<()> {
-    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-        return Err(Error::arg(format!(
-            "{what} row {} holds a non-finite value ({}) at dimension {}",
-            i / dim,
-            v[i],
-            i % dim
-        )));
-    }
-    for (r, row) in v.chunks_exact(dim.max(1)).enumerate() {
-        if let Some(why) = crate::distance::oversized(crate::distance::squared_norm_f64(row)) {
-            return Err(Error::arg(format!("{what} row {r} {why}")));
-        }
-    }
-    Ok(())
 }
 
 /// Whether `dir` holds a partition index manifest (any valid one).
@@ -513,7 +494,7 @@ impl PartitionIndex {
     /// The live external ids, ascending.
     pub fn live_ids(&self) -> Vec<u64> {
         let inner = self.now().unwrap_or_else(|_| self.loaded());
-        let mut v: Vec<u64> = lock(&inner.ids).by_ext.keys().copied().collect();
+        let mut v: Vec<u64> = lock(&inner.ids).tracker.iter().map(|(e, _)| e).collect();
         if let Some(r) = &inner.reader {
             v.extend(r.delta_ids());
         }
@@ -523,7 +504,7 @@ impl PartitionIndex {
     /// Whether `id` is live.
     pub fn contains(&self, id: u64) -> bool {
         let inner = self.now().unwrap_or_else(|_| self.loaded());
-        lock(&inner.ids).by_ext.contains_key(&id)
+        lock(&inner.ids).tracker.contains(id)
             || inner.reader.as_ref().is_some_and(|r| r.delta_has(id))
     }
 
@@ -630,7 +611,7 @@ impl Inner {
 
     /// Live vectors: the id map's, and a reader's from the log.
     fn live_count(&self) -> usize {
-        lock(&self.ids).by_ext.len() + self.reader.as_ref().map_or(0, |r| r.delta_live())
+        lock(&self.ids).tracker.len() + self.reader.as_ref().map_or(0, |r| r.delta_live())
     }
 
     fn check_failed(&self) -> Result<()> {
@@ -665,8 +646,7 @@ impl Inner {
             read(&self.versions).capacity() as u64 * 4 + read(&self.external).capacity() as u64 * 8;
         let ids = {
             let g = lock(&self.ids);
-            g.by_ext.capacity() as u64 * 17 * 8 / 7
-                + (g.free.capacity() + g.retired.capacity()) as u64 * 4
+            g.tracker.memory_bytes() + (g.free.capacity() + g.retired.capacity()) as u64 * 4
         };
         let ids = slots + ids;
         let io = io_bytes(self.threads);

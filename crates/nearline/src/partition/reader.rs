@@ -35,8 +35,9 @@ use super::{lock, read, read_manifest, write, Inner, PartitionIndex, PartitionOp
 use super::{DELETED, WAL_FILE};
 use crate::distance::{normalize, Metric};
 use crate::elem::DType;
+use crate::update::recovery::{replay, Recover};
 use crate::update::tail::{TailStatus, WalTail};
-use crate::update::wal::{insert_rows, Op, Record};
+use crate::update::wal::Record;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -193,14 +194,18 @@ impl Inner {
         let mut f = lock(&r.follow);
         loop {
             let after = f.applied;
-            let mut ops = Vec::new();
+            let mut recs = Vec::new();
             let status = f.log.read_new(after, &mut |rec: Record| {
-                ops.push((rec.seq, Op::decode(&rec, &wpath)?));
+                recs.push(rec);
                 Ok(())
             })?;
-            for (seq, op) in ops {
-                self.apply_followed(op, &wpath)?;
-                f.applied = seq;
+            let mut target = Following {
+                inner: self,
+                r,
+                applied: &mut f.applied,
+            };
+            for rec in &recs {
+                replay(&mut target, rec, &wpath)?;
             }
             if status == TailStatus::Current {
                 return Ok(true);
@@ -213,55 +218,6 @@ impl Inner {
             }
             f.log = log;
         }
-    }
-
-    /// A logged update, applied the reader's way.
-    fn apply_followed(&self, op: Op, wpath: &Path) -> Result<()> {
-        let Some(r) = &self.reader else {
-            return Ok(());
-        };
-        match op {
-            Op::Insert {
-                ids,
-                dim,
-                dtype,
-                vectors,
-            } => {
-                let v = insert_rows(wpath, self.dim, dim, dtype, &vectors, Some(DType::F32))?;
-                if v.len() != ids.len() * self.dim {
-                    return Err(Error::corrupt(
-                        wpath,
-                        "a logged insert's vectors do not match its ids",
-                    ));
-                }
-                let mut d = write(&r.delta);
-                for (id, row) in ids.iter().zip(v.chunks_exact(self.dim)) {
-                    let at = d.ids.len();
-                    d.ids.push(*id);
-                    d.vectors.extend_from_slice(row);
-                    d.alive.push(true);
-                    if let Some(old) = d.rows.insert(*id, at) {
-                        d.alive[old] = false;
-                    }
-                }
-            }
-            Op::Delete { ids } => {
-                let mut g = lock(&self.ids);
-                let versions = read(&self.versions);
-                let mut d = write(&r.delta);
-                for id in ids {
-                    if let Some(i) = g.by_ext.remove(&id) {
-                        if let Some(v) = versions.get(i as usize) {
-                            v.fetch_or(DELETED, Ordering::AcqRel);
-                        }
-                    }
-                    if let Some(row) = d.rows.remove(&id) {
-                        d.alive[row] = false;
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Whether the manifest names another checkpoint than the loaded one.
@@ -332,5 +288,63 @@ impl PartitionIndex {
         let fresh = Arc::new(Inner::open_reader(&self.dir, &self.opts)?);
         *write(&self.inner) = Arc::clone(&fresh);
         Ok(fresh)
+    }
+}
+
+/// A read-only open applying the writer's log the reader's way: an insert's
+/// vectors are kept in memory (the delta), a delete marks the id deleted in
+/// the reader's own version map or drops it from the delta.
+struct Following<'a> {
+    inner: &'a Inner,
+    r: &'a Reader,
+    applied: &'a mut u64,
+}
+
+impl Recover for Following<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim
+    }
+
+    fn logged_dtype(&self) -> Option<DType> {
+        Some(DType::F32)
+    }
+
+    fn applied(&self) -> u64 {
+        *self.applied
+    }
+
+    fn set_applied(&mut self, seq: u64) {
+        *self.applied = seq;
+    }
+
+    fn replay_insert(&mut self, ids: &[u64], rows: &[f32]) -> Result<()> {
+        let mut d = write(&self.r.delta);
+        for (id, row) in ids.iter().zip(rows.chunks_exact(self.inner.dim)) {
+            let at = d.ids.len();
+            d.ids.push(*id);
+            d.vectors.extend_from_slice(row);
+            d.alive.push(true);
+            if let Some(old) = d.rows.insert(*id, at) {
+                d.alive[old] = false;
+            }
+        }
+        Ok(())
+    }
+
+    fn replay_delete(&mut self, ids: &[u64]) -> Result<()> {
+        let mut g = lock(&self.inner.ids);
+        let versions = read(&self.inner.versions);
+        let mut d = write(&self.r.delta);
+        for &id in ids {
+            if let Some(i) = g.tracker.remove(id) {
+                if let Some(v) = versions.get(i as usize) {
+                    v.fetch_or(DELETED, Ordering::AcqRel);
+                }
+            }
+            if let Some(row) = d.rows.remove(&id) {
+                d.alive[row] = false;
+            }
+        }
+        Ok(())
     }
 }

@@ -15,7 +15,9 @@ use crate::format::MANIFEST_FILE;
 use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::io::files::{sync_dir, write_durable};
 use crate::io::open_direct;
-use crate::update::wal::{insert_rows, Op, Wal};
+use crate::update::ids::IdTracker;
+use crate::update::recovery::{replay, Recover};
+use crate::update::wal::Wal;
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -153,8 +155,7 @@ impl Inner {
             versions: RwLock::new(st.versions.iter().map(|&v| AtomicU32::new(v)).collect()),
             external: RwLock::new(st.external),
             ids: Mutex::new(Ids {
-                by_ext,
-                next_auto: st.next_auto_id,
+                tracker: IdTracker::new(by_ext, st.next_auto_id),
                 retired: Vec::new(),
                 free: st
                     .versions
@@ -195,33 +196,59 @@ impl Inner {
         let store = Store::open_with_io(&ppath, l.st.blocks_end, l.st.free_blocks.clone(), opts.io)
             .map_err(|e| writable_hint(dir, e))?;
         let wpath = dir.join(WAL_FILE);
-        let mut pending_ops = Vec::new();
+        let mut pending = Vec::new();
         let (wal, _) = Wal::open_after(&wpath, opts.durability, l.m.wal_sequence, &mut |r| {
-            pending_ops.push(Op::decode(&r, &wpath)?);
+            pending.push(r);
             Ok(())
         })
         .map_err(|e| writable_hint(dir, e))?;
         // The log's lock makes this the one writer: what a killed
         // checkpoint left goes (a state a reader holds stays).
         remove_other_states(dir, l.m.generation)?;
+        let applied = l.m.wal_sequence;
         let inner = Inner::from_loaded(dir, opts, l, store, Some(wal), None)?;
-        for op in pending_ops {
-            match op {
-                Op::Insert {
-                    ids,
-                    dim,
-                    dtype,
-                    vectors,
-                } => {
-                    let v = insert_rows(&wpath, inner.dim, dim, dtype, &vectors, Some(DType::F32))?;
-                    inner.apply_insert(&ids, &v)?;
-                }
-                Op::Delete { ids } => {
-                    inner.apply_delete(&ids);
-                }
-            }
+        let mut target = Writing {
+            inner: &inner,
+            applied,
+        };
+        for r in &pending {
+            replay(&mut target, r, &wpath)?;
         }
         Ok(inner)
+    }
+}
+
+/// A writer's open rebuilding its postings from the log after the
+/// checkpoint it loaded.
+struct Writing<'a> {
+    inner: &'a Inner,
+    applied: u64,
+}
+
+impl Recover for Writing<'_> {
+    fn dim(&self) -> usize {
+        self.inner.dim
+    }
+
+    fn logged_dtype(&self) -> Option<DType> {
+        Some(DType::F32)
+    }
+
+    fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    fn set_applied(&mut self, seq: u64) {
+        self.applied = seq;
+    }
+
+    fn replay_insert(&mut self, ids: &[u64], rows: &[f32]) -> Result<()> {
+        self.inner.apply_insert(ids, rows)
+    }
+
+    fn replay_delete(&mut self, ids: &[u64]) -> Result<()> {
+        self.inner.apply_delete(ids);
+        Ok(())
     }
 }
 
@@ -310,7 +337,7 @@ impl Inner {
                 .map(|v| v.load(Ordering::Acquire))
                 .collect();
             let external = read(&self.external).clone();
-            let next_auto = lock(&self.ids).next_auto;
+            let next_auto = lock(&self.ids).tracker.next_auto();
             snapshot_state(
                 &heads,
                 &postings,
@@ -331,7 +358,7 @@ impl Inner {
         m.state_crc32c = crc32c::crc32c(&bytes);
         m.generation = generation;
         m.wal_sequence = seq;
-        m.n = lock(&self.ids).by_ext.len();
+        m.n = lock(&self.ids).tracker.len();
         write_manifest(&self.dir, &m)?;
         *lock(&self.manifest) = m;
         // The blocks released since the previous checkpoint become free,

@@ -10,6 +10,7 @@ use crate::planner::partition::plan;
 use crate::planner::BuildOptions;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
 
 pub(super) fn params(
     n: usize,
@@ -383,7 +384,7 @@ fn the_check_sees_a_stale_entry_that_reads_as_current() {
     let idx = PartitionIndex::open(&path, &quiet()).unwrap();
     assert!(idx.check().unwrap().problems.is_empty());
     let inner = idx.loaded();
-    let slot = *lock(&inner.ids).by_ext.get(&5).unwrap();
+    let slot = lock(&inner.ids).tracker.get(5).unwrap();
     let ver = read(&inner.versions)[slot as usize].load(Ordering::Acquire);
     let other = &data[9 * dim..10 * dim];
     let p = (0..read(&inner.heads).slots() as u32)

@@ -5,13 +5,14 @@ use super::build;
 use super::posting::{self, entry_bytes, PAYLOAD};
 use super::store::PostingRef;
 use super::{
-    check_rows, lire, lock, read, scattered, write, Ids, Inner, PartitionIndex, DELETED,
-    MAX_VERSION, STRIPES, VERSION_MASK,
+    lire, lock, read, scattered, write, Ids, Inner, PartitionIndex, DELETED, MAX_VERSION, STRIPES,
+    VERSION_MASK,
 };
 use crate::distance::{normalize, Metric};
 use crate::elem::DType;
 use crate::graph::dynamic::DynamicGraph as Heads;
 use crate::graph::vamana::SearchScratch;
+use crate::update::ids::check_insert_rows;
 use crate::update::wal::Op;
 use crate::{Error, Result};
 use std::collections::{HashMap, HashSet};
@@ -75,7 +76,7 @@ impl PartitionIndex {
             let mut seen = HashSet::new();
             ids.iter()
                 .copied()
-                .filter(|i| g.by_ext.contains_key(i) && seen.insert(*i))
+                .filter(|i| g.tracker.contains(*i) && seen.insert(*i))
                 .collect()
         };
         if live.is_empty() {
@@ -90,58 +91,8 @@ impl Inner {
     /// The external ids of an insert of `vectors` with `ids` (or automatic
     /// ones), after checking both (see [`PartitionIndex::validate_insert`]).
     fn resolve_insert(&self, g: &Ids, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
-        let dim = self.dim;
-        if vectors.is_empty() || !vectors.len().is_multiple_of(dim) {
-            return Err(Error::arg(format!(
-                "vectors hold {} values: expected a positive multiple of the index's dimension {dim}",
-                vectors.len()
-            )));
-        }
-        let n = vectors.len() / dim;
-        check_rows(vectors, "vectors", dim)?;
-        match ids {
-            Some(ids) => {
-                if ids.len() != n {
-                    return Err(Error::arg(format!(
-                        "{} ids given for {n} vectors",
-                        ids.len()
-                    )));
-                }
-                let mut seen = HashSet::with_capacity(n);
-                for (r, &i) in ids.iter().enumerate() {
-                    if i > i64::MAX as u64 {
-                        return Err(Error::arg(format!(
-                            "id {i} (row {r}) does not fit a signed 64-bit integer"
-                        )));
-                    }
-                    if !seen.insert(i) {
-                        return Err(Error::arg(format!(
-                            "id {i} (row {r}) appears more than once in this insert"
-                        )));
-                    }
-                    if g.by_ext.contains_key(&i) {
-                        return Err(Error::arg(format!(
-                            "id {i} (row {r}) is already in the index: delete it first to replace \
-                             its vector"
-                        )));
-                    }
-                }
-                Ok(ids.to_vec())
-            }
-            None => {
-                // Automatic ids continue above every id the index has seen
-                // and stay within the signed 64-bit range.
-                let top = i64::MAX as u64;
-                if g.next_auto.saturating_add(n as u64) > top + 1 {
-                    return Err(Error::arg(format!(
-                        "no automatic ids are left for {n} vectors: they follow the largest id \
-                         the index has seen ({}), and ids end at {top}; pass ids explicitly",
-                        g.next_auto.saturating_sub(1)
-                    )));
-                }
-                Ok((g.next_auto..g.next_auto + n as u64).collect())
-            }
-        }
+        let n = check_insert_rows(vectors, self.dim)?;
+        g.tracker.resolve_insert(ids, n, |_| false)
     }
 
     /// Postings for `x` (never `exclude`): the nearest head found, then the
@@ -226,16 +177,12 @@ impl Inner {
                         ((versions.len() - 1) as u32, 0u32)
                     }
                 };
-                ids.by_ext.insert(e, i);
-                ids.next_auto = ids.next_auto.max(e + 1);
+                ids.tracker.insert(e, i);
                 items.push((i, ver, j));
             }
             // Churn leaves deletion marks in the hash map that make it
             // double although it holds no more ids: rebuild it at its size.
-            let live = ids.by_ext.len();
-            if ids.by_ext.capacity() > 2 * live + 1024 {
-                ids.by_ext.shrink_to(live + live / 8);
-            }
+            ids.tracker.shrink_if_sparse();
             items
         };
         self.place(&items, v, None)?;
@@ -447,7 +394,7 @@ impl Inner {
         let versions = read(&self.versions);
         let mut n = 0;
         for e in ext {
-            if let Some(i) = ids.by_ext.remove(e) {
+            if let Some(i) = ids.tracker.remove(*e) {
                 versions[i as usize].fetch_or(DELETED, Ordering::AcqRel);
                 ids.retired.push(i);
                 n += 1;

@@ -421,15 +421,17 @@ impl Wal {
 
     /// Appends a record to the in-process buffer and returns its sequence.
     /// Not durable until [`sync`](Wal::sync), [`flush`](Wal::flush) (OS
-    /// only) or a later [`append_durable`](Wal::append_durable).
-    pub fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
+    /// only) or a later [`append_durable`](Wal::append_durable). Raw kinds
+    /// are for the log's own tests: an index logs [`Op`]s
+    /// ([`append_op`](Wal::append_op)), the closed set replay decodes.
+    pub(crate) fn append(&self, kind: u8, payload: &[u8]) -> Result<u64> {
         let mut st = self.lock()?;
         self.append_locked(&mut st, kind, payload)
     }
 
     /// Appends a record and returns its sequence once it is durable as the
-    /// log's [`Durability`] says.
-    pub fn append_durable(&self, kind: u8, payload: &[u8]) -> Result<u64> {
+    /// log's [`Durability`] says (raw kinds: see [`append`](Wal::append)).
+    pub(crate) fn append_durable(&self, kind: u8, payload: &[u8]) -> Result<u64> {
         let seq = {
             let mut st = self.lock()?;
             let seq = self.append_locked(&mut st, kind, payload)?;
