@@ -63,6 +63,9 @@ pub struct MergeReport {
     pub inserted: usize,
     /// Live nodes whose lists consolidation rewrote.
     pub consolidated: usize,
+    /// Nodes none of whose two nearest out-neighbours listed them, given
+    /// an edge from one (`graph::merge::link_back`).
+    pub linked_back: usize,
     /// Vectors in the merged index.
     pub n: usize,
 }
@@ -341,6 +344,7 @@ fn merge_typed<T: Element>(
             deleted: job.deleted.iter().filter(|&&d| d).count(),
             inserted: n_ins,
             consolidated: merged.consolidated,
+            linked_back: merged.linked_back,
             n: n_new,
         },
     })
