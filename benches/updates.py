@@ -1,12 +1,15 @@
-"""SPFresh's update benchmark ("workload A") on nearline's partition index.
+"""SPFresh's update benchmark ("workload A") on nearline's partition index, and on its graph index.
 
 A base of ``--n`` vectors is built once; then, for ``--epochs`` epochs, each epoch
 deletes ``rate·n`` random live vectors and inserts ``rate·n`` new ones (SPFresh §5,
-1% per epoch over 100 epochs). Two systems, each in its own subprocess:
+1% per epoch over 100 epochs). Each system runs in its own subprocess:
 
 * ``lire``   -- ``build(preset="spfresh", lire=True)``: splits, merges and reassigns (SPFresh);
 * ``spann+`` -- ``build(preset="spfresh", lire=False)``: appends and garbage collection only
-  (the paper's SPANN+ baseline).
+  (the paper's SPANN+ baseline);
+* ``graph``  -- ``build(preset=--graph-preset)`` (default ``diskann``): the graph index, updated out
+  of place (FreshDiskANN's delta and delete set, merged into a new disk graph when the delta fills
+  its share of the budget, and at each checkpoint); searched at ``--L`` instead of ``--nprobe``.
 
 Two data distributions (one Gaussian mixture, seeded):
 
@@ -71,7 +74,13 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-SYSTEMS = {"lire": True, "spann+": False}
+#: system -> whether it is a partition index built with LIRE (None: the graph index).
+SYSTEMS: Dict[str, Optional[bool]] = {"lire": True, "spann+": False, "graph": None}
+
+
+def search_opts(args: argparse.Namespace, graph: bool) -> Dict[str, int]:
+    """The search knob of the system: ``L`` for the graph index, ``nprobe`` for a partition index."""
+    return {"L": args.L} if graph else {"nprobe": args.nprobe}
 DISTS = ("shifted", "unshifted")
 DIST_CODE = {"shifted": 1, "unshifted": 2}
 QUERY_MIX = "half base mixture, half insert-stream mixture (fresh draws, not in the index)"
@@ -219,8 +228,13 @@ def pct(a: np.ndarray, q: float) -> float:
     return float(np.percentile(a, q)) if a.size else float("nan")
 
 
+def resident(memory: Dict[str, Any]) -> int:
+    """The engine's resident bytes: a partition index reports ``resident``, a graph index ``total``."""
+    return int(memory.get("resident", memory.get("total", 0)))
+
+
 def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Optional[np.ndarray],
-            index_dir: Path) -> Dict[str, Any]:
+            index_dir: Path, graph: bool = False) -> Dict[str, Any]:
     """One measurement point of an open index (see the module doc). The ids found are returned
     under ``_found`` (one-thread pass) and ``_found_threads``; the caller scores them."""
     info = idx.info()
@@ -233,7 +247,7 @@ def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Opti
         "updates": info.get("updates", {}),
         "queued_jobs": info.get("updates", {}).get("queued_jobs"),
         "memory": info.get("memory", {}),
-        "resident_bytes": int(info.get("memory", {}).get("resident", 0)),
+        "resident_bytes": resident(info.get("memory", {})),
         "engine_disk_bytes": info.get("disk_bytes"),
         "process_rss_bytes": status.get("VmRSS"),
         "process_rss_anon_bytes": status.get("RssAnon"),
@@ -247,7 +261,8 @@ def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Opti
         point["live_id_mismatch"] = int(np.setxor1d(engine_ids, tracked, assume_unique=True).size)
     nq = queries.shape[0]
     # Warm-up (in-memory structures, the I/O rings), not measured.
-    idx.search(queries[: min(100, nq)], args.k, nprobe=args.nprobe, threads=args.threads)
+    knob = search_opts(args, graph)
+    idx.search(queries[: min(100, nq)], args.k, threads=args.threads, **knob)
     lat: List[np.ndarray] = []
     reads: List[np.ndarray] = []
     bytes_read: List[np.ndarray] = []
@@ -255,13 +270,13 @@ def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Opti
     stale: List[np.ndarray] = []
     found = None
     for _ in range(args.latency_repeats):
-        ids, _d, st = idx.search(queries, args.k, nprobe=args.nprobe, threads=1, return_stats=True)
+        ids, _d, st = idx.search(queries, args.k, threads=1, return_stats=True, **knob)
         if found is None:
             found = ids
         lat.append(np.asarray(st["total_us"], dtype=np.float64))
         reads.append(np.asarray(st["reads"], dtype=np.float64))
         bytes_read.append(np.asarray(st["bytes_read"], dtype=np.float64))
-        hops.append(np.asarray(st["hops"], dtype=np.float64))
+        hops.append(np.asarray(st.get("hops", st["reads"]), dtype=np.float64))
         if "stale" in st:
             stale.append(np.asarray(st["stale"], dtype=np.float64))
     lat_a = np.concatenate(lat)
@@ -271,11 +286,11 @@ def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Opti
     # percentile counts it).
     p999_passes = [pct(x, 99.9) for x in lat]
     t0 = time.perf_counter()
-    ids_mt, _ = idx.search(queries, args.k, nprobe=args.nprobe, threads=args.threads)
+    ids_mt, _ = idx.search(queries, args.k, threads=args.threads, **knob)
     wall = time.perf_counter() - t0
     # Memory again once the searches ran (their scratch and I/O buffers included).
     after = idx.info().get("memory", {})
-    point["resident_after_search_bytes"] = int(after.get("resident", 0))
+    point["resident_after_search_bytes"] = resident(after)
     point["process_rss_after_search_bytes"] = proc_status().get("VmRSS")
     point.update({
         "_found": found,
@@ -301,8 +316,9 @@ def measure(idx: Any, args: argparse.Namespace, queries: np.ndarray, alive: Opti
 # --------------------------------------------------------------------------- build subprocess
 
 
-def build_opts(args: argparse.Namespace) -> Dict[str, Any]:
-    opts: Dict[str, Any] = {"preset": "spfresh", "threads": args.threads, "seed": args.seed}
+def build_opts(args: argparse.Namespace, graph: bool = False) -> Dict[str, Any]:
+    opts: Dict[str, Any] = {"preset": args.graph_preset if graph else "spfresh", "threads": args.threads,
+                            "seed": args.seed}
     if args.memory_budget is not None:
         opts["memory_budget"] = parse_value(args.memory_budget)
     for item in args.build_opt:
@@ -339,8 +355,8 @@ def build_worker(spec_path: str) -> None:
         ids = np.arange(spec["n"], dtype=np.int64)
         data = np.ascontiguousarray(pool[: spec["n"]])
     t0 = time.perf_counter()
-    idx = nearline.build(data, spec["path"], ids=ids, lire=spec["lire"], overwrite=True, progress=False,
-                         **spec["opts"])
+    lire = {} if spec["lire"] is None else {"lire": spec["lire"]}
+    idx = nearline.build(data, spec["path"], ids=ids, overwrite=True, progress=False, **lire, **spec["opts"])
     seconds = time.perf_counter() - t0
     info = idx.info()
     idx.close()
@@ -367,6 +383,7 @@ def worker(args: argparse.Namespace) -> None:
 
     dist, system = args.worker.split(",")
     lire = SYSTEMS[system]
+    graph = lire is None
     tag = f"{dist}-{system.replace('+', 'plus')}"
     paths = data_paths(args, dist)
     runs_dir = Path(args.workdir) / "runs"
@@ -389,7 +406,7 @@ def worker(args: argparse.Namespace) -> None:
         tmp.write_text(json.dumps(result, indent=1, default=float))
         os.replace(tmp, args.run_out)
 
-    opts = build_opts(args)
+    opts = build_opts(args, graph)
     log(f"[{dist}/{system}] building the base: {args.n} × {args.dim}")
     b = run_build({"pool": str(paths["pool"]), "n": args.n, "path": str(index_dir), "lire": lire, "opts": opts},
                   runs_dir, tag)
@@ -407,7 +424,7 @@ def worker(args: argparse.Namespace) -> None:
 
     def point(epoch: int) -> Dict[str, Any]:
         live = np.flatnonzero(alive)
-        pt = measure(idx, args, queries, alive, index_dir)
+        pt = measure(idx, args, queries, alive, index_dir, graph)
         t0 = time.perf_counter()
         truth = exact_knn(pool, live, queries, args.k)
         gt_s = time.perf_counter() - t0
@@ -502,7 +519,7 @@ def worker(args: argparse.Namespace) -> None:
                             "lire": lire, "opts": opts}, runs_dir, tag + "-fresh")
             fidx = nearline.open(fresh_dir, threads=args.threads, durability=args.durability)
             try:
-                fp = measure(fidx, args, queries, None, fresh_dir)
+                fp = measure(fidx, args, queries, None, fresh_dir, graph)
             finally:
                 fidx.close()
             fp["recall"] = float(nearline.recall(fp.pop("_found"), final_truth, args.k))
@@ -609,7 +626,7 @@ def plot(runs: List[Dict[str, Any]], prefix: str) -> List[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"lire": "tab:blue", "spann+": "tab:red"}
+    colours = {"lire": "tab:blue", "spann+": "tab:red", "graph": "tab:green"}
     styles = {"shifted": "-", "unshifted": "--"}
     measures = [
         ("recall", "recall@k", lambda p: p["recall"], "points"),
@@ -701,10 +718,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--measure-every", type=int, default=10)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--nprobe", type=int, default=32)
+    ap.add_argument("--nprobe", type=int, default=32, help="partition systems' search knob")
+    ap.add_argument("--L", type=int, default=64, help="the graph system's search list")
+    ap.add_argument("--graph-preset", default="diskann", help="preset of the graph system")
     ap.add_argument("--threads", type=int, default=2, help="build threads, index threads and the QPS pass's")
     ap.add_argument("--batch", type=int, default=1000, help="vectors per insert (and ids per delete) call")
-    ap.add_argument("--systems", default="lire,spann+", help="comma list of: lire, spann+")
+    ap.add_argument("--systems", default="lire,spann+", help="comma list of: lire, spann+, graph")
     ap.add_argument("--dists", default="shifted,unshifted", help="comma list of: shifted, unshifted")
     ap.add_argument("--workdir", default=None, help="data, indexes and per-run JSON go here (required)")
     ap.add_argument("--out", default=None, help="result JSON (default WORKDIR/updates.json)")
