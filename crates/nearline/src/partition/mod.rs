@@ -55,7 +55,6 @@ use lire::Jobs;
 use posting::BLOCK;
 use recovery::{snapshot_state, state_name, write_manifest};
 use state::{PartitionBuildStats, PartitionManifest, PartitionParams};
-use std::collections::HashSet;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -339,27 +338,9 @@ pub fn build_index(
         )));
     }
     check_rows(data, "data", dim)?;
-    let ids: Vec<u64> = match &opts.ids {
-        Some(ids) => {
-            if ids.len() != n {
-                return Err(Error::arg(format!(
-                    "{} ids given for {n} vectors",
-                    ids.len()
-                )));
-            }
-            let mut seen = HashSet::with_capacity(n);
-            if let Some(d) = ids.iter().find(|&&i| !seen.insert(i)) {
-                return Err(Error::arg(format!("id {d} appears more than once")));
-            }
-            if let Some(b) = ids.iter().find(|&&i| i > i64::MAX as u64) {
-                return Err(Error::arg(format!(
-                    "id {b} does not fit a signed 64-bit integer"
-                )));
-            }
-            ids.clone()
-        }
-        None => (0..n as u64).collect(),
-    };
+    // The same rules as an insert's ids (as many as the rows, unique,
+    // within the signed 64-bit range); without ids, rows are numbered.
+    let ids: Vec<u64> = IdTracker::empty(0).resolve_insert(opts.ids.as_deref(), n, |_| false)?;
     let mut normalized;
     let data = if opts.metric == Metric::Cosine {
         normalized = data.to_vec();

@@ -7,7 +7,7 @@ use super::tests::{build_at, params, quiet};
 use super::*;
 use crate::graph::vamana::SearchScratch;
 use crate::index::test_data::{anisotropic, clustered};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Every posting each internal id is in (current entries).
 fn postings_of(inner: &Inner) -> HashMap<u32, Vec<u32>> {

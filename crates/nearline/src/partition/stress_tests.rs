@@ -9,6 +9,7 @@ use super::tests::{build_at, params, quiet};
 use super::*;
 use crate::index::test_data::clustered;
 use rand::{Rng, SeedableRng};
+use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 
 /// Inserts of the stress run: `NEARLINE_STRESS_INSERTS`, or `default`.

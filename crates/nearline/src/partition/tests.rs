@@ -10,7 +10,7 @@ use crate::planner::partition::plan;
 use crate::planner::BuildOptions;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 pub(super) fn params(
     n: usize,

@@ -166,7 +166,7 @@ impl IdTracker {
                     }
                     if !seen.insert(i) {
                         return Err(Error::arg(format!(
-                            "id {i} (row {r}) appears more than once in this insert"
+                            "id {i} (row {r}) appears more than once among the ids given"
                         )));
                     }
                     if live(i) {
