@@ -27,7 +27,7 @@ def _recall(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarra
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))
 
 
-@pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser"])
+@pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser", "aisaq"])
 def test_graph_presets_take_inserts_and_deletes(tmp_path, preset):
     base, queries = clustered(2500, DIM, seed=21, queries=60)
     n0 = 2000

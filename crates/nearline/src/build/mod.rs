@@ -338,7 +338,13 @@ fn phases<T: Element>(
                 cancel,
             )?,
         };
-        drop(codes);
+        // A PQ-coded layout writes the neighbours' codes into the records.
+        let record_codes = if plan.layout == LayoutKind::PqCoded {
+            codes
+        } else {
+            drop(codes);
+            None
+        };
         let graph_seconds = tg.elapsed().as_secs_f64();
 
         // 3. The placement, the page file and the location map.
@@ -347,11 +353,15 @@ fn phases<T: Element>(
             &g.graph,
             g.medoid,
             plan,
-            coding.as_ref().map(|c| &c.rabitq),
+            pages::RecordCodes {
+                rabitq: coding.as_ref().map(|c| &c.rabitq),
+                pq: record_codes.as_deref().map(|c| (c, pq_bytes)),
+            },
             &tmp,
             progress,
             cancel,
         )?;
+        drop(record_codes);
         for (s, info) in placed.sections {
             sections.insert(s, info);
         }

@@ -31,6 +31,15 @@ pub struct Placed {
     pub sections: Vec<SectionEntry>,
 }
 
+/// What a coded layout's records are coded with.
+#[derive(Clone, Copy, Default)]
+pub struct RecordCodes<'a> {
+    /// A coded layout's (AlayaLaser) RaBitQ rotation of its transform.
+    pub rabitq: Option<&'a RaBitQ>,
+    /// A PQ-coded layout's (AiSAQ) `n × m` PQ codes of every node, and m.
+    pub pq: Option<(&'a [u8], usize)>,
+}
+
 /// Places the nodes of `graph`, writes the page file, the location map and
 /// (when planned) the adjacency section into `dir`.
 #[allow(clippy::too_many_arguments)]
@@ -39,22 +48,37 @@ pub fn run<T: Element>(
     graph: &Graph,
     medoid: u32,
     plan: &BuildPlan,
-    rabitq: Option<&RaBitQ>,
+    codes: RecordCodes<'_>,
     dir: &Path,
     progress: Progress<'_>,
     cancel: &AtomicBool,
 ) -> Result<Placed> {
     let n = data.n();
     let vec_bytes = data.dim() * T::DTYPE.size();
-    let geo = PageGeometry::with_regions(
-        plan.page_size,
-        vec_bytes,
-        plan.r,
-        plan.packed,
-        plan.code_dims,
-        plan.code_bits,
-        n,
-    )?;
+    let pq_coded = plan.layout == LayoutKind::PqCoded;
+    let geo = if pq_coded {
+        let (c, m) = codes
+            .pq
+            .ok_or_else(|| Error::arg("a PQ-coded layout is written with the nodes' PQ codes"))?;
+        if Some(c.len()) != n.checked_mul(m) {
+            return Err(Error::arg(format!(
+                "{} bytes of PQ codes for {n} nodes of {m} bytes each",
+                c.len()
+            )));
+        }
+        PageGeometry::with_pq_codes(plan.page_size, vec_bytes, plan.r, m, n)?
+    } else {
+        PageGeometry::with_regions(
+            plan.page_size,
+            vec_bytes,
+            plan.r,
+            plan.packed,
+            plan.code_dims,
+            plan.code_bits,
+            n,
+        )?
+    };
+    let rabitq = codes.rabitq;
     let rpb = geo.records_per_block;
     let mut packing = None;
     let (layout, shuffle, or_g) = match plan.layout {
@@ -74,7 +98,7 @@ pub fn run<T: Element>(
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
         }
-        LayoutKind::Id | LayoutKind::Coded => {
+        LayoutKind::Id | LayoutKind::Coded | LayoutKind::PqCoded => {
             let ids: Vec<u32> = (0..n as u32).collect();
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
@@ -124,7 +148,24 @@ pub fn run<T: Element>(
         }
     };
     let dim = data.dim();
+    let pq = codes.pq.filter(|_| pq_coded);
     let code = |v: u32, rec: &mut [u8]| -> Result<()> {
+        if let Some((all, m)) = pq {
+            // The list as the record stores it (at most R).
+            let list = graph.neighbors(v);
+            let list = &list[..list.len().min(geo.max_degree)];
+            let slots = list
+                .iter()
+                .map(|&u| {
+                    let at = u as usize * m;
+                    all.get(at..at + m).ok_or_else(|| {
+                        Error::arg(format!("node {v} lists {u}, which has no PQ code"))
+                    })
+                })
+                .collect::<Result<Vec<&[u8]>>>()?;
+            let written = geo.write_pq_codes(rec, slots.into_iter());
+            return written.map_err(|e| Error::Engine(format!("record of node {v}: {e}")));
+        }
         match coder {
             Some((q, rows)) => {
                 let at = v as usize * dim;
@@ -136,13 +177,14 @@ pub fn run<T: Element>(
             None => Ok(()),
         }
     };
+    let coded = coder.is_some() || pq.is_some();
     write_pages(
         &pages,
         &layout,
         data,
         graph,
         packing.as_ref(),
-        coder.is_some().then_some(&code as RecordCoder<'_>),
+        coded.then_some(&code as RecordCoder<'_>),
         cancel,
     )?;
     sync_file(&pages)?;

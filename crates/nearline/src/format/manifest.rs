@@ -31,8 +31,9 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// entries and state file carry 32-bit versions (state magic `NLPSTAT2`;
 /// 1.5's version bytes are still read); 1.7: a graph index takes updates
 /// (its write-ahead log `wal.log`, merged by rewriting the index; the
-/// manifest's `next_auto_id`).
-pub const FORMAT_MINOR: u32 = 7;
+/// manifest's `next_auto_id`); 1.8: PQ-coded layouts (AiSAQ: records
+/// carrying their neighbours' PQ codes) and the `aisaq` preset.
+pub const FORMAT_MINOR: u32 = 8;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -71,6 +72,9 @@ crate::util::vocabulary! {
         /// AlayaLaser: neighbour codes in the records (PCA + RaBitQ,
         /// FastScan), no PQ in memory, in-degree cache, cluster entry.
         Alayalaser = "alayalaser",
+        /// AiSAQ: PQ codes of each node's neighbours in its record, only
+        /// the codebook in memory (format 1.8).
+        Aisaq = "aisaq",
         /// SPFresh: a partition index (SPANN postings, in-memory head
         /// graph) updated in place by LIRE, with a write-ahead log.
         Spfresh = "spfresh",
@@ -92,6 +96,10 @@ crate::util::vocabulary! {
         /// neighbours' RaBitQ codes (format 1.4); vectors stored in the
         /// index's PCA-rotated space.
         Coded = "coded",
+        /// AiSAQ's PQ-coded records: ID order, each record carrying its
+        /// neighbours' PQ codes (format 1.8); only the PQ codebook is held
+        /// in memory, the `pq_codes` section is kept for merges.
+        PqCoded = "pq_coded",
     }
 }
 
@@ -476,6 +484,11 @@ impl Manifest {
             ));
         } else if l.codes.is_some() {
             return bad(format!("layout {} carries no codes", l.kind));
+        } else if l.kind == LayoutKind::PqCoded && self.spec.pq_bytes > u16::MAX as usize {
+            return bad(format!(
+                "field \"spec.pq_bytes\" is {}, more than a PQ-coded record's slot holds",
+                self.spec.pq_bytes
+            ));
         }
         if ![4096, 8192, 16384].contains(&l.page_size) {
             return bad(format!(
@@ -492,15 +505,25 @@ impl Manifest {
                 l.kind, l.packed
             ));
         }
-        let geo = super::page::PageGeometry::with_regions(
-            l.page_size,
-            vector_bytes,
-            l.max_degree,
-            l.packed,
-            l.codes.map_or(0, |c| c.principal_dims),
-            l.codes.map_or(0, |c| c.bits),
-            self.n,
-        )
+        let geo = if l.kind == LayoutKind::PqCoded {
+            super::page::PageGeometry::with_pq_codes(
+                l.page_size,
+                vector_bytes,
+                l.max_degree,
+                self.spec.pq_bytes,
+                self.n,
+            )
+        } else {
+            super::page::PageGeometry::with_regions(
+                l.page_size,
+                vector_bytes,
+                l.max_degree,
+                l.packed,
+                l.codes.map_or(0, |c| c.principal_dims),
+                l.codes.map_or(0, |c| c.bits),
+                self.n,
+            )
+        }
         .map_err(|e| Error::corrupt(path, e.to_string()))?;
         if geo.record_size != l.record_size
             || geo.block_size != l.block_size
@@ -551,7 +574,10 @@ impl Manifest {
             let implicit = *s == Section::IdToLocation
                 && matches!(
                     l.kind,
-                    LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded
+                    LayoutKind::Id
+                        | LayoutKind::Replicated
+                        | LayoutKind::Coded
+                        | LayoutKind::PqCoded
                 );
             if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
                 return bad(format!(

@@ -16,7 +16,9 @@
 //! 4 KiB-aligned buffer. A graph-replicated record (Gorgeous) then carries
 //! its packed lists; a coded record (AlayaLaser) carries its neighbours'
 //! codes: `[FastScan-packed codes of the R slots, padded to 32]
-//! [2 × f32 factors per slot]`, slot i coding neighbour i of the list. Records never straddle a page; a record larger
+//! [2 × f32 factors per slot]`, slot i coding neighbour i of the list; a
+//! PQ-coded record (AiSAQ) carries `[R slots × m bytes]`, slot i the PQ
+//! code of neighbour i. Records never straddle a page; a record larger
 //! than a page occupies a block of whole consecutive pages.
 
 #[cfg(target_endian = "big")]
@@ -39,6 +41,9 @@ pub const LAYOUT_REPLICATED: u8 = 3;
 /// Layout id of a coded layout (AlayaLaser): records in ID order, each
 /// carrying its neighbours' RaBitQ codes.
 pub const LAYOUT_CODED: u8 = 4;
+/// Layout id of a PQ-coded layout (AiSAQ): records in ID order, each
+/// carrying its neighbours' PQ codes.
+pub const LAYOUT_PQ_CODED: u8 = 5;
 /// Floats of per-neighbour factors a coded record stores (the estimator's
 /// `add` and `rescale`; the error scale is not needed to route).
 pub const CODE_FACTORS: usize = 2;
@@ -67,6 +72,10 @@ pub struct PageGeometry {
     pub code_dims: usize,
     /// Bits per dimension of the neighbour codes (1, 2 or 4; 0 without codes).
     pub code_bits: usize,
+    /// Bytes of each neighbour's PQ code in a PQ-coded record (AiSAQ; 0
+    /// for records without PQ codes). Slot i of the code region holds the
+    /// code of neighbour i, `pq_code` bytes each.
+    pub pq_code: usize,
     /// Layout id every block header carries ([`LAYOUT_ID`],
     /// [`LAYOUT_SHUFFLED`] or [`LAYOUT_REPLICATED`]); a block of another
     /// layout is refused.
@@ -147,6 +156,24 @@ impl PageGeometry {
         )
     }
 
+    /// Geometry of records that carry their neighbours' PQ codes of
+    /// `pq_bytes` bytes each (AiSAQ's layout): the code region is
+    /// `max_degree × pq_bytes` bytes after the adjacency list.
+    pub fn with_pq_codes(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        pq_bytes: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        if pq_bytes == 0 || pq_bytes > u16::MAX as usize {
+            return Err(crate::Error::arg(format!(
+                "neighbour PQ codes of {pq_bytes} bytes: expected 1..=65535"
+            )));
+        }
+        Self::with_all(page_size, vector_bytes, max_degree, 0, 0, 0, pq_bytes, n)
+    }
+
     /// The geometry of every layout: plain records, records with `packed`
     /// lists, or records with codes over `code_dims` dimensions (not both).
     pub fn with_regions(
@@ -156,6 +183,29 @@ impl PageGeometry {
         packed: usize,
         code_dims: usize,
         code_bits: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        Self::with_all(
+            page_size,
+            vector_bytes,
+            max_degree,
+            packed,
+            code_dims,
+            code_bits,
+            0,
+            n,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with_all(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        packed: usize,
+        code_dims: usize,
+        code_bits: usize,
+        pq_code: usize,
         n: usize,
     ) -> crate::Result<Self> {
         if code_dims > 0 && ![1, 2, 4].contains(&code_bits) {
@@ -187,8 +237,11 @@ impl PageGeometry {
         let degree_offset = vector_bytes
             .checked_next_multiple_of(4)
             .ok_or_else(too_large)?;
-        let codes =
-            Self::code_region_bytes(max_degree, code_dims, code_bits).ok_or_else(too_large)?;
+        let codes = if pq_code > 0 {
+            max_degree.checked_mul(pq_code).ok_or_else(too_large)?
+        } else {
+            Self::code_region_bytes(max_degree, code_dims, code_bits).ok_or_else(too_large)?
+        };
         let record_size = degree_offset
             .checked_add(4 + 4 * max_degree)
             .and_then(|r| r.checked_add(Self::packed_bytes(max_degree, packed)?))
@@ -221,10 +274,13 @@ impl PageGeometry {
             codes,
             code_dims,
             code_bits: if code_dims > 0 { code_bits } else { 0 },
+            pq_code,
             layout_id: if packed > 0 {
                 LAYOUT_REPLICATED
             } else if code_dims > 0 {
                 LAYOUT_CODED
+            } else if pq_code > 0 {
+                LAYOUT_PQ_CODED
             } else {
                 LAYOUT_ID
             },
@@ -299,6 +355,42 @@ impl PageGeometry {
                 w(at + 4 + 4 * j, u);
             }
         }
+    }
+
+    /// Writes a PQ-coded record's code region (AiSAQ): slot i gets the
+    /// `pq_code`-byte code of the record's neighbour i, in list order; the
+    /// slots past the list are zero. The error says what does not fit.
+    pub fn write_pq_codes<'c>(
+        &self,
+        rec: &mut [u8],
+        codes: impl ExactSizeIterator<Item = &'c [u8]>,
+    ) -> Result<(), String> {
+        if self.pq_code == 0 {
+            return Err("this layout's records carry no PQ codes".into());
+        }
+        if codes.len() > self.max_degree {
+            return Err(format!(
+                "{} neighbour codes, at most R = {} fit",
+                codes.len(),
+                self.max_degree
+            ));
+        }
+        let o = self.codes_offset();
+        let region = rec
+            .get_mut(o..o + self.codes)
+            .ok_or_else(|| "record's code region is short".to_string())?;
+        region.fill(0);
+        for (slot, code) in region.chunks_exact_mut(self.pq_code).zip(codes) {
+            if code.len() != self.pq_code {
+                return Err(format!(
+                    "a neighbour's PQ code has {} bytes, the layout {}",
+                    code.len(),
+                    self.pq_code
+                ));
+            }
+            slot.copy_from_slice(code);
+        }
+        Ok(())
     }
 
     /// The same geometry for blocks of layout `layout_id`.

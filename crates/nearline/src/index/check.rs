@@ -33,6 +33,32 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
     let mut nodes = Vec::new();
     let mut seen = vec![false; n];
     let mut edges = 0u64;
+    // A PQ-coded layout (AiSAQ): every record's neighbour codes must be
+    // those neighbours' codes in the `pq_codes` section.
+    let pq_m = geo.pq_code;
+    let pq_codes = if pq_m > 0 {
+        let dir = pages.parent().unwrap_or(std::path::Path::new("."));
+        match crate::io::files::read_section(dir, m, crate::format::Section::PqCodes) {
+            Ok(c) if Some(c.len()) == n.checked_mul(pq_m) => Some(c),
+            Ok(c) => {
+                note(
+                    format!(
+                        "the pq_codes section has {} bytes, expected {n} × {pq_m}",
+                        c.len()
+                    ),
+                    &mut problems,
+                );
+                None
+            }
+            Err(e) => {
+                note(format!("the pq_codes section: {e}"), &mut problems);
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut stale_codes = 0usize;
     for b in 0..geo.n_blocks {
         let block = reader.read(geo.block_offset(b))?;
         if let Err(e) = verify_block(block, b, &geo) {
@@ -70,11 +96,31 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
                         .filter(|&u| (u as usize) < n)
                         .collect();
                     edges += ok.len() as u64;
+                    if let Some(all) = &pq_codes {
+                        let stale = rec.neighbours.iter().zip(rec.codes.chunks_exact(pq_m)).any(
+                            |(&u, c)| {
+                                let at = u as usize * pq_m;
+                                all.get(at..at + pq_m) != Some(c)
+                            },
+                        );
+                        if stale {
+                            stale_codes += 1;
+                        }
+                    }
                     graph.set_neighbors(v, &ok);
                 }
                 Err(e) => note(format!("node {v} in block {b}: {e}"), &mut problems),
             }
         }
+    }
+    if stale_codes > 0 {
+        note(
+            format!(
+                "{stale_codes} records carry neighbour PQ codes that differ from the pq_codes \
+                 section"
+            ),
+            &mut problems,
+        );
     }
     let missing = seen.iter().filter(|&&s| !s).count();
     if missing > 0 {

@@ -14,8 +14,8 @@ use crate::planner::preset::CacheKind;
 use crate::planner::{MemoryPlan, OpenPlan};
 use crate::search::entry::load_sampled_entries;
 use crate::search::{
-    AnyScorer, BatchResult, CodedScorer, EntryPlan, EntryPoints, EntrySet, IndexData, PqScorer,
-    Scratch, SearchPlan, WorkerPool,
+    AnyScorer, BatchResult, CodedScorer, EntryPlan, EntryPoints, EntrySet, IndexData,
+    PqRecordScorer, PqScorer, Scratch, SearchPlan, WorkerPool,
 };
 use crate::{with_dtype, Error, Result};
 use serde::Serialize;
@@ -225,10 +225,10 @@ impl GraphIndex {
         }
         // Routing distances: PQ codes in RAM, or (a coded layout) the codes
         // in the records with the transform that queries go through.
-        let scorer = if m.layout.kind == LayoutKind::Coded {
-            AnyScorer::Coded(load_coded(dir, m)?)
-        } else {
-            AnyScorer::Pq(load_pq(dir, m)?)
+        let scorer = match m.layout.kind {
+            LayoutKind::Coded => AnyScorer::Coded(load_coded(dir, m)?),
+            LayoutKind::PqCoded => AnyScorer::PqRecord(load_pq_record(dir, m)?),
+            _ => AnyScorer::Pq(load_pq(dir, m)?),
         };
         let ids = if m.has(Section::Ids) {
             let path = section_path(dir, m, Section::Ids);
@@ -244,7 +244,8 @@ impl GraphIndex {
             // A replicated layout is the ID layout of records that carry
             // packed lists (its geometry says how many).
             // A coded layout too (its records carry codes instead).
-            LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded => {
+            // A PQ-coded layout too.
+            LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded | LayoutKind::PqCoded => {
                 AnyLayout::Id(IdLayout::new(geo, m.n))
             }
             LayoutKind::Shuffled => {
@@ -256,6 +257,7 @@ impl GraphIndex {
         let (pq_codes, pq_codebook, quantizer) = match &scorer {
             AnyScorer::Pq(p) => (p.codes.memory_bytes(), p.codebook.memory_bytes(), 0),
             AnyScorer::Coded(c) => (0, 0, c.memory_bytes()),
+            AnyScorer::PqRecord(p) => (0, p.memory_bytes(), 0),
         };
         let mut account = MemoryAccount {
             pq_codes: pq_codes as u64,
@@ -691,21 +693,7 @@ pub fn page_geometry(m: &Manifest) -> Result<PageGeometry> {
 /// The PQ scorer of an index: its codebook and codes, checked against the
 /// manifest.
 pub(crate) fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
-    let cb_path = section_path(dir, m, Section::PqCodebook);
-    let codebook =
-        crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;
-    if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
-        return Err(Error::corrupt(
-            &cb_path,
-            format!(
-                "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
-                codebook.dim(),
-                codebook.m(),
-                m.dim,
-                m.spec.pq_bytes
-            ),
-        ));
-    }
+    let codebook = load_codebook(dir, m)?;
     let codes = read_section_huge(dir, m, Section::PqCodes)?;
     if Some(codes.len()) != m.n.checked_mul(codebook.m()) {
         return Err(Error::corrupt(
@@ -722,6 +710,36 @@ pub(crate) fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
         codebook,
         codes,
         metric: m.metric,
+    })
+}
+
+/// The PQ codebook, checked against the manifest's dimension and PQ bytes.
+fn load_codebook(dir: &Path, m: &Manifest) -> Result<crate::quant::pq::PqCodebook> {
+    let cb_path = section_path(dir, m, Section::PqCodebook);
+    let codebook =
+        crate::format::pq::decode(&cb_path, &read_section(dir, m, Section::PqCodebook)?)?;
+    if codebook.dim() != m.dim || codebook.m() != m.spec.pq_bytes {
+        return Err(Error::corrupt(
+            &cb_path,
+            format!(
+                "codebook is {}-d with {} chunks; the manifest says {}-d with {} PQ bytes",
+                codebook.dim(),
+                codebook.m(),
+                m.dim,
+                m.spec.pq_bytes
+            ),
+        ));
+    }
+    Ok(codebook)
+}
+
+/// The in-record scorer of a PQ-coded layout (AiSAQ): the codebook alone
+/// (the codes are in the records; the `pq_codes` section serves merges).
+fn load_pq_record(dir: &Path, m: &Manifest) -> Result<PqRecordScorer> {
+    Ok(PqRecordScorer {
+        codebook: load_codebook(dir, m)?,
+        metric: m.metric,
+        max_degree: m.layout.max_degree,
     })
 }
 

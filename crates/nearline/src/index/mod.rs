@@ -843,6 +843,8 @@ fn layout_info(m: &Manifest) -> serde_json::Value {
 }
 
 #[cfg(test)]
+mod aisaq_tests;
+#[cfg(test)]
 mod alayalaser_tests;
 #[cfg(test)]
 mod budget_tests;

@@ -57,6 +57,7 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
             LayoutKind::Shuffled => Preset::Starling,
             LayoutKind::Replicated => Preset::Gorgeous,
             LayoutKind::Coded => Preset::Alayalaser,
+            LayoutKind::PqCoded => Preset::Aisaq,
         };
         return vec![(p, "the composition whose layout was asked for")];
     }

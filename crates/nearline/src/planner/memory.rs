@@ -42,7 +42,7 @@ pub fn ids_bytes(n: usize) -> u64 {
 /// position → node; the ID layout none).
 pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
     match layout {
-        LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded => 0,
+        LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded | LayoutKind::PqCoded => 0,
         LayoutKind::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
     }
 }

@@ -307,6 +307,9 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         layout.to_string(),
     );
     let coded = layout == LayoutKind::Coded;
+    // AiSAQ's records carry their neighbours' PQ codes: none in RAM.
+    let pq_coded = layout == LayoutKind::PqCoded;
+    let in_record = coded || pq_coded;
     // A coded layout stores float32 vectors in the PCA's space, whatever
     // the input's element type.
     let esz = if coded { 4 } else { f.dtype.size() };
@@ -365,6 +368,13 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             pd.page_size
         }
     };
+    let record_pq = if pq_coded {
+        let (m, why) = rules::record_pq_bytes(opts.pq_bytes, page_size, vec_bytes, r, f.dim, f.n)?;
+        d.push(Decision::new("pq_bytes", m, why));
+        m
+    } else {
+        0
+    };
     let packed = if layout == LayoutKind::Replicated {
         let (p, why) = rules::choose_packed(page_size, vec_bytes, r, f.n, opts.disk_budget)?;
         d.push(Decision::new("packed_lists", p, why));
@@ -380,8 +390,12 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         if let Some(budget) = opts.disk_budget {
             // (A coded layout's 1-bit records: the smallest it can write.)
-            let plain =
-                PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, 1, f.n)?.file_bytes();
+            let plain = if pq_coded {
+                PageGeometry::with_pq_codes(page_size, vec_bytes, r, record_pq, f.n)?
+            } else {
+                PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, 1, f.n)?
+            }
+            .file_bytes();
             if plain > budget {
                 return Err(Error::arg(format!(
                     "disk_budget={budget} bytes is below the {plain} bytes the page file takes \
@@ -393,11 +407,11 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         0
     };
     let adjacency = opts.adjacency.unwrap_or(pd.adjacency);
-    if coded && adjacency {
-        return Err(Error::arg(
-            "adjacency does not apply to a coded layout: its caches hold whole records (the \
-             codes that score a node's neighbours are in its record)",
-        ));
+    if in_record && adjacency {
+        return Err(Error::arg(format!(
+            "adjacency does not apply to a {layout} layout: its caches hold whole records (the \
+             codes that score a node's neighbours are in its record)"
+        )));
     }
     pick(
         &mut d,
@@ -482,8 +496,11 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         None
     };
-    let geo =
-        PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, code_bits, f.n)?;
+    let geo = if pq_coded {
+        PageGeometry::with_pq_codes(page_size, vec_bytes, r, record_pq, f.n)?
+    } else {
+        PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, code_bits, f.n)?
+    };
     // The entry structure an open with default options loads.
     let nav_count = nav_sample_size(f.n, nav_sample);
     let entry = if nav_count > 0 {
@@ -526,6 +543,8 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         code_groups: geo.code_groups(),
     };
     let worker = |q: usize, m: usize| memory::worker_bytes(&shape(m), q);
+    // A PQ-coded index holds no codes but each query its table.
+    let record_worker = |q: usize, _: usize| worker(q, record_pq);
     let fixed = FixedCosts {
         ids: if opts.ids.is_some() {
             memory::ids_bytes(f.n)
@@ -555,9 +574,9 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, m);
         default_budget.max(need)
     };
-    let in_degree = coded && pd.cache == preset::CacheKind::InDegree;
+    let in_degree = in_record && pd.cache == preset::CacheKind::InDegree;
     let write_ratio = opts.write_ratio.unwrap_or(0.0);
-    let reserve = if coded || opts.pq_bytes.is_some() || budget_given.is_none() {
+    let reserve = if in_record || opts.pq_bytes.is_some() || budget_given.is_none() {
         0.0
     } else {
         rules::update_reserve(write_ratio)
@@ -577,8 +596,8 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     d.push(Decision::new(
         "update_reserve",
         format!("{:.0}%", reserve * 100.0),
-        if coded {
-            "no PQ codes to shrink: the coded layout's records carry the routing codes".to_string()
+        if in_record {
+            format!("no PQ codes to shrink: the {layout} layout's records carry the routing codes")
         } else if opts.pq_bytes.is_some() {
             "none: pq_bytes was asked for".to_string()
         } else if budget_given.is_none() {
@@ -593,17 +612,25 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             )
         },
     ));
-    let (mut pq_bytes, mut mem) = if coded {
-        // No PQ: the budget holds the fixed structures, the transform, the
-        // workers and a cache of whole records (in-degree order).
+    let (mut pq_bytes, mut mem) = if in_record {
+        // No codes in RAM: the budget holds the fixed structures, the
+        // transform (AlayaLaser) or the PQ codebook (AiSAQ), the workers
+        // and a cache of whole records (in-degree order).
+        let codebook = if pq_coded {
+            memory::codebook_bytes(f.dim, record_pq)
+        } else {
+            0
+        };
+        let worker: &dyn Fn(usize, usize) -> u64 = if pq_coded { &record_worker } else { &worker };
         let budget = match budget_given {
             Some(b) => {
                 d.push(Decision::new("memory_budget", b, "asked for"));
                 b
             }
             None => {
-                let need =
-                    fixed.total() + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, 0);
+                let need = fixed.total()
+                    + codebook
+                    + open_threads as u64 * worker(preset::AUTO_QUERIES_IN_FLIGHT, 0);
                 let b = default_budget.max(need);
                 d.push(Decision::new(
                     "memory_budget",
@@ -617,22 +644,24 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                 b
             }
         };
-        d.push(Decision::new(
-            "pq_bytes",
-            0,
-            "AlayaLaser: routing distances come from the codes in each record, no PQ in memory",
-        ));
+        if coded {
+            d.push(Decision::new(
+                "pq_bytes",
+                0,
+                "AlayaLaser: routing distances come from the codes in each record, no PQ in memory",
+            ));
+        }
         let (_, mem) = memory::split_at_open(
             &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
             budget,
             raw,
             f.n,
             0,
-            0,
+            codebook,
             &fixed,
             Some(open_threads),
             open_threads,
-            &worker,
+            worker,
             None,
             budget_given.is_none(),
             None,
@@ -640,7 +669,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             &geo,
             &mut d,
         )?;
-        (0, mem)
+        (record_pq, mem)
     } else {
         memory::split_at_build(
             &format!("the {preset} preset on {} × {} {}", f.n, f.dim, f.dtype),
@@ -886,6 +915,15 @@ pub struct OpenPlan {
 
 /// The geometry of an index's page file, from its manifest.
 pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
+    if m.layout.kind == LayoutKind::PqCoded {
+        return PageGeometry::with_pq_codes(
+            m.layout.page_size,
+            m.dim * m.dtype.size(),
+            m.layout.max_degree,
+            m.spec.pq_bytes,
+            m.n,
+        );
+    }
     PageGeometry::with_regions(
         m.layout.page_size,
         m.dim * m.dtype.size(),
@@ -1001,7 +1039,12 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         pq_m: pq,
         ..query_shape(m, &geo, &pd)
     };
-    let worker = |q: usize, pq: usize| memory::worker_bytes(&shape(pq), q);
+    // A PQ-coded index (AiSAQ) holds its codebook but no codes; each query
+    // still holds a lookup table of its PQ size.
+    let pq_coded = m.layout.kind == LayoutKind::PqCoded;
+    let resident_m = if pq_coded { 0 } else { pq_m };
+    let worker =
+        |q: usize, pq: usize| memory::worker_bytes(&shape(if pq_coded { pq_m } else { pq }), q);
     let cores = default_threads();
     let budget = match opts.memory_budget {
         Some(b) => {
@@ -1015,7 +1058,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
             // Before format 1.3 the recorded budget sized the PQ codes only.
             let floor = fixed.total()
                 + codebook
-                + memory::pq_codes_bytes(m.n, pq_m)
+                + memory::pq_codes_bytes(m.n, resident_m)
                 + opts.threads.unwrap_or(cores) as u64 * worker(1, pq_m);
             let b = m.spec.memory_budget.max(floor);
             let why = if m.format_minor < crate::format::manifest::CHECKSUM_MINOR {
@@ -1050,11 +1093,14 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         m.has(Section::InDegree),
     )?;
     d.push(Decision::new("cache", cache, why));
-    if m.layout.kind == LayoutKind::Coded && cache == preset::CacheKind::Adjacency {
-        return Err(Error::arg(
-            "cache=\"adjacency\" does not apply to a coded layout: a node's neighbours are \
+    if matches!(m.layout.kind, LayoutKind::Coded | LayoutKind::PqCoded)
+        && cache == preset::CacheKind::Adjacency
+    {
+        return Err(Error::arg(format!(
+            "cache=\"adjacency\" does not apply to a {} layout: a node's neighbours are \
              scored from the codes in its whole record (use \"in_degree\" or \"bfs\")",
-        ));
+            m.layout.kind
+        )));
     }
     let adjacency = (cache == preset::CacheKind::Adjacency).then_some(m.build_stats.mean_degree);
     let (threads, mut mem) = memory::split_at_open(
@@ -1062,7 +1108,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         budget,
         raw,
         m.n,
-        pq_m,
+        resident_m,
         codebook,
         &fixed,
         opts.threads,
@@ -1097,7 +1143,7 @@ fn update_decisions(plan: &OpenPlan, m: &Manifest) -> Vec<Decision> {
             " (its records carry copies of other nodes' lists, which a merge re-lays with the \
              pages)"
         }
-        LayoutKind::Coded => {
+        LayoutKind::Coded | LayoutKind::PqCoded => {
             " (its records carry other nodes' codes, which a merge re-encodes with the pages)"
         }
         _ => "",

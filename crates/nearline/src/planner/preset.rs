@@ -177,6 +177,18 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // cache of whole records, entry from 300 cluster centroids, L 200,
         // the beam with adaptive width 1 → 16 and early dispatch at half
         // a hop.
+        // AiSAQ: DiskANN's graph and beam with the PQ codes of each node's
+        // neighbours in its record and none in RAM (only the codebook), so
+        // the index needs almost no memory; its budget defaults to 5% of
+        // the raw vectors, the rest of which holds an in-degree cache of
+        // whole records (AlayaLaser's, the whole-record cache nearline
+        // has).
+        Preset::Aisaq => PresetDefaults {
+            layout: LayoutKind::PqCoded,
+            cache: CacheKind::InDegree,
+            budget_fraction: 0.05,
+            ..BASE
+        },
         // SPFresh builds a partition index, planned by `planner::partition`;
         // a graph plan never starts from it (`plan_build` refuses it).
         Preset::Spfresh => BASE,
@@ -252,6 +264,17 @@ mod tests {
         assert_eq!(
             (d.adaptive_beam, d.early_dispatch, d.executor),
             (true, Some(0.5), PresetExecutor::Beam)
+        );
+        let d = defaults(Preset::Aisaq);
+        assert_eq!(
+            (
+                d.layout,
+                d.cache,
+                d.budget_fraction,
+                d.entry_clusters,
+                d.width
+            ),
+            (LayoutKind::PqCoded, CacheKind::InDegree, 0.05, 0, 4)
         );
         let d = defaults(Preset::Diskann);
         assert_eq!(

@@ -21,6 +21,62 @@ pub fn pq_bytes_for_budget(n: usize, dim: usize, bytes: u64) -> usize {
     (per.min(hi as u64) as usize).max(1)
 }
 
+/// Fewest dimensions per byte a PQ-coded record's neighbour codes may
+/// reach when the plain record's block leaves less room: below
+/// `ceil(dim / 16)` bytes the record grows by whole pages instead.
+pub const RECORD_PQ_MAX_DIMS_PER_BYTE: usize = 16;
+
+/// PQ bytes of the neighbour codes a PQ-coded record (AiSAQ) carries,
+/// unless asked for: the most, at most the dimension (and
+/// [`PQ_MAX_BYTES`]), whose record still fits the block a plain record
+/// needs, so a code costs no extra read; where that block leaves fewer
+/// than `ceil(dim / 16)` bytes a neighbour, that many, and the record takes
+/// more pages (a coarser code routes worse than a larger read costs).
+pub fn record_pq_bytes(
+    given: Option<usize>,
+    page_size: usize,
+    vec_bytes: usize,
+    r: usize,
+    dim: usize,
+    n: usize,
+) -> Result<(usize, String)> {
+    let hi = dim.clamp(1, PQ_MAX_BYTES);
+    if let Some(m) = given {
+        if m == 0 || m > hi {
+            return Err(Error::arg(format!(
+                "pq_bytes={m} must be in 1..={hi} (at most the dimension, {PQ_MAX_BYTES} at most)"
+            )));
+        }
+        PageGeometry::with_pq_codes(page_size, vec_bytes, r, m, n)?;
+        return Ok((m, "asked for".into()));
+    }
+    let plain = PageGeometry::new(page_size, vec_bytes, r, n)?;
+    let room = plain.block_size - crate::format::page::PAGE_HEADER_BYTES - plain.record_size;
+    let fit = (room / r.max(1)).min(hi);
+    let floor = dim.div_ceil(RECORD_PQ_MAX_DIMS_PER_BYTE).clamp(1, hi);
+    if fit >= floor {
+        Ok((
+            fit,
+            format!(
+                "AiSAQ: the most PQ bytes a neighbour whose record (R={r} codes) still fits the \
+                 {}-byte block a plain record needs, so the codes cost no extra read",
+                plain.block_size
+            ),
+        ))
+    } else {
+        let g = PageGeometry::with_pq_codes(page_size, vec_bytes, r, floor, n)?;
+        Ok((
+            floor,
+            format!(
+                "AiSAQ: the plain record's {}-byte block leaves {fit} bytes a neighbour, below \
+                 one byte per {RECORD_PQ_MAX_DIMS_PER_BYTE} dimensions ({floor}); the record \
+                 takes a {}-byte block instead",
+                plain.block_size, g.block_size
+            ),
+        ))
+    }
+}
+
 /// Most of what a budget leaves beyond its minimum that the update reserve
 /// may keep from the PQ codes.
 pub const MAX_UPDATE_RESERVE: f64 = 0.5;
@@ -117,12 +173,12 @@ pub enum PageKind {
 pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, String)> {
     Ok(match choice {
         PageChoice::Targets => (PageKind::Targets, "asked for".into()),
-        PageChoice::Block if layout == LayoutKind::Coded => {
-            return Err(Error::arg(
-                "page_search=\"block\" does not apply to a coded layout: its routing distances \
-                 come from the expanded record's codes, so co-located records cannot be scored \
-                 (use \"targets\" or \"auto\")",
-            ))
+        PageChoice::Block if matches!(layout, LayoutKind::Coded | LayoutKind::PqCoded) => {
+            return Err(Error::arg(format!(
+                "page_search=\"block\" does not apply to a {layout} layout: its routing \
+                 distances come from the expanded record's codes, so co-located records cannot \
+                 be scored (use \"targets\" or \"auto\")"
+            )))
         }
         PageChoice::Block => (PageKind::Block, "asked for".into()),
         PageChoice::Replicas if layout != LayoutKind::Replicated => {
@@ -149,6 +205,11 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
             LayoutKind::Coded => (
                 PageKind::Targets,
                 "AlayaLaser: one record per read, its neighbours scored from its codes".into(),
+            ),
+            LayoutKind::PqCoded => (
+                PageKind::Targets,
+                "AiSAQ: one record per read, its neighbours scored from their PQ codes in it"
+                    .into(),
             ),
         },
     })
@@ -623,6 +684,27 @@ mod tests {
         // 384-d float packs fewer; 1024-d float needs 8 KiB pages.
         assert_eq!(replicated_page_size(1536, 64, 10).0, 4096);
         assert_eq!(replicated_page_size(4096, 64, 10).0, 8192);
+    }
+
+    #[test]
+    fn record_pq_bytes_fill_the_plain_block_or_grow_it() {
+        // 384-d float32, R 64: a plain record takes 1,796 of a page's
+        // 4,080 bytes, leaving 35 a neighbour.
+        let (m, _) = record_pq_bytes(None, 4096, 1536, 64, 384, 1000).unwrap();
+        assert_eq!(m, 35);
+        let g = PageGeometry::with_pq_codes(4096, 1536, 64, m, 1000).unwrap();
+        assert_eq!((g.block_size, g.records_per_block), (4096, 1));
+        // 768-d: 748 bytes left (11 a neighbour) is below 768 / 16 = 48:
+        // the record grows to two pages.
+        let (m, why) = record_pq_bytes(None, 4096, 3072, 64, 768, 1000).unwrap();
+        assert_eq!(m, 48, "{why}");
+        let g = PageGeometry::with_pq_codes(4096, 3072, 64, m, 1000).unwrap();
+        assert_eq!(g.block_size, 8192);
+        // Low dimension: at most one byte a dimension.
+        assert_eq!(record_pq_bytes(None, 4096, 64, 32, 16, 10).unwrap().0, 16);
+        assert_eq!(record_pq_bytes(Some(8), 4096, 64, 32, 16, 10).unwrap().0, 8);
+        assert!(record_pq_bytes(Some(17), 4096, 64, 32, 16, 10).is_err());
+        assert!(record_pq_bytes(Some(0), 4096, 64, 32, 16, 10).is_err());
     }
 
     #[test]

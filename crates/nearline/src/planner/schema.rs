@@ -210,8 +210,9 @@ pub fn options() -> Vec<OptionSpec> {
         opt("layout", BUILD, Kind::Name("layouts"), by_preset(|d| d.layout.name().to_string()),
             "record placement on disk: \"id\" (DiskANN), \"shuffled\" (Starling's block shuffling; the node→page map stays \
              in memory, counted in the budget), \"replicated\" (Gorgeous: one page per node also carrying its nearest \
-             neighbours' adjacency lists) or \"coded\" (AlayaLaser: records in ID order carrying their neighbours' RaBitQ \
-             codes, vectors stored after a PCA; l2 only)"),
+             neighbours' adjacency lists), \"coded\" (AlayaLaser: records in ID order carrying their neighbours' RaBitQ \
+             codes, vectors stored after a PCA; l2 only) or \"pq_coded\" (AiSAQ: records in ID order carrying their \
+             neighbours' PQ codes; only the PQ codebook stays in memory)"),
         opt("shuffle", BUILD, Kind::Name("shuffles"), sh.algo.name().into(),
             "block-shuffling algorithm of a shuffled layout: \"bnp\", \"bnf\" or \"bns\" (Starling)"),
         opt("bnf_iters", BUILD, int(1), sh.bnf_iters.to_string(), "BNF's round limit β"),

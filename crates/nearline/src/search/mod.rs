@@ -27,7 +27,7 @@ pub use plan::{
 };
 pub use pool::{BatchResult, WorkerPool};
 pub use query::MAX_LOADED_PER_L;
-pub use scorer::{AnyScorer, CodeScratch, CodedScorer, PqScorer, Scorer};
+pub use scorer::{AnyScorer, CodeScratch, CodedScorer, PqRecordScorer, PqScorer, Scorer};
 pub use stats::QueryStats;
 
 #[cfg(test)]

@@ -302,6 +302,22 @@ impl<T: Element> Query<T> {
         }
         let corrupt =
             |m: String| Error::corrupt(&env.data.pages_path, format!("record of node {v}: {m}"));
+        if !S::EXACT_IN_RECORD {
+            // Vectors stored as given: the exact distance is the search's
+            // own; the record's codes give the neighbours' estimates.
+            self.exact(env, v, vector)?;
+            let t = Instant::now();
+            let mut scratch = std::mem::take(&mut self.codes);
+            let r = env
+                .scorer
+                .score_codes(&self.table, codes, neighbours.len(), &mut scratch);
+            self.stats.dist_ns += t.elapsed().as_nanos() as u64;
+            let r = r
+                .map_err(corrupt)
+                .and_then(|_| self.insert_scored(env, v, neighbours, &scratch.est));
+            self.codes = scratch;
+            return r;
+        }
         let x: &[f32] = bytemuck::try_cast_slice(vector)
             .map_err(|_| corrupt("the vector is misaligned".into()))?;
         let t = Instant::now();

@@ -5,7 +5,8 @@
 //! and PipeANN estimate it from PQ codes held in RAM ([`PqScorer`]);
 //! AlayaLaser keeps the neighbours' codes inside the record
 //! ([`CodedScorer`]): the estimates of a record's neighbours come from the
-//! record itself, all at once. The executor is generic over the scorer, so
+//! record itself, all at once; AiSAQ keeps the neighbours' PQ codes there
+//! ([`PqRecordScorer`]), with only the codebook in RAM. The executor is generic over the scorer, so
 //! each one gets its own monomorphic search loop.
 
 use crate::distance::Metric;
@@ -27,6 +28,12 @@ pub trait Scorer: Send + Sync {
     /// Whether neighbours are scored from the expanded record's codes
     /// ([`Scorer::score_record`]) rather than by id ([`Scorer::score`]).
     const IN_RECORD: bool = false;
+
+    /// Whether an in-record scorer also gives the expanded node's exact
+    /// distance ([`Scorer::score_record`], for vectors stored in its own
+    /// space); otherwise the search computes it from the stored vector and
+    /// asks only for the neighbours' estimates ([`Scorer::score_codes`]).
+    const EXACT_IN_RECORD: bool = true;
 
     /// Prepares `state` for the query `q` (already normalised for cosine,
     /// and moved by [`Scorer::transform`]).
@@ -60,6 +67,21 @@ pub trait Scorer: Send + Sync {
         _scratch: &mut CodeScratch,
     ) -> std::result::Result<f32, String> {
         Err("this scorer does not read codes from records".into())
+    }
+
+    /// In-record scoring without the exact distance: the estimates of the
+    /// expanded record's first `n` neighbours from its code region
+    /// `codes`, into `scratch.est`. The error says what in the record is
+    /// malformed.
+    #[inline]
+    fn score_codes(
+        &self,
+        _state: &[f32],
+        _codes: &[u8],
+        _n: usize,
+        _scratch: &mut CodeScratch,
+    ) -> std::result::Result<(), String> {
+        Err("this scorer does not read PQ codes from records".into())
     }
 
     /// Starts bringing what [`Scorer::score`] will read for `u` into the CPU
@@ -106,6 +128,66 @@ impl Scorer for PqScorer {
         if let Some(code) = self.codes.get(start..start + m) {
             crate::util::prefetch(code);
         }
+    }
+}
+
+/// AiSAQ's scorer: the PQ codebook in RAM, the codes in the records. Each
+/// record carries the PQ codes of its neighbours (`max_degree` slots of
+/// `m` bytes), so expanding a node scores all its neighbours from the
+/// record through the query's lookup table, and no code of any node is
+/// resident. Vectors are stored as given: the exact distance of the
+/// expanded node is the search's own.
+pub struct PqRecordScorer {
+    pub codebook: PqCodebook,
+    pub metric: Metric,
+    /// Degree bound R (slots in a record's code region).
+    pub max_degree: usize,
+}
+
+impl PqRecordScorer {
+    /// Resident bytes: the codebook.
+    pub fn memory_bytes(&self) -> usize {
+        self.codebook.memory_bytes()
+    }
+}
+
+impl Scorer for PqRecordScorer {
+    const IN_RECORD: bool = true;
+    const EXACT_IN_RECORD: bool = false;
+
+    fn prepare(&self, q: &[f32], table: &mut Vec<f32>) {
+        table.resize(self.codebook.m() * PQ_CENTROIDS, 0.0);
+        self.codebook.lookup_table(q, self.metric, table);
+    }
+
+    #[inline]
+    fn score(&self, _table: &[f32], _u: u32) -> f32 {
+        0.0
+    }
+
+    #[inline]
+    fn score_codes(
+        &self,
+        table: &[f32],
+        codes: &[u8],
+        n: usize,
+        scratch: &mut CodeScratch,
+    ) -> std::result::Result<(), String> {
+        let m = self.codebook.m();
+        if n > self.max_degree {
+            return Err(format!(
+                "record lists {n} neighbours, above R = {}",
+                self.max_degree
+            ));
+        }
+        let used = codes
+            .get(..n * m)
+            .ok_or_else(|| format!("code region of {} bytes is short", codes.len()))?;
+        scratch.est.clear();
+        scratch
+            .est
+            .extend(used.chunks_exact(m).map(|code| adc(table, code)));
+        Ok(())
     }
 }
 
@@ -322,4 +404,5 @@ impl CodeScratch {
 pub enum AnyScorer {
     Pq(PqScorer),
     Coded(CodedScorer),
+    PqRecord(PqRecordScorer),
 }

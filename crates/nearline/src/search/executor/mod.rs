@@ -362,7 +362,10 @@ pub fn run<T: Element>(
         (AnyLayout::Id(layout), AnyScorer::Coded(scorer), AnyCache::Bfs(cache)) => {
             with_executor(&mut job, &env(data, layout, scorer, cache, p))
         }
-        (_, AnyScorer::Coded(_), _) => Err(Error::arg(
+        (AnyLayout::Id(layout), AnyScorer::PqRecord(scorer), AnyCache::Bfs(cache)) => {
+            with_executor(&mut job, &env(data, layout, scorer, cache, p))
+        }
+        (_, AnyScorer::Coded(_) | AnyScorer::PqRecord(_), _) => Err(Error::arg(
             "an index with codes in its records searches with whole-record caches on its own \
              layout only",
         )),
