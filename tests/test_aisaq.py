@@ -72,7 +72,7 @@ def test_the_plan_names_the_rule_and_the_budget(data48):
 def test_records_carry_the_codes_of_pq_codes(index48):
     with nearline.open(index48) as idx:
         info = idx.info()
-    lay, n, d, m = info["layout"], info["n"], info["dim"], info["spec"]["pq_bytes"]
+    lay, n, d, m = info["layout"], info["n"], info["dim"], info["pq_bytes"]
     raw = np.fromfile(index48 / "pages.bin", dtype=np.uint8)
     codes = np.fromfile(index48 / "pq_codes.bin", dtype=np.uint8)[-n * m:].reshape(n, m)
     r = lay["max_degree"]

@@ -32,9 +32,9 @@ def test_every_list_in_the_budget_picks_gorgeous_else_starling(data64):
     # Half of it does not hold every list: several records share a page.
     half, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2))
     assert half["value"] == "starling" and "holds 10 plain records" in half["rule"]
-    assert set(lost) == {"gorgeous", "alayalaser"}
+    assert set(lost) == {"gorgeous", "alayalaser", "aisaq"}
     assert "cannot hold every adjacency list" in lost["gorgeous"]
-    assert "shuffling co-locates" in lost["alayalaser"]
+    assert "shuffling co-locates" in lost["alayalaser"] and "shuffling co-locates" in lost["aisaq"]
 
 
 def test_a_candidate_beyond_the_budget_loses_with_the_planners_reason():
@@ -61,7 +61,7 @@ def test_auto_build_searches_at_recall_and_records_the_preset(tmp_path, data64):
 def test_a_layout_names_its_composition(data64):
     base, _ = data64
     for layout, preset in (("id", "diskann"), ("shuffled", "starling"), ("replicated", "gorgeous"),
-                           ("coded", "alayalaser")):
+                           ("coded", "alayalaser"), ("pq_coded", "aisaq")):
         p, _ = _chosen(nearline.plan(base, layout=layout, memory_budget=1.0, R=32, threads=2))
         assert p["value"] == preset, layout
 

@@ -8,7 +8,7 @@ use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
 use crate::planner::{CacheChoice, PageChoice, PresetChoice};
-use crate::search::{CodeScratch, PqRecordScorer, Scorer};
+use crate::search::{PqRecordScorer, Scorer};
 use crate::util::Budget;
 
 const N: usize = 3000;
@@ -73,7 +73,7 @@ fn records_carry_their_neighbours_pq_codes() {
     let layout = AnyLayout::Id(IdLayout::new(geo, m.n));
     let mut reader = RecordReader::open(&dir.join("pages.bin"), &layout).unwrap();
     let q = queries(1);
-    let (mut table, mut scratch) = (Vec::new(), CodeScratch::default());
+    let mut table = Vec::new();
     scorer.prepare(&q, &mut table);
     for v in (0..N as u32).step_by(37) {
         let rec = reader.record(v).unwrap();
@@ -90,21 +90,15 @@ fn records_carry_their_neighbours_pq_codes() {
         // The slots past the list are zero.
         assert!(rec.codes[n * DIM..].iter().all(|&b| b == 0));
         // The estimates are the in-memory PQ scorer's, from the record.
-        scorer
-            .score_codes(&table, rec.codes, n, &mut scratch)
-            .unwrap();
+        assert_eq!(scorer.code_len(), DIM);
         for (i, &u) in rec.neighbours.iter().enumerate() {
             let code = &codes[u as usize * DIM..(u as usize + 1) * DIM];
             let want = crate::quant::pq::adc(&table, code);
-            assert_eq!(scratch.est[i], want);
+            assert_eq!(
+                scorer.score_code(&table, &rec.codes[i * DIM..(i + 1) * DIM]),
+                want
+            );
         }
-        // A list longer than R or a short region is malformed.
-        assert!(scorer
-            .score_codes(&table, rec.codes, 33, &mut scratch)
-            .is_err());
-        assert!(scorer
-            .score_codes(&table, &rec.codes[..DIM], 2, &mut scratch)
-            .is_err());
     }
 }
 

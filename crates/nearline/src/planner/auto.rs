@@ -73,6 +73,12 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
              codes ride in the records and the memory PQ would take serves the cache",
         ),
         (
+            Preset::Aisaq,
+            "AiSAQ: one record a page (a shuffle co-locates nothing) and a metric the coded \
+             layout cannot keep, so the neighbours' PQ codes ride in the records and the \
+             memory the codes would take serves the cache",
+        ),
+        (
             Preset::Starling,
             "Starling: several records share a page, so a shuffled layout brings a node's \
              graph neighbours in with each read",
@@ -144,6 +150,23 @@ fn fires(
                 Ok(format!(
                     "a {}-byte page holds one plain record",
                     plan.page_size
+                ))
+            }
+        }
+        Preset::Aisaq => {
+            // Reached only when alayalaser lost (its metric, an option or
+            // its budget).
+            let rpp =
+                plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
+            if rpp > 1 {
+                Err(format!(
+                    "a {}-byte page holds {rpp} plain records: shuffling co-locates neighbours",
+                    plan.page_size
+                ))
+            } else {
+                Ok(format!(
+                    "a {}-byte page holds one plain record and the metric is {}",
+                    plan.page_size, opts.metric
                 ))
             }
         }
@@ -314,31 +337,38 @@ mod tests {
     }
 
     #[test]
-    fn the_coded_layout_is_not_chosen_for_inner_product() {
-        let o = BuildOptions {
-            metric: Metric::InnerProduct,
-            ..auto(0.05)
-        };
-        let p = plan_build(&o, &facts(100_000, 768)).unwrap();
-        assert_eq!(p.plan.preset, Preset::Diskann);
-        let lost: Vec<_> = p
-            .decisions
-            .iter()
-            .filter(|d| d.what == "candidate")
-            .map(|d| d.value.as_str())
-            .collect();
-        assert_eq!(lost, ["gorgeous", "alayalaser", "starling"]);
+    fn inner_product_at_one_record_a_page_takes_the_pq_coded_layout() {
+        for metric in [Metric::InnerProduct, Metric::Cosine] {
+            let o = BuildOptions {
+                metric,
+                ..auto(0.05)
+            };
+            let p = plan_build(&o, &facts(100_000, 768)).unwrap();
+            assert_eq!(p.plan.preset, Preset::Aisaq);
+            let lost: Vec<_> = p
+                .decisions
+                .iter()
+                .filter(|d| d.what == "candidate")
+                .map(|d| d.value.as_str())
+                .collect();
+            assert_eq!(lost, ["gorgeous", "alayalaser"]);
+            // Several records a page: the shuffle, as with l2.
+            let p = plan_build(&o, &facts(100_000, 128)).unwrap();
+            assert_eq!(p.plan.preset, Preset::Starling);
+        }
     }
 
     #[test]
     fn an_option_a_candidate_refuses_makes_it_lose() {
-        // pq_bytes does not apply to the coded layout: the next rule decides.
+        // pq_bytes does not apply to the coded layout: the next rule decides
+        // (the PQ-coded layout, whose records carry codes of that size).
         let o = BuildOptions {
             pq_bytes: Some(64),
             ..auto(0.05)
         };
         let p = plan_build(&o, &facts(100_000, 768)).unwrap();
-        assert_eq!(p.plan.preset, Preset::Diskann);
+        assert_eq!(p.plan.preset, Preset::Aisaq);
+        assert_eq!(p.plan.pq_bytes, 64);
         let a = p
             .decisions
             .iter()
@@ -354,6 +384,7 @@ mod tests {
             (LayoutKind::Shuffled, Preset::Starling),
             (LayoutKind::Replicated, Preset::Gorgeous),
             (LayoutKind::Coded, Preset::Alayalaser),
+            (LayoutKind::PqCoded, Preset::Aisaq),
         ] {
             let o = BuildOptions {
                 layout: Some(layout),

@@ -21,17 +21,23 @@ pub fn pq_bytes_for_budget(n: usize, dim: usize, bytes: u64) -> usize {
     (per.min(hi as u64) as usize).max(1)
 }
 
-/// Fewest dimensions per byte a PQ-coded record's neighbour codes may
-/// reach when the plain record's block leaves less room: below
-/// `ceil(dim / 16)` bytes the record grows by whole pages instead.
-pub const RECORD_PQ_MAX_DIMS_PER_BYTE: usize = 16;
+/// Dimensions per byte of the neighbour codes a PQ-coded record aims for:
+/// `ceil(dim / 4)` bytes, the size that ranks well enough (the rule that
+/// keeps `gorgeous` from coarser codes, [`super::auto`]).
+pub const RECORD_PQ_DIMS_PER_BYTE: usize = 4;
+
+/// The most a PQ-coded record's block may grow over a plain record's for
+/// its codes to reach `ceil(dim / RECORD_PQ_DIMS_PER_BYTE)` bytes.
+pub const RECORD_PQ_MAX_BLOCK_GROWTH: usize = 2;
 
 /// PQ bytes of the neighbour codes a PQ-coded record (AiSAQ) carries,
-/// unless asked for: the most, at most the dimension (and
-/// [`PQ_MAX_BYTES`]), whose record still fits the block a plain record
-/// needs, so a code costs no extra read; where that block leaves fewer
-/// than `ceil(dim / 16)` bytes a neighbour, that many, and the record takes
-/// more pages (a coarser code routes worse than a larger read costs).
+/// unless asked for. The codes that fit the block a plain record needs
+/// cost no extra read: when they reach `ceil(dim / 4)` bytes, the most of
+/// them (at most the dimension). Else `ceil(dim / 4)`, or as much of it as
+/// a record fits in twice the plain block: on wordnet-minilm (384-d, R 64)
+/// at 5% of the raw bytes, the 35 bytes a 4 KiB record holds reached recall
+/// 0.95 at L ≈ 72 (884 QPS, 2 threads), the 96 bytes of an 8 KiB record at
+/// L 30 (1,444 QPS): a coarse code costs more hops than a larger read.
 pub fn record_pq_bytes(
     given: Option<usize>,
     page_size: usize,
@@ -51,30 +57,36 @@ pub fn record_pq_bytes(
         return Ok((m, "asked for".into()));
     }
     let plain = PageGeometry::new(page_size, vec_bytes, r, n)?;
-    let room = plain.block_size - crate::format::page::PAGE_HEADER_BYTES - plain.record_size;
-    let fit = (room / r.max(1)).min(hi);
-    let floor = dim.div_ceil(RECORD_PQ_MAX_DIMS_PER_BYTE).clamp(1, hi);
-    if fit >= floor {
-        Ok((
-            fit,
+    let room = |block: usize| {
+        (block.saturating_sub(crate::format::page::PAGE_HEADER_BYTES + plain.record_size)
+            / r.max(1))
+        .min(hi)
+    };
+    let want = dim.div_ceil(RECORD_PQ_DIMS_PER_BYTE).clamp(1, hi);
+    let free = room(plain.block_size);
+    if free >= want {
+        return Ok((
+            free,
             format!(
                 "AiSAQ: the most PQ bytes a neighbour whose record (R={r} codes) still fits the \
-                 {}-byte block a plain record needs, so the codes cost no extra read",
+                 {}-byte block a plain record needs (at least dim/{RECORD_PQ_DIMS_PER_BYTE}), so \
+                 the codes cost no extra read",
                 plain.block_size
             ),
-        ))
-    } else {
-        let g = PageGeometry::with_pq_codes(page_size, vec_bytes, r, floor, n)?;
-        Ok((
-            floor,
-            format!(
-                "AiSAQ: the plain record's {}-byte block leaves {fit} bytes a neighbour, below \
-                 one byte per {RECORD_PQ_MAX_DIMS_PER_BYTE} dimensions ({floor}); the record \
-                 takes a {}-byte block instead",
-                plain.block_size, g.block_size
-            ),
-        ))
+        ));
     }
+    let grown = RECORD_PQ_MAX_BLOCK_GROWTH * plain.block_size;
+    let m = want.min(room(grown)).max(free).max(1);
+    let g = PageGeometry::with_pq_codes(page_size, vec_bytes, r, m, n)?;
+    Ok((
+        m,
+        format!(
+            "AiSAQ: the plain record's {}-byte block leaves {free} bytes a neighbour, below \
+             dim/{RECORD_PQ_DIMS_PER_BYTE} = {want} (coarser codes cost more hops than a larger \
+             read); {m} bytes, a {}-byte block (at most {RECORD_PQ_MAX_BLOCK_GROWTH}× the plain one)",
+            plain.block_size, g.block_size
+        ),
+    ))
 }
 
 /// Most of what a budget leaves beyond its minimum that the update reserve
@@ -688,18 +700,27 @@ mod tests {
 
     #[test]
     fn record_pq_bytes_fill_the_plain_block_or_grow_it() {
-        // 384-d float32, R 64: a plain record takes 1,796 of a page's
-        // 4,080 bytes, leaving 35 a neighbour.
-        let (m, _) = record_pq_bytes(None, 4096, 1536, 64, 384, 1000).unwrap();
-        assert_eq!(m, 35);
+        // 384-d float32, R 64: a plain record takes 1,796 of a page's 4,080
+        // bytes, leaving 35 a neighbour, below 384/4: the block doubles and
+        // the codes take 96.
+        let (m, why) = record_pq_bytes(None, 4096, 1536, 64, 384, 1000).unwrap();
+        assert_eq!(m, 96, "{why}");
         let g = PageGeometry::with_pq_codes(4096, 1536, 64, m, 1000).unwrap();
-        assert_eq!((g.block_size, g.records_per_block), (4096, 1));
-        // 768-d: 748 bytes left (11 a neighbour) is below 768 / 16 = 48:
-        // the record grows to two pages.
+        assert_eq!((g.block_size, g.records_per_block), (8192, 1));
+        // 768-d: twice the plain block holds 75 bytes a neighbour, below 192.
         let (m, why) = record_pq_bytes(None, 4096, 3072, 64, 768, 1000).unwrap();
-        assert_eq!(m, 48, "{why}");
+        assert_eq!(m, 75, "{why}");
         let g = PageGeometry::with_pq_codes(4096, 3072, 64, m, 1000).unwrap();
         assert_eq!(g.block_size, 8192);
+        // 128-d: the plain page holds 51 bytes a neighbour, above 128/4.
+        let (m, _) = record_pq_bytes(None, 4096, 512, 64, 128, 1000).unwrap();
+        assert_eq!(m, 51);
+        assert_eq!(
+            PageGeometry::with_pq_codes(4096, 512, 64, m, 1000)
+                .unwrap()
+                .block_size,
+            4096
+        );
         // Low dimension: at most one byte a dimension.
         assert_eq!(record_pq_bytes(None, 4096, 64, 32, 16, 10).unwrap().0, 16);
         assert_eq!(record_pq_bytes(Some(8), 4096, 64, 32, 16, 10).unwrap().0, 8);

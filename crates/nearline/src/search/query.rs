@@ -304,19 +304,11 @@ impl<T: Element> Query<T> {
             |m: String| Error::corrupt(&env.data.pages_path, format!("record of node {v}: {m}"));
         if !S::EXACT_IN_RECORD {
             // Vectors stored as given: the exact distance is the search's
-            // own; the record's codes give the neighbours' estimates.
+            // own; each unvisited neighbour is scored from its code.
             self.exact(env, v, vector)?;
-            let t = Instant::now();
-            let mut scratch = std::mem::take(&mut self.codes);
-            let r = env
-                .scorer
-                .score_codes(&self.table, codes, neighbours.len(), &mut scratch);
-            self.stats.dist_ns += t.elapsed().as_nanos() as u64;
-            let r = r
-                .map_err(corrupt)
-                .and_then(|_| self.insert_scored(env, v, neighbours, &scratch.est));
-            self.codes = scratch;
-            return r;
+            return self
+                .expand_coded(env, v, neighbours, codes)
+                .map_err(corrupt);
         }
         let x: &[f32] = bytemuck::try_cast_slice(vector)
             .map_err(|_| corrupt("the vector is misaligned".into()))?;
@@ -337,6 +329,44 @@ impl<T: Element> Query<T> {
             .and_then(|_| self.insert_scored(env, v, neighbours, &scratch.est));
         self.codes = scratch;
         r
+    }
+
+    /// Inserts the unvisited `neighbours` of `v`, each scored from its code
+    /// in the record's code region `codes` (slot i codes neighbour i).
+    #[inline]
+    fn expand_coded<L: Layout, S: Scorer, C: Cache>(
+        &mut self,
+        env: &Env<'_, T, L, S, C>,
+        v: u32,
+        neighbours: &[u32],
+        codes: &[u8],
+    ) -> std::result::Result<(), String> {
+        let m = env.scorer.code_len();
+        let n = env.data.n;
+        if m == 0 || neighbours.len() * m > codes.len() {
+            return Err(format!(
+                "code region of {} bytes is short for {} neighbours of {m} bytes",
+                codes.len(),
+                neighbours.len()
+            ));
+        }
+        self.stats.hops += 1;
+        let range = env.plan.range.is_some();
+        let t = Instant::now();
+        for (&u, code) in neighbours.iter().zip(codes.chunks_exact(m)) {
+            if u as usize >= n {
+                return Err(format!(
+                    "node {v} lists neighbour {u}, but the index has {n} nodes"
+                ));
+            }
+            if self.visited.insert(u, ()).is_some() {
+                continue;
+            }
+            let du = env.scorer.score_code(&self.table, code);
+            self.candidate(range, du, u);
+        }
+        self.stats.dist_ns += t.elapsed().as_nanos() as u64;
+        Ok(())
     }
 
     /// Inserts the unvisited `neighbours` of `v` with their estimates

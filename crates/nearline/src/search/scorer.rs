@@ -69,19 +69,20 @@ pub trait Scorer: Send + Sync {
         Err("this scorer does not read codes from records".into())
     }
 
-    /// In-record scoring without the exact distance: the estimates of the
-    /// expanded record's first `n` neighbours from its code region
-    /// `codes`, into `scratch.est`. The error says what in the record is
-    /// malformed.
+    /// Bytes of one neighbour's code in a record whose codes are scored
+    /// one by one ([`Scorer::score_code`]; 0: this scorer does not).
     #[inline]
-    fn score_codes(
-        &self,
-        _state: &[f32],
-        _codes: &[u8],
-        _n: usize,
-        _scratch: &mut CodeScratch,
-    ) -> std::result::Result<(), String> {
-        Err("this scorer does not read PQ codes from records".into())
+    fn code_len(&self) -> usize {
+        0
+    }
+
+    /// In-record scoring without the exact distance: the estimate of one
+    /// neighbour from its code `code` ([`Scorer::code_len`] bytes) in the
+    /// expanded record, so a search scores only the neighbours it has not
+    /// visited.
+    #[inline]
+    fn score_code(&self, _state: &[f32], _code: &[u8]) -> f32 {
+        0.0
     }
 
     /// Starts bringing what [`Scorer::score`] will read for `u` into the CPU
@@ -166,28 +167,13 @@ impl Scorer for PqRecordScorer {
     }
 
     #[inline]
-    fn score_codes(
-        &self,
-        table: &[f32],
-        codes: &[u8],
-        n: usize,
-        scratch: &mut CodeScratch,
-    ) -> std::result::Result<(), String> {
-        let m = self.codebook.m();
-        if n > self.max_degree {
-            return Err(format!(
-                "record lists {n} neighbours, above R = {}",
-                self.max_degree
-            ));
-        }
-        let used = codes
-            .get(..n * m)
-            .ok_or_else(|| format!("code region of {} bytes is short", codes.len()))?;
-        scratch.est.clear();
-        scratch
-            .est
-            .extend(used.chunks_exact(m).map(|code| adc(table, code)));
-        Ok(())
+    fn code_len(&self) -> usize {
+        self.codebook.m()
+    }
+
+    #[inline]
+    fn score_code(&self, table: &[f32], code: &[u8]) -> f32 {
+        adc(table, code)
     }
 }
 
