@@ -244,7 +244,30 @@ struct Fixture {
     id: PathBuf,
     /// Shuffled layout.
     shuffled: PathBuf,
+    /// PQ-coded layout (AiSAQ: neighbours' PQ codes in the records).
+    pq_coded: PathBuf,
     queries: Vec<f32>,
+}
+
+/// Which fixture index a case mutates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fix {
+    Id,
+    Shuffled,
+    PqCoded,
+}
+
+const FIXES: [Fix; 3] = [Fix::Id, Fix::Shuffled, Fix::PqCoded];
+
+impl Fix {
+    fn dir(self) -> &'static Path {
+        let f = fixture();
+        match self {
+            Fix::Id => &f.id,
+            Fix::Shuffled => &f.shuffled,
+            Fix::PqCoded => &f.pq_coded,
+        }
+    }
 }
 
 fn fixture() -> &'static Fixture {
@@ -275,29 +298,46 @@ fn fixture() -> &'static Fixture {
             entry_clusters: Some(0),
             ..opts
         };
-        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        let m = Matrix::from_vec(base.clone(), FX_N, FX_DIM).expect("matrix");
         build(m, &shuffled, &opts, &|_, _, _| {}, &never).expect("build the shuffled fixture");
+        let pq_coded = tmp.path().join("pq_coded");
+        let opts = BuildOptions {
+            layout: Some(LayoutKind::PqCoded),
+            ..opts
+        };
+        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        build(m, &pq_coded, &opts, &|_, _, _| {}, &never).expect("build the pq_coded fixture");
         Fixture {
             _tmp: tmp,
             id,
             shuffled,
+            pq_coded,
             queries: rows::<f32>(3, FX_DIM, 77),
         }
     })
 }
 
 fn fixture_file(shuffled: bool, name: &str) -> Vec<u8> {
-    let f = fixture();
-    let dir = if shuffled { &f.shuffled } else { &f.id };
-    std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("fixture file {name}: {e}"))
+    fix_file(if shuffled { Fix::Shuffled } else { Fix::Id }, name)
+}
+
+fn fix_file(which: Fix, name: &str) -> Vec<u8> {
+    std::fs::read(which.dir().join(name)).unwrap_or_else(|e| panic!("fixture file {name}: {e}"))
 }
 
 fn fixture_geometry(shuffled: bool) -> PageGeometry {
+    fix_geometry(if shuffled { Fix::Shuffled } else { Fix::Id })
+}
+
+fn fix_geometry(which: Fix) -> PageGeometry {
     let g = PageGeometry::new(4096, FX_DIM * 4, 8, FX_N).expect("fixture geometry");
-    if shuffled {
-        g.with_layout_id(LAYOUT_SHUFFLED)
-    } else {
-        g
+    match which {
+        Fix::Id => g,
+        Fix::Shuffled => g.with_layout_id(LAYOUT_SHUFFLED),
+        // The fixture's 4-byte PQ codes.
+        Fix::PqCoded => {
+            PageGeometry::with_pq_codes(4096, FX_DIM * 4, 8, 4, FX_N).expect("fixture geometry")
+        }
     }
 }
 
@@ -624,12 +664,12 @@ proptest! {
 
     #[test]
     fn manifest_never_panics(
-        shuffled in any::<bool>(),
+        which in prop::sample::select(FIXES.to_vec()),
         jm in prop::collection::vec(json_mut(), 1..4),
         seal in prop_oneof![3 => Just(true), 1 => Just(false)],
         muts in prop_oneof![2 => Just(Vec::new()), 1 => mutations(3)],
     ) {
-        let seed = fixture_file(shuffled, "manifest.json");
+        let seed = fix_file(which, "manifest.json");
         let edited = apply_json(&seed, &jm);
         let edited = if seal { seal_manifest(&edited) } else { edited };
         let input = apply(edited, &muts);
@@ -977,14 +1017,14 @@ proptest! {
 
     #[test]
     fn pages_never_panic(
-        shuffled in any::<bool>(),
+        which in prop::sample::select(FIXES.to_vec()),
         block in 0u64..5,
         seal in prop_oneof![3 => Just(true), 1 => Just(false)],
         claimed in prop_oneof![4 => Just(None), 1 => any::<u64>().prop_map(Some)],
         muts in mutations(6),
     ) {
-        let geo = fixture_geometry(shuffled);
-        let pages = fixture_file(shuffled, "pages.bin");
+        let geo = fix_geometry(which);
+        let pages = fix_file(which, "pages.bin");
         let bs = geo.block_size;
         let at = (block as usize * bs).min(pages.len().saturating_sub(bs));
         let mut input = apply(pages[at..at + bs].to_vec(), &muts);
@@ -1100,7 +1140,7 @@ proptest! {
 
     #[test]
     fn whole_index_never_panics(
-        shuffled in any::<bool>(),
+        which in prop::sample::select(FIXES.to_vec()),
         file in 0usize..INDEX_FILES.len(),
         fix in prop_oneof![3 => Just(true), 1 => Just(false)],
         entry in 0usize..ENTRY_KINDS.len(),
@@ -1111,10 +1151,10 @@ proptest! {
         muts in mutations(4),
     ) {
         let f = fixture();
-        let src = if shuffled { &f.shuffled } else { &f.id };
+        let src = which.dir();
         let name = INDEX_FILES[file];
         let Ok(seed) = std::fs::read(src.join(name)) else {
-            return Ok(()); // the shuffled fixture has no ids, nav or centroids
+            return Ok(()); // the shuffled and pq_coded fixtures have no ids, nav or centroids
         };
         let input = if name == "manifest.json" {
             let edited = apply_json(&seed, &jm);
@@ -1136,9 +1176,9 @@ proptest! {
 #[test]
 fn fixtures_open_and_search() {
     let f = fixture();
-    for dir in [&f.id, &f.shuffled] {
+    for dir in [&f.id, &f.shuffled, &f.pq_coded] {
         for entry in ENTRY_KINDS {
-            if dir == &f.shuffled && matches!(entry, EntryChoice::Nav | EntryChoice::Centroids) {
+            if dir != &f.id && matches!(entry, EntryChoice::Nav | EntryChoice::Centroids) {
                 continue;
             }
             let mut sink = Sink::default();

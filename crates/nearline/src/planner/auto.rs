@@ -21,19 +21,22 @@
 //!    page a shuffle co-locates nothing, and codes in the records free the
 //!    memory PQ takes. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
 //!    128-d (five records a page) 0.97× the `diskann` preset.
-//! 3. **Several records per page → `starling`.** Paper: block shuffling
+//! 3. **One record per page, ip or cosine → `aisaq`.** The same reason
+//!    as rule 2 for the metrics a PCA does not keep: the neighbours' PQ
+//!    codes ride in the records, and the memory the codes would take
+//!    serves the cache (measured: docs/benchmarks.md, AiSAQ).
+//! 4. **Several records per page → `starling`.** Paper: block shuffling
 //!    pays when a page holds several records (its finding that layouts use
 //!    a small share of each read). Here: 1M × 128 at 20% 1.06× the `diskann`
 //!    preset; wordnet at 10% 1.16×, at 5% 1.32× (recall 0.90).
-//! 4. **Otherwise → `diskann`** (one record a page with the ip or cosine
-//!    metric, which the coded layout does not support).
+//! 5. **Otherwise → `diskann`** (when no other composition fits).
 //!
 //! With no `memory_budget` given, each candidate is planned at its own
 //! preset's default budget (what a build naming that preset would get; a
 //! fixed budget would change the baseline's own PQ rule). An explicit
 //! `layout` names its composition: the preset whose layout it
-//! is. PageANN, DGAI and AiSAQ (the paper's other layouts) are not built
-//! yet, so no rule can choose them; the partition index (`spfresh`) is the
+//! is. PageANN and DGAI (the paper's other layouts) are not built yet, so
+//! no rule can choose them; the partition index (`spfresh`) is the
 //! user's choice (`preset="spfresh"`), never `auto`'s.
 
 use super::options::{BuildOptions, PresetChoice};
