@@ -640,6 +640,46 @@ mod tests {
     }
 
     #[test]
+    fn pq_coded_records_hold_one_code_a_slot() {
+        // 384-d f32, R 64, 96-byte codes: 1,796 + 6,144 = 7,940 B, an 8 KiB block.
+        let g = PageGeometry::with_pq_codes(4096, 1536, 64, 96, 10).unwrap();
+        assert_eq!(
+            (g.record_size, g.block_size, g.records_per_block),
+            (7940, 8192, 1)
+        );
+        assert_eq!(
+            (g.pq_code, g.codes, g.layout_id),
+            (96, 64 * 96, LAYOUT_PQ_CODED)
+        );
+        assert_eq!((g.code_dims, g.code_bits, g.packed), (0, 0, 0));
+        assert!(PageGeometry::with_pq_codes(4096, 1536, 64, 0, 10).is_err());
+        // Small records share a page.
+        let g = PageGeometry::with_pq_codes(4096, 32, 8, 4, 100).unwrap();
+        assert_eq!(g.record_size, 32 + 4 + 32 + 32);
+        assert_eq!(g.records_per_block, (4096 - PAGE_HEADER_BYTES) / 100);
+        let mut rec = vec![0xAAu8; g.record_size];
+        g.write_record(&mut rec, &[1u8; 32], &[3, 1]);
+        let (a, b) = ([1u8, 2, 3, 4], [5u8, 6, 7, 8]);
+        g.write_pq_codes(&mut rec, [&a[..], &b[..]].into_iter())
+            .unwrap();
+        let mut block = vec![0u8; g.block_size];
+        block[PAGE_HEADER_BYTES..PAGE_HEADER_BYTES + g.record_size].copy_from_slice(&rec);
+        let r = g.decode(&block, 0).unwrap();
+        assert_eq!(r.neighbours, &[3, 1]);
+        assert_eq!(&r.codes[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(r.codes[8..].iter().all(|&x| x == 0));
+        // Too many codes, a code of the wrong size, or a layout without PQ
+        // codes are refused.
+        let nine = vec![&a[..]; 9];
+        assert!(g.write_pq_codes(&mut rec, nine.into_iter()).is_err());
+        assert!(g.write_pq_codes(&mut rec, [&a[..3]].into_iter()).is_err());
+        let plain = PageGeometry::new(4096, 32, 8, 100).unwrap();
+        assert!(plain
+            .write_pq_codes(&mut rec, [&a[..]].into_iter())
+            .is_err());
+    }
+
+    #[test]
     fn crc_detects_any_flipped_byte() {
         let g = PageGeometry::new(4096, 64, 8, 100).unwrap();
         let mut b = vec![0u8; 4096];
