@@ -3,8 +3,9 @@
 //!
 //! A vector is split into `m` chunks of contiguous dimensions (sizes differ by
 //! at most one); each chunk is replaced by the index of the nearest of 256
-//! centroids trained by k-means on that chunk. For L2 the data is first
-//! centred on the training mean.
+//! centroids trained by k-means on that chunk. For L2 and cosine the data is
+//! first centred on the training mean (an index built before cosine was
+//! centred stores a zero centre and is read the same way).
 //!
 //! Serialised form (all little-endian):
 //!
@@ -115,7 +116,8 @@ fn mix(seed: u64, j: u64) -> u64 {
 
 impl PqCodebook {
     /// Trains on the row-major float `sample` (`n × dim`) with `m` chunks.
-    /// L2 centres the data on its mean; inner product and cosine do not.
+    /// L2 and cosine (whose rows are normalised) centre the data on its
+    /// mean; inner product does not.
     /// Runs on the caller's current rayon pool; deterministic for a seed.
     ///
     /// Each chunk runs k-means with 256 centroids and [`PQ_TRAIN_ITERS`]
@@ -167,8 +169,8 @@ impl PqCodebook {
         }
         let offsets = make_offsets(dim, m);
         let center = match metric {
-            Metric::L2 => column_mean(sample, dim, n),
-            Metric::InnerProduct | Metric::Cosine => vec![0.0; dim],
+            Metric::L2 | Metric::Cosine => column_mean(sample, dim, n),
+            Metric::InnerProduct => vec![0.0; dim],
         };
         let k = PQ_CENTROIDS.min(n);
         // Chunks train concurrently: split the lower-bound memory between them.
@@ -385,12 +387,12 @@ impl PqCodebook {
         let mut acc = [0.0f32; PQ_CENTROIDS];
         let mut scratch = vec![0.0f32; self.dim];
         match metric {
-            Metric::L2 => {
+            Metric::L2 | Metric::Cosine => {
                 for ((s, &x), &c) in scratch.iter_mut().zip(q).zip(&self.center) {
                     *s = x - c;
                 }
             }
-            Metric::InnerProduct | Metric::Cosine => scratch.copy_from_slice(q),
+            Metric::InnerProduct => scratch.copy_from_slice(q),
         }
         for (j, out) in table
             .chunks_exact_mut(PQ_CENTROIDS)
@@ -401,9 +403,18 @@ impl PqCodebook {
             let ct = &self.centroids_t[lo * PQ_CENTROIDS..hi * PQ_CENTROIDS];
             match metric {
                 Metric::L2 => kern.l2_all(&scratch[lo..hi], ct, &mut acc),
-                Metric::InnerProduct | Metric::Cosine => {
-                    kern.neg_dot_all(&scratch[lo..hi], ct, &mut acc)
+                // Cosine rows and queries are unit vectors, for which
+                // 1 − q·x = ‖q − x‖² / 2: the estimate is half the squared
+                // distance to the reconstruction, on the exact distance's
+                // scale. (−q·x̂ alone ranked worse: it ignores how far a
+                // reconstruction's norm is from 1; on 20k × 768 at 48 bytes
+                // recall@10 at L 100 was 0.90 against 0.99 for l2 on the
+                // same normalised rows.)
+                Metric::Cosine => {
+                    kern.l2_all(&scratch[lo..hi], ct, &mut acc);
+                    acc.iter_mut().for_each(|a| *a *= 0.5);
                 }
+                Metric::InnerProduct => kern.neg_dot_all(&scratch[lo..hi], ct, &mut acc),
             }
             out.copy_from_slice(&acc);
         }
@@ -741,7 +752,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             let pq = PqCodebook::train(&data, dim, 6, metric, 3).unwrap();
-            if metric != Metric::L2 {
+            if metric == Metric::InnerProduct {
                 assert!(pq.center().iter().all(|&c| c == 0.0));
             }
             let codes = pq.encode_all(MatrixView::new(&data, n, dim).unwrap());
@@ -752,7 +763,8 @@ mod tests {
             for (code, r) in codes.chunks_exact(6).zip(rec.chunks_exact(dim)) {
                 let want = match metric {
                     Metric::L2 => l2_f32(&q, r),
-                    _ => -dot_f32(&q, r),
+                    Metric::Cosine => 0.5 * l2_f32(&q, r),
+                    Metric::InnerProduct => -dot_f32(&q, r),
                 };
                 let got = adc(&table, code);
                 assert!(
