@@ -747,3 +747,21 @@ def test_pipeann_preset(tmp_path, small_data):
     p2 = nearline.build(base, tmp_path / "p2.index", preset="pipeann", nav_sample=0.04, R=24, build_L=60,
                         pq_bytes=12, threads=2)
     assert p2.info()["build"]["nav_sample"] == 0.04
+
+
+def test_cosine_with_coarse_pq_ranks_as_l2_on_normalised_rows(tmp_path):
+    """Cosine's PQ estimate is half the squared distance to the reconstruction (unit vectors):
+    with coarse codes a cosine index finds what an l2 index over the normalised rows finds."""
+    base, queries = clustered(3000, 64, seed=13, queries=100)
+    unit = base / np.linalg.norm(base, axis=1, keepdims=True)
+    qunit = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    opts = dict(preset="diskann", R=24, pq_bytes=16, threads=2, progress=False, memory_budget=1.0)
+    with nearline.build(base, tmp_path / "cos", metric="cosine", **opts) as idx:
+        cos_ids, _ = idx.search(queries, 10, L=60)
+    with nearline.build(unit.astype(np.float32), tmp_path / "l2", metric="l2", **opts) as idx:
+        l2_ids, _ = idx.search(qunit.astype(np.float32), 10, L=60)
+    truth = exact_knn(base, queries, 10, "cosine")
+    rec = lambda ids: float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids.tolist(), truth.tolist())]))  # noqa: E731
+    # Measured: 0.980 for both (16-byte codes, L 60). On 20k × 768 at 48 bytes the former −q·x̂
+    # estimate reached 0.90 where l2 on the normalised rows reached 0.99.
+    assert rec(cos_ids) >= rec(l2_ids) - 0.01 and rec(cos_ids) >= 0.95

@@ -775,6 +775,38 @@ mod tests {
         }
     }
 
+    /// On unit rows cosine trains and ranks as l2 does, on half its scale
+    /// (the exact cosine distance's: 1 − q·x = ‖q − x‖² / 2).
+    #[test]
+    fn cosine_ranks_as_l2_on_unit_rows() {
+        let (n, dim) = (1500, 24);
+        let mut data = clustered(n, dim, 25, 4.0, 11);
+        for r in data.chunks_exact_mut(dim) {
+            let norm = dot_f32(r, r).sqrt();
+            r.iter_mut().for_each(|x| *x /= norm);
+        }
+        let cos = PqCodebook::train(&data, dim, 6, Metric::Cosine, 3).unwrap();
+        let l2 = PqCodebook::train(&data, dim, 6, Metric::L2, 3).unwrap();
+        assert_eq!(cos.center(), l2.center());
+        assert!(cos.center().iter().any(|&c| c != 0.0));
+        assert_eq!(cos.centroids(), l2.centroids());
+        let codes = cos.encode_all(MatrixView::new(&data, n, dim).unwrap());
+        let q = &data[7 * dim..8 * dim];
+        let (mut tc, mut tl) = (vec![0.0; 6 * 256], vec![0.0; 6 * 256]);
+        cos.lookup_table(q, Metric::Cosine, &mut tc);
+        l2.lookup_table(q, Metric::L2, &mut tl);
+        let mut err = 0f64;
+        for (i, code) in codes.chunks_exact(6).enumerate() {
+            let (c, l) = (adc(&tc, code), adc(&tl, code));
+            assert!((c - 0.5 * l).abs() <= 1e-4 * l.max(1.0), "{c} vs {l}");
+            let exact = 1.0 - dot_f32(q, &data[i * dim..(i + 1) * dim]);
+            err += (c - exact).abs() as f64;
+        }
+        // The estimate is on the exact distance's scale (cosine distances
+        // span 0..2 here).
+        assert!(err / (n as f64) < 0.1, "mean error {}", err / n as f64);
+    }
+
     #[test]
     fn encode_all_converts_element_types() {
         let mut rng = ChaCha8Rng::seed_from_u64(5);
