@@ -32,9 +32,9 @@ def test_every_list_in_the_budget_picks_gorgeous_else_starling(data64):
     # Half of it does not hold every list: several records share a page.
     half, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2))
     assert half["value"] == "starling" and "holds 10 plain records" in half["rule"]
-    assert set(lost) == {"gorgeous", "alayalaser", "aisaq"}
+    assert set(lost) == {"gorgeous", "alayalaser"}
     assert "cannot hold every adjacency list" in lost["gorgeous"]
-    assert "shuffling co-locates" in lost["alayalaser"] and "shuffling co-locates" in lost["aisaq"]
+    assert "shuffling co-locates" in lost["alayalaser"]
 
 
 def test_a_candidate_beyond_the_budget_loses_with_the_planners_reason():

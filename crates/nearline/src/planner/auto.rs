@@ -21,22 +21,23 @@
 //!    page a shuffle co-locates nothing, and codes in the records free the
 //!    memory PQ takes. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
 //!    128-d (five records a page) 0.97× the `diskann` preset.
-//! 3. **One record per page, ip or cosine → `aisaq`.** The same reason
-//!    as rule 2 for the metrics a PCA does not keep: the neighbours' PQ
-//!    codes ride in the records, and the memory the codes would take
-//!    serves the cache (measured: docs/benchmarks.md, AiSAQ).
-//! 4. **Several records per page → `starling`.** Paper: block shuffling
+//! 3. **Several records per page → `starling`.** Paper: block shuffling
 //!    pays when a page holds several records (its finding that layouts use
 //!    a small share of each read). Here: 1M × 128 at 20% 1.06× the `diskann`
 //!    preset; wordnet at 10% 1.16×, at 5% 1.32× (recall 0.90).
-//! 5. **Otherwise → `diskann`** (when no other composition fits).
+//! 4. **Otherwise → `diskann`** (one record a page with the ip or cosine
+//!    metric, which the coded layout does not support). The PQ-coded
+//!    layout (`aisaq`) is not a rule: on 100k × 768 with cosine at 5% of
+//!    the raw bytes the `diskann` preset was 2.2× it at recall 0.95 (its
+//!    123-byte codes in RAM against the 75 bytes a record carries), and on
+//!    wordnet at 5% the two tie (docs/benchmarks.md, AiSAQ).
 //!
 //! With no `memory_budget` given, each candidate is planned at its own
 //! preset's default budget (what a build naming that preset would get; a
 //! fixed budget would change the baseline's own PQ rule). An explicit
 //! `layout` names its composition: the preset whose layout it
 //! is. PageANN and DGAI (the paper's other layouts) are not built yet, so
-//! no rule can choose them; the partition index (`spfresh`) is the
+//! no rule can choose them, and AiSAQ has no rule (above); the partition index (`spfresh`) is the
 //! user's choice (`preset="spfresh"`), never `auto`'s.
 
 use super::options::{BuildOptions, PresetChoice};
@@ -74,12 +75,6 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
             Preset::Alayalaser,
             "AlayaLaser: one record a page (a shuffle co-locates nothing), so the neighbour \
              codes ride in the records and the memory PQ would take serves the cache",
-        ),
-        (
-            Preset::Aisaq,
-            "AiSAQ: one record a page (a shuffle co-locates nothing) and a metric the coded \
-             layout cannot keep, so the neighbours' PQ codes ride in the records and the \
-             memory the codes would take serves the cache",
         ),
         (
             Preset::Starling,
@@ -153,23 +148,6 @@ fn fires(
                 Ok(format!(
                     "a {}-byte page holds one plain record",
                     plan.page_size
-                ))
-            }
-        }
-        Preset::Aisaq => {
-            // Reached only when alayalaser lost (its metric, an option or
-            // its budget).
-            let rpp =
-                plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
-            if rpp > 1 {
-                Err(format!(
-                    "a {}-byte page holds {rpp} plain records: shuffling co-locates neighbours",
-                    plan.page_size
-                ))
-            } else {
-                Ok(format!(
-                    "a {}-byte page holds one plain record and the metric is {}",
-                    plan.page_size, opts.metric
                 ))
             }
         }
@@ -340,38 +318,33 @@ mod tests {
     }
 
     #[test]
-    fn inner_product_at_one_record_a_page_takes_the_pq_coded_layout() {
+    fn the_coded_layout_is_not_chosen_for_inner_product() {
         for metric in [Metric::InnerProduct, Metric::Cosine] {
             let o = BuildOptions {
                 metric,
                 ..auto(0.05)
             };
             let p = plan_build(&o, &facts(100_000, 768)).unwrap();
-            assert_eq!(p.plan.preset, Preset::Aisaq);
+            assert_eq!(p.plan.preset, Preset::Diskann);
             let lost: Vec<_> = p
                 .decisions
                 .iter()
                 .filter(|d| d.what == "candidate")
                 .map(|d| d.value.as_str())
                 .collect();
-            assert_eq!(lost, ["gorgeous", "alayalaser"]);
-            // Several records a page: the shuffle, as with l2.
-            let p = plan_build(&o, &facts(100_000, 128)).unwrap();
-            assert_eq!(p.plan.preset, Preset::Starling);
+            assert_eq!(lost, ["gorgeous", "alayalaser", "starling"]);
         }
     }
 
     #[test]
     fn an_option_a_candidate_refuses_makes_it_lose() {
-        // pq_bytes does not apply to the coded layout: the next rule decides
-        // (the PQ-coded layout, whose records carry codes of that size).
+        // pq_bytes does not apply to the coded layout: the next rule decides.
         let o = BuildOptions {
             pq_bytes: Some(64),
             ..auto(0.05)
         };
         let p = plan_build(&o, &facts(100_000, 768)).unwrap();
-        assert_eq!(p.plan.preset, Preset::Aisaq);
-        assert_eq!(p.plan.pq_bytes, 64);
+        assert_eq!(p.plan.preset, Preset::Diskann);
         let a = p
             .decisions
             .iter()
