@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,11 @@ def anisotropic(n: int, dim: int, *, clusters: int = 24, seed: int = 0, queries:
     x += np.einsum("nk,nkd->nd", 2.4 * rng.normal(size=(total, 3)), dirs[labels])
     x = x.astype(np.float32)
     return np.ascontiguousarray(x[:n]), np.ascontiguousarray(x[n:])
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """``python -m nearline ARGS`` in a subprocess with its output captured (tests read the exit code)."""
+    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
 
 
 def exact_knn(base: np.ndarray, queries: np.ndarray, k: int, metric: str = "l2") -> np.ndarray:

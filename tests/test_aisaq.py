@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn
+from conftest import clustered, exact_knn, run_cli
 
 # Observed on 4000 × 48 (R 32, the preset's budget): recall@10 0.998–1.000 at L 100 for
 # each metric; the bar sits below with room for platform noise.
@@ -141,8 +139,7 @@ def test_bad_aisaq_options_are_refused(tmp_path, data48, index48):
             idx.search(queries, 10, page_search="block")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True)
+_cli = run_cli
 
 
 def test_cli_aisaq(tmp_path):

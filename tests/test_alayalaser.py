@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered
+from conftest import clustered, run_cli
 
 # Observed on these data sets (5000 × 64 and 2000 × 300, R 32, budget 1.0): recall@10 1.000 at
 # L 200 for both, 0.9975 and 1.000 at L 100; the bars sit below with room for platform noise.
@@ -282,8 +280,7 @@ def test_reopen_and_corrupt_pages(tmp_path, index64, data64):
             idx.search(base[:3], 10)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True)
+_cli = run_cli
 
 
 def test_cli_alayalaser(tmp_path):

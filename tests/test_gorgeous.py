@@ -4,14 +4,12 @@ budget, the adjacency-first cache, two-stage search, and the equal-budget benchm
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn
+from conftest import clustered, exact_knn, run_cli
 
 
 def _recall(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
@@ -156,8 +154,7 @@ def test_every_list_in_memory_gets_a_shuffled_layout(tmp_path, data):
     assert "layout_if_lists_fit" in r.stdout and "shuffled" in r.stdout
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True)
+_cli = run_cli
 
 
 def test_cli_gorgeous(tmp_path, data):

@@ -6,14 +6,12 @@ replays its log after a reopen, and refuses bad updates without changing anythin
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn
+from conftest import clustered, exact_knn, run_cli
 
 DIM = 16
 BUILD = dict(R=24, build_L=48, threads=2, memory_budget="4MB")
@@ -166,8 +164,7 @@ def test_bad_updates_are_refused_and_change_nothing(tmp_path):
         assert idx.check()["problems"] == []
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
+_cli = run_cli
 
 
 def test_cli_updates_a_graph_index(tmp_path):

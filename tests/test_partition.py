@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import clustered, exact_knn
+from conftest import clustered, exact_knn, run_cli
 
 nearline = pytest.importorskip("nearline", reason="the nearline extension is not built")
 
@@ -587,8 +587,7 @@ def test_torn_last_log_record_is_dropped(index_path):
         _consistent(idx)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
+_cli = run_cli
 
 
 def test_cli_round_trip(tmp_path):

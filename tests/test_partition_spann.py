@@ -4,14 +4,12 @@ search, replication by the RNG and closure rules, and its statistics, checks and
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import nearline
-from conftest import anisotropic, exact_knn
+from conftest import anisotropic, exact_knn, run_cli
 
 N, DIM = 4000, 32
 
@@ -89,8 +87,7 @@ def test_bad_replication_parameters_are_refused(tmp_path, data, opt, match):
     assert not (tmp_path / "bad.index").exists()
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "nearline", *args], capture_output=True, text=True, check=False)
+_cli = run_cli
 
 
 def test_cli_plan_shows_the_replication_rules_and_build_takes_closure(tmp_path, data):

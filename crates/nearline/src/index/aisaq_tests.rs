@@ -3,7 +3,7 @@
 //! memory, the preset end to end, updates that re-encode the records, and
 //! damage to the new parts of the format.
 
-use super::test_data::{clustered, open_with_budget, recall_against, recall_of};
+use super::test_data::{build_error, clustered, open_with_budget, recall_against, recall_of};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
@@ -363,18 +363,7 @@ fn damage_to_the_codes_is_detected() {
 fn aisaq_builds_refuse_what_does_not_apply() {
     let tmp = tempfile::tempdir().unwrap();
     let data = clustered(500, DIM, 1);
-    let try_build = |o: BuildOptions| {
-        let m = Matrix::from_vec(data.clone(), 500, DIM).unwrap();
-        build(
-            m,
-            &tmp.path().join("x"),
-            &o,
-            &|_, _, _| {},
-            &AtomicBool::new(false),
-        )
-        .unwrap_err()
-        .to_string()
-    };
+    let try_build = |o: BuildOptions| build_error(&data, DIM, &tmp.path().join("x"), &o);
     let e = try_build(BuildOptions {
         adjacency: Some(true),
         ..opts()

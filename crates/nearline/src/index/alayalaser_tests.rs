@@ -2,7 +2,7 @@
 //! codes scored from the expanded record), the PCA-space storage that keeps
 //! distances exact, the in-degree cache, and the preset end to end.
 
-use super::test_data::{clustered, exact_knn, l2};
+use super::test_data::{build_error, clustered, exact_knn, l2};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
@@ -260,18 +260,7 @@ fn a_damaged_code_region_is_detected() {
 fn coded_builds_refuse_what_does_not_apply() {
     let tmp = tempfile::tempdir().unwrap();
     let data = clustered(500, DIM, 1);
-    let try_build = |o: BuildOptions| {
-        let m = Matrix::from_vec(data.clone(), 500, DIM).unwrap();
-        build(
-            m,
-            &tmp.path().join("x"),
-            &o,
-            &|_, _, _| {},
-            &AtomicBool::new(false),
-        )
-        .unwrap_err()
-        .to_string()
-    };
+    let try_build = |o: BuildOptions| build_error(&data, DIM, &tmp.path().join("x"), &o);
     for metric in [
         crate::distance::Metric::InnerProduct,
         crate::distance::Metric::Cosine,

@@ -38,6 +38,21 @@ pub fn exact_knn(data: &[f32], dim: usize, q: &[f32], k: usize) -> Vec<i64> {
     d[..k].iter().map(|x| x.1 as i64).collect()
 }
 
+/// The error a build of `data` (`dim` columns) into `dir` with `opts`
+/// fails with (a panic if it succeeds).
+pub fn build_error(data: &[f32], dim: usize, dir: &Path, opts: &super::BuildOptions) -> String {
+    let m = crate::data::matrix::Matrix::from_vec(data.to_vec(), data.len() / dim, dim).unwrap();
+    super::build(
+        m,
+        dir,
+        opts,
+        &|_, _, _| {},
+        &std::sync::atomic::AtomicBool::new(false),
+    )
+    .unwrap_err()
+    .to_string()
+}
+
 /// Opens `dir` with a budget of `bytes`.
 pub fn open_with_budget(dir: &Path, bytes: u64) -> Index {
     Index::open(
