@@ -283,6 +283,7 @@ def build(
     lire: Optional[bool] = None,
     recall_target: Optional[float] = None,
     write_ratio: Optional[float] = None,
+    update: Optional[str] = None,
 ) -> "Index":
     """Builds a disk index at ``path`` (a directory) and opens it.
 
@@ -322,7 +323,7 @@ def build(
         disk_budget=disk_budget, adjacency=adjacency, principal_dims=principal_dims,
         code_bits=code_bits, head_ratio=head_ratio, replicas=replicas, posting_limit=posting_limit,
         merge_threshold=merge_threshold, rng_factor=rng_factor, closure=closure, reassign_k=reassign_k,
-        lire=lire, recall_target=recall_target, write_ratio=write_ratio,
+        lire=lire, recall_target=recall_target, write_ratio=write_ratio, update=update,
     )
     if ids is not None and not isinstance(ids, np.ndarray):
         opts["ids"] = np.asarray(ids)
@@ -406,6 +407,7 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     durability: Optional[str] = None,
     read_only: Optional[bool] = None,
     background_updates: Optional[bool] = None,
+    update: Optional[str] = None,
 ) -> "Index":
     """Opens an index directory (a graph index or a partition index).
 
@@ -429,7 +431,8 @@ def open(  # noqa: A001 - mirrors the built-in on purpose: nearline.open(path)
     """
     opts = _given(memory_budget=memory_budget, cache_nodes=cache_nodes, cache=cache, threads=threads, io=io,
                   entry_points=entry_points, entry=entry, nav_L=nav_L, nav_seeds=nav_seeds,
-                  durability=durability, read_only=read_only, background_updates=background_updates)
+                  durability=durability, read_only=read_only, background_updates=background_updates,
+                  update=update)
     p = os.fspath(path)
     return Index(_nearline.RawIndex(p, **opts), p)
 

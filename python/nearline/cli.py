@@ -733,7 +733,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_options.add(p, "open", exclude=("durability", "background_updates", "read_only"))
     p.set_defaults(func=cmd_search)
 
-    p = sub.add_parser("insert", help="insert vectors into an index (a graph index: out of place; the insert that fills the delta merges it)")
+    p = sub.add_parser("insert", help="insert vectors into an index (a graph index: as its build chose: out of place, the insert that fills the delta merges it; in place, the records are rewritten)")
     p.add_argument("index", help="index directory")
     p.add_argument("vectors", help="float32 vector file (.fbin/.fvecs/.npy)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",

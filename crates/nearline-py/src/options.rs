@@ -341,6 +341,7 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             recall_target: k.f64("recall_target")?,
         },
         write_ratio: k.f64("write_ratio")?,
+        update: update_mode(&mut k)?,
     };
     k.finish()?;
     Ok(o)
@@ -387,6 +388,7 @@ pub fn open_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<OpenOptions> {
             .bool("background_updates")?
             .unwrap_or(d.background_updates),
         read_only: k.bool("read_only")?.unwrap_or(d.read_only),
+        update: update_mode(&mut k)?,
     };
     k.finish()?;
     Ok(o)
@@ -476,4 +478,12 @@ pub fn check_queries_dim(q: &numpy::PyReadonlyArray2<'_, f32>, dim: usize) -> Py
         )));
     }
     Ok(())
+}
+
+/// The `update` option (`None`: "auto").
+fn update_mode(k: &mut Kw<'_, '_>) -> PyResult<Option<nearline::format::UpdateMode>> {
+    match k.str("update")? {
+        None => Ok(None),
+        Some(s) => nearline::format::UpdateMode::parse(&s).map_err(PyValueError::new_err),
+    }
 }

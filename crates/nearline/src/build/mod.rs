@@ -65,6 +65,8 @@ pub struct BuildPlan {
     pub adjacency: bool,
     /// Bytes the page file may take (`None`: no limit).
     pub disk_budget: Option<u64>,
+    /// How the index takes updates.
+    pub update: crate::format::UpdateMode,
     /// Principal dimensions of the neighbour codes a coded layout's
     /// records carry (0: no codes).
     pub code_dims: usize,
@@ -412,6 +414,7 @@ fn phases<T: Element>(
                 nav_sample: plan.nav_sample,
                 entry_clusters: plan.entry_clusters,
                 disk_budget: plan.disk_budget.unwrap_or(0),
+                update: plan.update,
             },
             dtype: T::DTYPE,
             metric: plan.metric,

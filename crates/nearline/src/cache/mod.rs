@@ -125,6 +125,15 @@ impl AnyCache {
         }
     }
 
+    /// Replaces the record of `v` if the cache holds it (an in-place
+    /// update rewrote it on disk). An adjacency cache's lists are never
+    /// updated in place (the planner updates such an index out of place).
+    pub fn patch(&mut self, v: u32, record: &[u8]) {
+        if let AnyCache::Bfs(c) = self {
+            c.patch(v, record);
+        }
+    }
+
     /// Nodes held.
     pub fn len(&self) -> usize {
         match self {

@@ -220,6 +220,20 @@ impl NodeCache {
         ))
     }
 
+    /// Replaces the held record of `v` (an in-place update rewrote it).
+    pub fn patch(&mut self, v: u32, record: &[u8]) {
+        let Some(&i) = self.slots.get(&v) else {
+            return;
+        };
+        let i = i as usize;
+        if i >= self.live || record.len() > self.record_words * 4 {
+            return;
+        }
+        let words = &mut self.words[i * self.record_words..(i + 1) * self.record_words];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(words);
+        bytes[..record.len()].copy_from_slice(record);
+    }
+
     /// Bytes of the id map (what the cache holds with every record given up).
     fn map_bytes(&self) -> u64 {
         self.slots.capacity() as u64 * (4 + 4 + 1) + if self.slots.is_empty() { 0 } else { 64 }

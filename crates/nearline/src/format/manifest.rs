@@ -32,8 +32,10 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// 1.5's version bytes are still read); 1.7: a graph index takes updates
 /// (its write-ahead log `wal.log`, merged by rewriting the index; the
 /// manifest's `next_auto_id`); 1.8: PQ-coded layouts (AiSAQ: records
-/// carrying their neighbours' PQ codes) and the `aisaq` preset.
-pub const FORMAT_MINOR: u32 = 8;
+/// carrying their neighbours' PQ codes) and the `aisaq` preset; 1.9: a
+/// graph index updated in place (the build spec's `update`, log records
+/// of page images, tombstones as the external id 2**64-1).
+pub const FORMAT_MINOR: u32 = 9;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -165,6 +167,46 @@ pub struct BuildSpec {
     /// Disk budget in bytes the page file was held to (absent: 0, none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub disk_budget: u64,
+    /// How the index takes updates (absent: out of place; format 1.9).
+    #[serde(default, skip_serializing_if = "UpdateMode::is_out_of_place")]
+    pub update: UpdateMode,
+}
+
+/// How a graph index takes inserts and deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateMode {
+    /// FreshDiskANN: an in-memory delta merged into a new disk graph.
+    #[default]
+    OutOfPlace,
+    /// OdinANN / IP-DiskANN: the disk graph's records are rewritten.
+    InPlace,
+}
+
+impl UpdateMode {
+    /// The option's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            UpdateMode::OutOfPlace => "out_of_place",
+            UpdateMode::InPlace => "in_place",
+        }
+    }
+
+    /// Parses the option (`None`: `"auto"`).
+    pub fn parse(s: &str) -> std::result::Result<Option<UpdateMode>, String> {
+        match s {
+            "auto" => Ok(None),
+            "out_of_place" => Ok(Some(UpdateMode::OutOfPlace)),
+            "in_place" => Ok(Some(UpdateMode::InPlace)),
+            other => Err(format!(
+                "unknown update strategy {other:?}: expected \"auto\", \"in_place\" or \"out_of_place\""
+            )),
+        }
+    }
+
+    fn is_out_of_place(&self) -> bool {
+        *self == UpdateMode::OutOfPlace
+    }
 }
 
 /// How a shuffled layout was made (format 1.2).

@@ -144,7 +144,10 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
             }
         }
     }
-    let unreachable = reached.iter().filter(|&&r| !r).count();
+    // A tombstone (in place) may be unreachable: it is never a result.
+    let unreachable = (0..n)
+        .filter(|&i| !(reached[i] || st.inplace.is_some() && go.g.external(i as u32) < 0))
+        .count();
     if unreachable > 0 {
         note(
             format!(
@@ -157,7 +160,10 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
     if let Some(ids) = go.g.ids() {
         let mut sorted = ids.to_vec();
         sorted.sort_unstable();
-        let dups = sorted.windows(2).filter(|w| w[0] == w[1]).count();
+        let dups = sorted
+            .windows(2)
+            .filter(|w| w[0] == w[1] && w[0] != u64::MAX)
+            .count();
         if dups > 0 {
             note(
                 format!("{dups} external ids appear more than once"),
@@ -174,8 +180,10 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
         "blocks": geo.n_blocks,
         "edges": edges,
         "unreachable": unreachable,
-        "live_ids": n - st.delta.deleted_on_disk() + st.delta.inserted(),
+        "live_ids": n - st.deleted_on_disk() + st.delta.inserted(),
         "deleted_since_merge": st.delta.deleted_on_disk(),
+        "tombstones": st.inplace.as_ref().map_or(0, |p| p.deleted()),
+        "update": if st.inplace.is_some() { "in_place" } else { "out_of_place" },
         "inserted_since_merge": st.delta.inserted(),
         "problem_count": count,
         "problems": problems,

@@ -211,7 +211,10 @@ impl GraphIndex {
         let pages = m.section(&manifest_path, Section::Pages)?;
         let pages_path = dir.join(&pages.file);
         let meta = std::fs::metadata(&pages_path).map_err(|e| Error::io(&pages_path, e))?;
-        if meta.len() != geo.file_bytes() || pages.bytes != geo.file_bytes() {
+        // In-place inserts grow the file past its last checkpoint; the log
+        // holds those blocks (a writer's open cuts them off and replays).
+        let grown = meta.len() > geo.file_bytes() && dir.join(super::fresh::WAL_FILE).exists();
+        if (meta.len() != geo.file_bytes() && !grown) || pages.bytes != geo.file_bytes() {
             return Err(Error::corrupt(
                 &pages_path,
                 format!(
@@ -461,6 +464,131 @@ impl GraphIndex {
             if let Ok(mut c) = e.data.cache.write() {
                 c.evict_to(0);
             }
+        })
+    }
+
+    /// The manifest the index was opened from (its node count follows
+    /// in-place inserts).
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The page file's path.
+    pub fn pages_path(&self) -> PathBuf {
+        with_engine!(&self.engine, e, e.data.pages_path.clone())
+    }
+
+    /// Nodes the page file holds now (grows with in-place inserts).
+    pub fn nodes(&self) -> usize {
+        with_engine!(&self.engine, e, e.data.n)
+    }
+
+    /// The page file's geometry now.
+    pub fn geometry(&self) -> PageGeometry {
+        with_engine!(&self.engine, e, e.data.geo)
+    }
+
+    /// The PQ codebook and codes in RAM (`None` for a layout whose codes
+    /// live in the records).
+    pub fn pq(&self) -> Option<&PqScorer> {
+        with_engine!(
+            &self.engine,
+            e,
+            match &e.data.scorer {
+                AnyScorer::Pq(p) => Some(p),
+                _ => None,
+            }
+        )
+    }
+
+    /// In-place updates: the external ids, materialised (identity) at
+    /// the first update of an index built without them.
+    pub fn ids_mut(&mut self) -> &mut Vec<u64> {
+        let n = self.nodes();
+        self.ids.get_or_insert_with(|| (0..n as u64).collect())
+    }
+
+    /// In-place updates: grows the index to `n` nodes (the page file's
+    /// block count, the ID layout, the PQ table: by an eighth more than
+    /// asked, so growth is amortised). The caller writes the new blocks.
+    pub fn grow_to(&mut self, n: usize) -> Result<()> {
+        let old = self.nodes();
+        if n <= old {
+            return Ok(());
+        }
+        with_engine!(&mut self.engine, e, {
+            let d = &mut e.data;
+            let AnyLayout::Id(l) = &mut d.layout else {
+                return Err(Error::arg(
+                    "in-place updates need the ID layout (a shuffled layout updates out of place)",
+                ));
+            };
+            let rpb = d.geo.records_per_block as u64;
+            d.geo.n_blocks = (n as u64).div_ceil(rpb);
+            *l = IdLayout::new(d.geo, n);
+            if let AnyScorer::Pq(p) = &mut d.scorer {
+                let m = p.m();
+                if p.codes.len() < n * m {
+                    let cap = n + n / 8 + 64;
+                    let mut grown = crate::util::huge::HugeBytes::zeroed(cap * m)
+                        .map_err(|e| Error::Engine(format!("cannot grow the PQ table: {e}")))?;
+                    grown[..p.codes.len()].copy_from_slice(&p.codes);
+                    p.codes = grown;
+                }
+            }
+            d.n = n;
+        });
+        if let Some(ids) = &mut self.ids {
+            ids.resize(n, u64::MAX);
+        }
+        self.manifest.n = n;
+        Ok(())
+    }
+
+    /// In-place updates: the PQ code of node `v` from its vector as stored
+    /// (f32; a layout without PQ codes in RAM keeps nothing).
+    pub fn set_code(&mut self, v: u32, vector: &[f32]) {
+        with_engine!(&mut self.engine, e, {
+            if let AnyScorer::Pq(p) = &mut e.data.scorer {
+                let m = p.m();
+                let at = v as usize * m;
+                if let Some(code) = p.codes.get_mut(at..at + m) {
+                    p.codebook.encode(vector, code);
+                }
+            }
+        })
+    }
+
+    /// In-place updates: bytes the in-memory tables grew past what the
+    /// index held at open (the PQ table's spare rows, the ids).
+    pub fn grown_bytes(&self) -> u64 {
+        self.grown_bytes_at(self.nodes())
+    }
+
+    /// What [`GraphIndex::grown_bytes`] would be with `n` nodes.
+    pub fn grown_bytes_at(&self, n: usize) -> u64 {
+        let codes = self.pq().map_or(0, |p| {
+            let m = p.m();
+            if p.codes.len() >= n * m {
+                p.codes.memory_bytes() as u64
+            } else {
+                ((n + n / 8 + 64) * m).div_ceil(1 << 21) as u64 * (1 << 21)
+            }
+        });
+        let ids = match &self.ids {
+            Some(v) if v.capacity() >= n => v.capacity() as u64 * 8,
+            _ => (n + n / 2) as u64 * 8,
+        };
+        (codes + ids).saturating_sub(self.account.pq_codes + self.account.ids)
+    }
+
+    /// In-place updates: the cache's copy of node `v`'s record, if it
+    /// holds one, becomes `record`.
+    pub fn patch_cached(&self, v: u32, record: &[u8]) -> Result<()> {
+        with_engine!(&self.engine, e, {
+            let mut c = e.data.cache.write()?;
+            c.patch(v, record);
+            Ok(())
         })
     }
 

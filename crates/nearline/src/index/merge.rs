@@ -93,6 +93,7 @@ pub fn options_of(m: &Manifest) -> BuildOptions {
         entry_clusters: Some(s.entry_clusters),
         layout: Some(m.layout.kind),
         disk_budget: (s.disk_budget > 0).then_some(s.disk_budget),
+        update: Some(s.update),
         adjacency: Some(m.has(Section::Adjacency)),
         principal_dims: m.layout.codes.map(|c| c.principal_dims),
         code_bits: m.layout.codes.map(|c| c.bits),

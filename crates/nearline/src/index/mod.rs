@@ -7,6 +7,7 @@ pub mod budget;
 mod check;
 pub mod fresh;
 pub mod graph;
+pub mod inplace;
 pub mod merge;
 pub mod mutable;
 
@@ -566,7 +567,7 @@ impl Index {
         };
         let planned = planner::plan_search_quietly(opts, range, &facts(go)?, nq)?;
         let g = &go.g;
-        let updated = !st.delta.is_empty();
+        let updated = !st.delta.is_empty() || st.deleted_on_disk() > 0;
         if !updated {
             let r = g.search(queries, nq, &planned.plan, planned.threads, planned.scratch)?;
             let ids = r
@@ -595,7 +596,7 @@ impl Index {
             for q in 0..nq {
                 let (a, b) = (r.lims[q] as usize, r.lims[q + 1] as usize);
                 let disk: fresh::Found = (a..b)
-                    .filter(|&j| !st.delta.is_deleted(r.ids[j]))
+                    .filter(|&j| !st.is_deleted(r.ids[j]))
                     .map(|j| (r.distances[j], g.external(r.ids[j]) as u64))
                     .collect();
                 let delta = st.delta.range(&queries[q * dim..(q + 1) * dim], radius);
@@ -616,7 +617,7 @@ impl Index {
         // nodes do not crowd out live ones.
         let k = planned.plan.k;
         let l = planned.plan.l;
-        let deleted = st.delta.deleted_on_disk();
+        let deleted = st.deleted_on_disk();
         let k_disk = (k + deleted).min(l.max(k));
         let planned = if k_disk > k {
             let wide = SearchOptions {
@@ -796,7 +797,7 @@ impl Index {
 /// The update layer's bytes count with the fixed structures: a search
 /// beside a grown delta plans fewer queries in flight instead of being
 /// refused.
-fn scratch_room(g: &GraphOpen) -> ScratchRoom {
+pub(super) fn scratch_room(g: &GraphOpen) -> ScratchRoom {
     if g.plan.budget_auto {
         return ScratchRoom::UNBOUNDED;
     }
@@ -852,6 +853,8 @@ mod budget_tests;
 mod fresh_tests;
 #[cfg(test)]
 mod gorgeous_tests;
+#[cfg(test)]
+mod inplace_tests;
 #[cfg(test)]
 pub(crate) mod test_data;
 #[cfg(test)]

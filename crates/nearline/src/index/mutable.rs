@@ -21,11 +21,13 @@
 
 use super::fresh::{merge_found, Delta, Found, WAL_FILE};
 use super::graph::GraphIndex;
+use super::inplace::InPlace;
 use super::merge::{merge_index, MergeJob, MergeReport, StagedMerge};
 use crate::elem::DType;
-use crate::format::Manifest;
+use crate::format::{Manifest, UpdateMode};
 use crate::planner::{self, OpenOptions, OpenPlan};
 use crate::update::recovery::check_continues;
+use crate::update::recovery::Recover;
 use crate::update::tail::{TailStatus, WalTail};
 use crate::update::wal::{Op, Wal};
 use crate::{Error, Result};
@@ -52,6 +54,40 @@ impl std::ops::Deref for GraphOpen {
 pub struct GraphState {
     pub open: Arc<GraphOpen>,
     pub delta: Delta,
+    /// The id bookkeeping of an index updated in place (`None`: out of
+    /// place, through `delta`).
+    pub inplace: Option<InPlace>,
+}
+
+impl GraphState {
+    /// Disk nodes a search must skip: deleted out of place or tombstones.
+    pub fn deleted_on_disk(&self) -> usize {
+        self.delta.deleted_on_disk() + self.inplace.as_ref().map_or(0, |p| p.deleted())
+    }
+
+    /// Whether disk node `i` is deleted (either way).
+    pub fn is_deleted(&self, i: u32) -> bool {
+        self.delta.is_deleted(i) || (self.inplace.is_some() && self.open.g.external(i) < 0)
+    }
+}
+
+/// How long an in-place update waits for other holders of the open index
+/// (an `info()` or a plan that took it for a moment) to let go.
+const EXCLUSIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The open index for an in-place change: the state's write hold keeps
+/// searches out; a handle another thread took for a moment is waited for.
+fn exclusive(open: &mut Arc<GraphOpen>) -> Result<&mut GraphOpen> {
+    let t0 = std::time::Instant::now();
+    while Arc::get_mut(open).is_none() {
+        if t0.elapsed() > EXCLUSIVE_WAIT {
+            return Err(Error::Engine(
+                "an in-place update waited 30 s for another holder of the index to let go".into(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Arc::get_mut(open).ok_or_else(poisoned)
 }
 
 /// What the index's updates did since it was opened.
@@ -173,12 +209,76 @@ fn open_state(
     opts: &OpenOptions,
 ) -> Result<(GraphState, Option<WalTail>)> {
     let plan = planner::plan_open(opts, &m)?;
+    let mode = opts.update.unwrap_or(m.spec.update);
+    if mode == UpdateMode::InPlace {
+        if let Some(why) = super::inplace::refusal(&m, plan.cache) {
+            return Err(Error::arg(format!(
+                "this index cannot be updated in place: {why}; open it with \
+                 update=\"out_of_place\""
+            )));
+        }
+    }
+    if mode == UpdateMode::InPlace && !opts.read_only {
+        // Blocks past the checkpoint come back from the log.
+        let geo = planner::geometry(&m)?;
+        if let Some(p) = m.sections.get(&crate::format::Section::Pages) {
+            let path = dir.join(&p.file);
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::io(&path, e))?;
+            let len = f.metadata().map_err(|e| Error::io(&path, e))?.len();
+            if len > geo.file_bytes() {
+                f.set_len(geo.file_bytes())
+                    .map_err(|e| Error::io(&path, e))?;
+            }
+        }
+    }
     let g = GraphIndex::open(dir, &m, &plan, opts.io)?;
-    let open = Arc::new(GraphOpen {
+    let mut open = GraphOpen {
         manifest: m,
         plan,
         g,
-    });
+    };
+    if mode == UpdateMode::InPlace {
+        let mut ip = InPlace::new(&open.g, open.manifest.wal_sequence);
+        let path = wal_path(dir);
+        if path.exists() {
+            let mut t = WalTail::open(&path)?;
+            check_continues(&path, t.first_seq(), open.manifest.wal_sequence)?;
+            let after = ip.applied;
+            let mut r = Replaying {
+                ip: &mut ip,
+                open: &mut open,
+                write: !opts.read_only,
+            };
+            t.read_new(after, &mut |rec| {
+                crate::update::recovery::replay(&mut r, &rec, &path)
+            })?;
+        }
+        ip.recount(&open.g).map_err(|e| {
+            Error::arg(format!(
+                "the updates logged since the last checkpoint need more memory than the budget \
+                 leaves them ({e}); open with a larger memory_budget"
+            ))
+        })?;
+        let delta = Delta::new(
+            &open.g,
+            open.manifest.dim,
+            open.manifest.metric,
+            open.manifest.dtype,
+            ip.applied,
+        );
+        return Ok((
+            GraphState {
+                open: Arc::new(open),
+                delta,
+                inplace: Some(ip),
+            },
+            None,
+        ));
+    }
+    let open = Arc::new(open);
     let m = &open.manifest;
     let mut delta = Delta::new(&open.g, m.dim, m.metric, m.dtype, m.wal_sequence);
     let path = wal_path(dir);
@@ -202,7 +302,96 @@ fn open_state(
         })?;
         delta.counted = bytes;
     }
-    Ok((GraphState { open, delta }, tail))
+    Ok((
+        GraphState {
+            open,
+            delta,
+            inplace: None,
+        },
+        tail,
+    ))
+}
+
+/// Replays an in-place index's log: page-image records are applied (their
+/// blocks written again unless read-only), logical ones (a log written
+/// out of place before the index switched) run as in-place updates.
+struct Replaying<'a> {
+    ip: &'a mut InPlace,
+    open: &'a mut GraphOpen,
+    write: bool,
+}
+
+impl Recover for Replaying<'_> {
+    fn dim(&self) -> usize {
+        self.open.manifest.dim
+    }
+    fn applied(&self) -> u64 {
+        self.ip.applied
+    }
+    fn set_applied(&mut self, seq: u64) {
+        self.ip.applied = seq;
+    }
+    fn replay_insert(&mut self, ids: &[u64], rows: &[f32]) -> Result<()> {
+        self.need_write()?;
+        let dim = self.open.manifest.dim;
+        let rows = super::inplace::stored_rows(
+            rows,
+            dim,
+            self.open.manifest.dtype,
+            self.open.manifest.metric,
+        )?;
+        for (r, &e) in rows.chunks(dim).zip(ids) {
+            if let Some(p) = self.ip.plan_delete(self.open, e)? {
+                self.ip.apply(self.open, &p, true)?;
+            }
+            let p = self.ip.plan_insert(self.open, r, e)?;
+            self.ip.apply(self.open, &p, true)?;
+        }
+        Ok(())
+    }
+    fn replay_delete(&mut self, ids: &[u64]) -> Result<()> {
+        self.need_write()?;
+        for &e in ids {
+            if let Some(p) = self.ip.plan_delete(self.open, e)? {
+                self.ip.apply(self.open, &p, true)?;
+            }
+        }
+        Ok(())
+    }
+    fn replay_patch(&mut self, patch: &crate::update::wal::Patch) -> Result<()> {
+        if !self.write {
+            // A read-only open writes nothing: the blocks must be on disk.
+            let pages = self.open.g.pages_path();
+            let geo = self.open.g.geometry();
+            let mut r = crate::io::BlockReader::open(&pages, geo.block_size)?;
+            for (b, img) in &patch.blocks {
+                let on_disk = r
+                    .read(geo.block_offset(*b))
+                    .ok()
+                    .map(|x| x[..geo.block_size].to_vec());
+                if on_disk.as_deref() != Some(img.as_slice()) {
+                    return Err(Error::arg(format!(
+                        "block {b} of the page file does not hold what the log says (an update \
+                         was cut short): open the index for writing once to recover it"
+                    )));
+                }
+            }
+        }
+        self.ip.apply(self.open, patch, self.write)
+    }
+}
+
+impl Replaying<'_> {
+    fn need_write(&self) -> Result<()> {
+        if self.write {
+            Ok(())
+        } else {
+            Err(Error::arg(
+                "the log holds updates this index has not run in place yet: open it for writing \
+                 once to apply them",
+            ))
+        }
+    }
 }
 
 impl GraphSlot {
@@ -347,6 +536,9 @@ impl GraphSlot {
 
     /// Checks an insert without doing it.
     pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
+        if let Some(ip) = &self.state.read().map_err(|_| poisoned())?.inplace {
+            return ip.prepare_insert(vectors, ids).map(drop);
+        }
         let mut st = self.write()?;
         let open = Arc::clone(&st.open);
         st.delta.prepare_insert(&open.g, vectors, ids).map(drop)
@@ -356,6 +548,9 @@ impl GraphSlot {
     /// searchable on return. Returns the ids.
     pub fn insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<Vec<u64>> {
         let mut w = self.writer()?;
+        if self.in_place()? {
+            return self.insert_in_place(&w, vectors, ids);
+        }
         let (rows, ids, dim) = {
             let mut st = self.write()?;
             let open = Arc::clone(&st.open);
@@ -452,6 +647,9 @@ impl GraphSlot {
         if ids.is_empty() {
             return Ok(0);
         }
+        if self.in_place()? {
+            return self.delete_in_place(&w, ids);
+        }
         let wal = w.as_ref().ok_or_else(poisoned)?;
         let mut st = self.write()?;
         let open = Arc::clone(&st.open);
@@ -473,6 +671,9 @@ impl GraphSlot {
     /// the index holds.
     pub fn checkpoint(&self) -> Result<u64> {
         let mut w = self.writer()?;
+        if self.in_place()? {
+            return self.checkpoint_in_place(&w);
+        }
         if self.merging() {
             self.wait_ready()?;
             self.finish(&mut w)?;
@@ -670,14 +871,146 @@ impl GraphSlot {
         Ok(seq)
     }
 
-    /// Runs the merge now if the delta holds anything.
+    /// Runs the merge now if the delta holds anything; an index updated
+    /// in place checkpoints and compacts its tombstones away by a merge.
     pub fn maintain(&self) -> Result<()> {
+        if self.in_place()? {
+            return self.compact_in_place();
+        }
         self.checkpoint().map(drop)
+    }
+
+    /// Whether this index is updated in place.
+    pub fn in_place(&self) -> Result<bool> {
+        Ok(self.state.read().map_err(|_| poisoned())?.inplace.is_some())
+    }
+
+    /// In-place inserts, one vector at a time: each computed while
+    /// searches run, logged with its page images, then applied.
+    fn insert_in_place(
+        &self,
+        w: &MutexGuard<'_, Option<Wal>>,
+        vectors: &[f32],
+        ids: Option<&[u64]>,
+    ) -> Result<Vec<u64>> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let (rows, ids, dim) = {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+            let (r, i) = ip.prepare_insert(vectors, ids)?;
+            (r, i, st.open.manifest.dim)
+        };
+        for (row, &e) in rows.chunks(dim).zip(&ids) {
+            let patch = {
+                let mut st = self.write()?;
+                let GraphState { open, inplace, .. } = &mut *st;
+                let ip = inplace.as_mut().ok_or_else(poisoned)?;
+                ip.reserve(&open.g, 1)?;
+                drop(st);
+                let st = self.state.read().map_err(|_| poisoned())?;
+                let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+                ip.plan_insert(&st.open, row, e)?
+            };
+            self.log_and_apply(wal, patch)?;
+            if let Ok(mut c) = self.counters.lock() {
+                c.inserted += 1;
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Logs `patch` durably, then applies it under the state's write hold.
+    fn log_and_apply(&self, wal: &Wal, patch: crate::update::wal::Patch) -> Result<()> {
+        let op = Op::Patch(patch);
+        let seq = wal.append_op_durable(&op)?;
+        let Op::Patch(patch) = op else {
+            return Err(poisoned());
+        };
+        let mut st = self.write()?;
+        let GraphState { open, inplace, .. } = &mut *st;
+        let ip = inplace.as_mut().ok_or_else(poisoned)?;
+        let o = exclusive(open)?;
+        ip.apply(o, &patch, true)?;
+        ip.applied = seq;
+        ip.recount(&o.g)
+    }
+
+    /// In-place deletes: each id a tombstone at once, its in-neighbours
+    /// repaired on disk.
+    fn delete_in_place(&self, w: &MutexGuard<'_, Option<Wal>>, ids: &[u64]) -> Result<usize> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        let mut live = 0;
+        for &e in ids {
+            let patch = {
+                let st = self.state.read().map_err(|_| poisoned())?;
+                let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+                ip.plan_delete(&st.open, e)?
+            };
+            if let Some(p) = patch {
+                self.log_and_apply(wal, p)?;
+                live += 1;
+            }
+        }
+        if let Ok(mut c) = self.counters.lock() {
+            c.deleted += live as u64;
+        }
+        Ok(live)
+    }
+
+    /// An in-place checkpoint: the page file synced, the ids and PQ codes
+    /// written as new section files, the manifest moved forward, the log
+    /// dropped up to it.
+    fn checkpoint_in_place(&self, w: &MutexGuard<'_, Option<Wal>>) -> Result<u64> {
+        let wal = w.as_ref().ok_or_else(poisoned)?;
+        wal.sync()?;
+        let mut st = self.write()?;
+        let GraphState { open, inplace, .. } = &mut *st;
+        let ip = inplace.as_mut().ok_or_else(poisoned)?;
+        let seq = ip.applied;
+        if seq == open.manifest.wal_sequence {
+            return Ok(seq);
+        }
+        let o = exclusive(open)?;
+        let m = super::inplace::checkpoint(&self.dir, o, ip)?;
+        o.manifest = m;
+        drop(st);
+        wal.truncate_before(seq + 1)?;
+        Ok(seq)
+    }
+
+    /// Checkpoints, then merges the tombstones away (out of place, as a
+    /// build lays the pages) when there are any.
+    fn compact_in_place(&self) -> Result<()> {
+        let mut w = self.writer()?;
+        self.checkpoint_in_place(&w)?;
+        let snap = {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+            if ip.deleted() == 0 || ip.live() == 0 {
+                return Ok(());
+            }
+            let g = &st.open.g;
+            Snapshot {
+                open: Arc::clone(&st.open),
+                seq: st.open.manifest.wal_sequence,
+                deleted: (0..g.nodes() as u32).map(|i| g.external(i) < 0).collect(),
+                rows: Vec::new(),
+                ids: Vec::new(),
+                next_auto: ip.next_auto(),
+            }
+        };
+        let staged = Self::stage(snap, &AtomicBool::new(false))?;
+        self.install(&mut w, staged).map(drop)
     }
 
     /// The live external ids.
     pub fn live_ids(&self) -> Result<Vec<u64>> {
         let st = self.read()?;
+        if let Some(ip) = &st.inplace {
+            let mut ids = ip.live_ids();
+            ids.sort_unstable();
+            return Ok(ids);
+        }
         let mut ids = st.delta.live_ids(&st.open.g);
         ids.sort_unstable();
         Ok(ids)
@@ -712,7 +1045,7 @@ impl GraphSlot {
         let mut out_d = Vec::with_capacity(delta.len() * k);
         for (q, dq) in delta.into_iter().enumerate() {
             let disk: Found = (q * k_disk..(q + 1) * k_disk)
-                .filter(|&j| ids[j] != u32::MAX && !st.delta.is_deleted(ids[j]))
+                .filter(|&j| ids[j] != u32::MAX && !st.is_deleted(ids[j]))
                 .map(|j| (dists[j], st.open.g.external(ids[j]) as u64))
                 .collect();
             let merged = merge_found(disk, dq, k);

@@ -581,18 +581,43 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         rules::update_reserve(write_ratio)
     };
-    d.push(Decision::new(
-        "update_strategy",
-        "out-of-place",
-        format!(
-            "write_ratio {write_ratio}: a graph index takes inserts into an in-memory delta and \
-             deletes into a delete set, merged into a new disk graph (FreshDiskANN); the \
-             evaluation paper prefers in-place updates for query-heavy workloads, but nearline's \
-             in-place index (preset spfresh) reaches a fraction of the graph's QPS on real \
-             embeddings (docs/benchmarks.md), so by our measurement every write ratio keeps the \
-             graph"
-        ),
-    ));
+    let in_place_refusal = rules::in_place_refusal(layout, pd.cache);
+    let update = match opts.update {
+        Some(crate::format::UpdateMode::InPlace) => {
+            if let Some(why) = &in_place_refusal {
+                return Err(Error::arg(format!(
+                    "update=\"in_place\" is not possible for this index: {why}; use \
+                     update=\"out_of_place\" or the diskann or pipeann preset"
+                )));
+            }
+            d.push(Decision::new(
+                "update_strategy",
+                "in-place",
+                "update=\"in_place\" asked: inserts and deletes rewrite the disk graph's records \
+                 (OdinANN's insert, IP-DiskANN's delete), logged as page images for crash safety; \
+                 searches merge no delta",
+            ));
+            crate::format::UpdateMode::InPlace
+        }
+        Some(crate::format::UpdateMode::OutOfPlace) | None => {
+            d.push(Decision::new(
+                "update_strategy",
+                "out-of-place",
+                format!(
+                    "write_ratio {write_ratio}: a graph index takes inserts into an in-memory \
+                     delta and deletes into a delete set, merged into a new disk graph \
+                     (FreshDiskANN); the evaluation paper prefers in-place updates for \
+                     query-heavy workloads, but until our own crossover is measured `auto` keeps \
+                     out-of-place (update=\"in_place\" {})",
+                    match &in_place_refusal {
+                        Some(why) => format!("is not possible here: {why}"),
+                        None => "is available for this layout".to_string(),
+                    }
+                ),
+            ));
+            crate::format::UpdateMode::OutOfPlace
+        }
+    };
     d.push(Decision::new(
         "update_reserve",
         format!("{:.0}%", reserve * 100.0),
@@ -854,6 +879,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         replica_cap: REPLICA_CAP_PER_SLOT * packed,
         adjacency,
         disk_budget: opts.disk_budget,
+        update,
         code_dims,
         code_bits,
         code_selection,

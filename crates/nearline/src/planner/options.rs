@@ -177,6 +177,10 @@ pub struct BuildOptions {
     /// Bytes the page file may take: a replicated layout packs fewer lists
     /// to stay within it. `None`: no limit.
     pub disk_budget: Option<u64>,
+    /// How the graph index takes updates; `None` (`"auto"`): in place for
+    /// a query-heavy `write_ratio` on a layout that allows it, else out of
+    /// place.
+    pub update: Option<crate::format::UpdateMode>,
     /// Write the adjacency section an adjacency cache loads; `None`: the
     /// preset's.
     pub adjacency: Option<bool>,
@@ -218,6 +222,7 @@ impl Default for BuildOptions {
             layout: None,
             shuffle: ShuffleParams::default(),
             disk_budget: None,
+            update: None,
             adjacency: None,
             principal_dims: None,
             code_bits: None,
@@ -262,6 +267,8 @@ pub struct OpenOptions {
     /// runs beside its one writer in another process, whose acknowledged
     /// updates every search sees.
     pub read_only: bool,
+    /// Graph index: how it takes updates (`None`: as its build chose).
+    pub update: Option<crate::format::UpdateMode>,
 }
 
 impl Default for OpenOptions {
@@ -279,6 +286,7 @@ impl Default for OpenOptions {
             durability: crate::update::wal::Durability::Sync,
             background_updates: true,
             read_only: false,
+            update: None,
         }
     }
 }

@@ -531,6 +531,26 @@ pub fn resolve_entry(
     Ok(resolved)
 }
 
+/// Why a graph index of layout `layout` with cache `cache` cannot be
+/// updated in place (`None`: it can).
+pub fn in_place_refusal(
+    layout: crate::format::LayoutKind,
+    cache: crate::planner::preset::CacheKind,
+) -> Option<String> {
+    use crate::format::LayoutKind;
+    if layout != LayoutKind::Id {
+        return Some(format!(
+            "its layout is {:?}: records that carry other nodes' data (replicated lists, \
+             neighbour codes) or a shuffled placement are updated out of place",
+            layout.name()
+        ));
+    }
+    if cache == crate::planner::preset::CacheKind::Adjacency {
+        return Some("its adjacency cache holds lists an in-place update would leave stale".into());
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

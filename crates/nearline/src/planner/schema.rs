@@ -257,6 +257,12 @@ pub fn options() -> Vec<OptionSpec> {
              memory budget keeps that share (at most half) of what the budget leaves beyond its minimum from the PQ \
              codes, for its update delta (fewer, larger merges for a little code precision); nearline plan shows the \
              reserve and the update strategy"),
+        opt("update", &[Stage::Build, Stage::Open], Kind::Choice(&["auto", "in_place", "out_of_place"]),
+            "auto".into(),
+            "graph index: how inserts and deletes reach the disk graph: \"out_of_place\" (FreshDiskANN: an in-memory \
+             delta merged into a new disk graph), \"in_place\" (OdinANN insert, IP-DiskANN delete: the records are \
+             rewritten, logged as page images; the diskann and pipeann presets' ID layout only) or \"auto\" (at build: \
+             out_of_place; at open: what the build chose)"),
         // ---- open
         opt("memory_budget", OPEN, Kind::Budget, "the budget the index was built with".into(),
             "the search memory budget (bytes, a size string or a fraction of the raw vector bytes), binding: the codes, \

@@ -22,7 +22,7 @@
 //! with its sequence number.
 
 use crate::elem::DType;
-use crate::update::wal::{insert_rows, Op, Record};
+use crate::update::wal::{insert_rows, Op, Patch, Record};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -50,6 +50,16 @@ pub trait Recover {
 
     /// Applies a logged delete (ids that are not live are ignored).
     fn replay_delete(&mut self, ids: &[u64]) -> Result<()>;
+
+    /// Applies a logged in-place graph update (its ids and its page
+    /// images). Only a graph index updated in place logs these; any other
+    /// kind finding one reads a log that is not its own.
+    fn replay_patch(&mut self, _patch: &Patch) -> Result<()> {
+        Err(Error::arg(
+            "the log holds an in-place page update, which only a graph index updated in place \
+             writes: this index cannot replay it",
+        ))
+    }
 }
 
 /// Checks that a log whose first record is `first_seq` continues a
@@ -94,6 +104,10 @@ pub fn replay<R: Recover + ?Sized>(target: &mut R, rec: &Record, log: &Path) -> 
             target.replay_insert(&ids, &rows)?;
         }
         Op::Delete { ids } => target.replay_delete(&ids)?,
+        Op::Patch(p) => target.replay_patch(&p).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::corrupt(log, format!("record {}: {m}", rec.seq)),
+            other => other,
+        })?,
     }
     target.set_applied(rec.seq);
     Ok(())

@@ -121,6 +121,9 @@ pub mod kind {
     pub const INSERT: u8 = 1;
     /// An [`Op::Delete`](super::Op::Delete).
     pub const DELETE: u8 = 2;
+    /// An [`Op::Patch`](super::Op::Patch): one in-place graph update and
+    /// the page images it writes.
+    pub const PATCH: u8 = 3;
 }
 
 /// When [`Wal::append_durable`] returns (see the module documentation).
@@ -209,7 +212,7 @@ mod tests;
 
 use file::{encode_record, install, lock, offset_of, scan, sync_parent, tmp_path, write_new_log};
 pub(in crate::update) use file::{parse_head, Header};
-pub use op::{decode_vectors, dtype_from_tag, dtype_tag, insert_rows, Op};
+pub use op::{decode_vectors, dtype_from_tag, dtype_tag, insert_rows, Op, Patch, PatchAction};
 
 impl Wal {
     /// Creates a new, empty log whose first record will get `start_seq`

@@ -100,6 +100,179 @@ pub enum Op {
     Delete {
         ids: Vec<u64>,
     },
+    /// One in-place update of a graph index: what it did to the id
+    /// tracker and the full images of the page-file blocks it rewrites
+    /// (redo: replaying it writes them again, so a torn page write is
+    /// repaired from the log).
+    Patch(Patch),
+}
+
+/// What an in-place insert or delete did ([`Op::Patch`]).
+///
+/// Payload of [`kind::PATCH`]:
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0 | action (u8): 1 insert, 2 delete, 3 repair (blocks only) |
+/// | 1..4 | zero |
+/// | 4..8 | internal id (u32) |
+/// | 8..16 | external id (u64) |
+/// | 16..20 | dim (u32; 0 unless an insert) |
+/// | 20 | dtype tag of the vector ([`dtype_tag`]; 0 unless an insert) |
+/// | 21..24 | zero |
+/// | 24..24+V | the inserted vector: dim elements of dtype |
+/// | +0..+4 | block count B (u32) |
+/// | +4..+8 | block size S (u32) |
+/// | then | B × (block number u64, S bytes) |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub action: PatchAction,
+    pub internal: u32,
+    pub external: u64,
+    pub dim: u32,
+    pub dtype: DType,
+    /// The inserted vector's bytes (empty unless an insert).
+    pub vector: Vec<u8>,
+    pub block_size: u32,
+    /// Block number and full image of each block written.
+    pub blocks: Vec<(u64, Vec<u8>)>,
+}
+
+/// What an [`Op::Patch`] did to the ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchAction {
+    /// A vector took internal id `internal` under `external`.
+    Insert,
+    /// `external` (at `internal`) was deleted.
+    Delete,
+    /// Only blocks were rewritten (a sweep of edges to deleted nodes).
+    Repair,
+}
+
+impl PatchAction {
+    fn tag(self) -> u8 {
+        match self {
+            PatchAction::Insert => 1,
+            PatchAction::Delete => 2,
+            PatchAction::Repair => 3,
+        }
+    }
+
+    fn from_tag(t: u8) -> Option<Self> {
+        match t {
+            1 => Some(PatchAction::Insert),
+            2 => Some(PatchAction::Delete),
+            3 => Some(PatchAction::Repair),
+            _ => None,
+        }
+    }
+}
+
+impl Patch {
+    fn encode(&self) -> Result<Vec<u8>> {
+        let insert = self.action == PatchAction::Insert;
+        let want = if insert {
+            insert_vector_bytes(1, self.dim, self.dtype)
+        } else {
+            Some(0)
+        };
+        if want != Some(self.vector.len()) || (insert && self.dim == 0) {
+            return Err(Error::arg(format!(
+                "a patch's vector holds {} bytes for dimension {} ({})",
+                self.vector.len(),
+                self.dim,
+                self.dtype
+            )));
+        }
+        let bs = self.block_size as usize;
+        if self.blocks.iter().any(|(_, b)| b.len() != bs) {
+            return Err(Error::arg(format!(
+                "a patch's block images must each hold {bs} bytes"
+            )));
+        }
+        let count = u32::try_from(self.blocks.len())
+            .map_err(|_| Error::arg("a patch holds too many blocks"))?;
+        let mut out = Vec::with_capacity(32 + self.vector.len() + self.blocks.len() * (8 + bs));
+        out.extend_from_slice(&[self.action.tag(), 0, 0, 0]);
+        out.extend_from_slice(&self.internal.to_le_bytes());
+        out.extend_from_slice(&self.external.to_le_bytes());
+        let (dim, tag) = if insert {
+            (self.dim, dtype_tag(self.dtype))
+        } else {
+            (0, 0)
+        };
+        out.extend_from_slice(&dim.to_le_bytes());
+        out.extend_from_slice(&[tag, 0, 0, 0]);
+        out.extend_from_slice(&self.vector);
+        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&self.block_size.to_le_bytes());
+        for (b, img) in &self.blocks {
+            out.extend_from_slice(&b.to_le_bytes());
+            out.extend_from_slice(img);
+        }
+        Ok(out)
+    }
+
+    fn decode(p: &[u8]) -> std::result::Result<Patch, String> {
+        if p.len() < 24 {
+            return Err(format!(
+                "a patch payload is {} bytes, shorter than its 24-byte head",
+                p.len()
+            ));
+        }
+        let action =
+            PatchAction::from_tag(p[0]).ok_or_else(|| format!("unknown patch action {}", p[0]))?;
+        if p[1..4] != [0, 0, 0] || p[21..24] != [0, 0, 0] {
+            return Err("a patch's reserved bytes are not zero".into());
+        }
+        let internal = u32_at(p, 4);
+        let external = u64_at(p, 8);
+        let dim = u32_at(p, 16);
+        let (dtype, vbytes) = if action == PatchAction::Insert {
+            let dtype = dtype_from_tag(p[20])
+                .ok_or_else(|| format!("unknown dtype tag {} in a patch", p[20]))?;
+            if dim == 0 {
+                return Err("an inserting patch has dimension 0".into());
+            }
+            let v = insert_vector_bytes(1, dim, dtype)
+                .ok_or("an inserting patch's vector does not fit memory")?;
+            (dtype, v)
+        } else {
+            if dim != 0 || p[20] != 0 {
+                return Err("a patch that inserts nothing carries a vector".into());
+            }
+            (DType::F32, 0)
+        };
+        let at = 24usize
+            .checked_add(vbytes)
+            .filter(|&a| a + 8 <= p.len())
+            .ok_or_else(|| format!("a patch of {} bytes is short for its vector", p.len()))?;
+        let vector = p[24..at].to_vec();
+        let count = u32_at(p, at) as usize;
+        let bs = u32_at(p, at + 4) as usize;
+        let body = &p[at + 8..];
+        let each = bs.checked_add(8).ok_or("a patch's block size overflows")?;
+        if bs == 0 || count.checked_mul(each) != Some(body.len()) {
+            return Err(format!(
+                "a patch of {count} blocks of {bs} bytes does not fit its {}-byte body",
+                body.len()
+            ));
+        }
+        let blocks = body
+            .chunks_exact(each)
+            .map(|c| (u64_at(c, 0), c[8..].to_vec()))
+            .collect();
+        Ok(Patch {
+            action,
+            internal,
+            external,
+            dim,
+            dtype,
+            vector,
+            block_size: bs as u32,
+            blocks,
+        })
+    }
 }
 
 impl Op {
@@ -108,6 +281,7 @@ impl Op {
         match self {
             Op::Insert { .. } => kind::INSERT,
             Op::Delete { .. } => kind::DELETE,
+            Op::Patch(_) => kind::PATCH,
         }
     }
 
@@ -162,6 +336,7 @@ impl Op {
                 }
                 out
             }
+            Op::Patch(p) => p.encode()?,
         };
         if out.len() > MAX_PAYLOAD as usize {
             return Err(Error::arg(format!(
@@ -241,8 +416,9 @@ impl Op {
                 }
                 Ok(Op::Delete { ids: ids_at(4, n) })
             }
+            kind::PATCH => Patch::decode(p).map(Op::Patch),
             other => Err(format!(
-                "record kind {other} is neither an insert nor a delete"
+                "record kind {other} is neither an insert, a delete nor a patch"
             )),
         }
     }

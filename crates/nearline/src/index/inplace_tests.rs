@@ -1,0 +1,302 @@
+//! In-place updates of a graph index, end to end: inserts and deletes
+//! rewrite the disk graph (no delta searched), inserted vectors are found,
+//! deleted ids never returned, recall holds against the live set, the log
+//! of page images replays after a reopen (with or without a checkpoint),
+//! a torn page write is repaired from the log, `check` passes, maintain
+//! compacts the tombstones, and layouts that cannot be updated in place
+//! are refused.
+
+use super::test_data::{clustered, l2};
+use super::Index;
+use crate::data::matrix::Matrix;
+use crate::distance::Metric;
+use crate::format::{Preset, UpdateMode};
+use crate::planner::{BuildOptions, OpenOptions, PresetChoice, SearchOptions};
+use crate::util::Budget;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+const DIM: usize = 16;
+const N: usize = 3000;
+
+fn build(dir: &Path, preset: Preset, data: &[f32], n: usize, update: Option<UpdateMode>) {
+    let o = BuildOptions {
+        metric: Metric::L2,
+        preset: PresetChoice::Named(preset),
+        r: Some(24),
+        build_l: Some(48),
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(4 << 20)),
+        update,
+        ..Default::default()
+    };
+    super::build(
+        Matrix::from_vec(data[..n * DIM].to_vec(), n, DIM).unwrap(),
+        dir,
+        &o,
+        &|_, _, _| {},
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+}
+
+fn open(dir: &Path) -> Index {
+    Index::open(
+        dir,
+        &OpenOptions {
+            threads: Some(2),
+            memory_budget: Some(Budget::Bytes(4 << 20)),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Recall@10 at L 64 against the exact neighbours among `live`; panics on
+/// a returned id that is not live.
+fn measure(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, queries: &[f32]) -> f64 {
+    let k = 10;
+    let nq = queries.len() / DIM;
+    let out = idx
+        .search(
+            queries,
+            nq,
+            &SearchOptions {
+                l: Some(64),
+                ..SearchOptions::new(k)
+            },
+        )
+        .unwrap();
+    let mut hit = 0;
+    for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+        let mut d: Vec<(f32, u64)> = live.iter().map(|(&i, v)| (l2(q, v), i)).collect();
+        d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let truth: Vec<i64> = d[..k].iter().map(|x| x.1 as i64).collect();
+        for &id in &out.ids[qi * k..(qi + 1) * k] {
+            assert!(id >= 0, "query {qi} got fewer than {k} results");
+            assert!(
+                live.contains_key(&(id as u64)),
+                "returned id {id} is not live"
+            );
+        }
+        hit += out.ids[qi * k..(qi + 1) * k]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    hit as f64 / (nq * k) as f64
+}
+
+fn finds_itself(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, ids: &[u64]) {
+    let qs: Vec<f32> = ids.iter().flat_map(|i| live[i].clone()).collect();
+    let out = idx.search(&qs, ids.len(), &SearchOptions::new(5)).unwrap();
+    for (j, &i) in ids.iter().enumerate() {
+        assert!(
+            out.ids[j * 5..(j + 1) * 5].contains(&(i as i64)),
+            "id {i} is not found by its own vector"
+        );
+    }
+}
+
+fn check_ok(idx: &Index) {
+    let rep = idx.check_json().unwrap();
+    assert_eq!(rep["problems"], serde_json::json!([]), "check: {rep}");
+}
+
+/// Builds on 80%, inserts the rest in place and deletes 10% of the built
+/// vectors; checks results, then a reopen without a checkpoint (replay),
+/// a checkpoint and reopen, and maintain's compaction.
+fn round_trip(preset: Preset, update_at_build: bool) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N + 100, DIM, 11);
+    let (data, queries) = all.split_at(N * DIM);
+    let n0 = N * 8 / 10;
+    let mode = update_at_build.then_some(UpdateMode::InPlace);
+    build(&dir, preset, data, n0, mode);
+    let mut live: BTreeMap<u64, Vec<f32>> = (0..n0)
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    let opts = OpenOptions {
+        threads: Some(2),
+        memory_budget: Some(Budget::Bytes(4 << 20)),
+        update: Some(UpdateMode::InPlace),
+        ..Default::default()
+    };
+    let idx = Index::open(&dir, &opts).unwrap();
+    let before = measure(&idx, &live, queries);
+    let pages = std::fs::metadata(dir.join("pages.bin")).unwrap().len();
+
+    let ids = idx.insert(&data[n0 * DIM..], None).unwrap();
+    assert_eq!(ids, (n0 as u64..N as u64).collect::<Vec<_>>());
+    for (j, &i) in ids.iter().enumerate() {
+        live.insert(i, data[(n0 + j) * DIM..(n0 + j + 1) * DIM].to_vec());
+    }
+    // The disk graph took them: the page file grew, no delta holds them.
+    assert!(std::fs::metadata(dir.join("pages.bin")).unwrap().len() > pages);
+    finds_itself(&idx, &live, &ids[..50]);
+    let gone: Vec<u64> = (0..n0 as u64).step_by(10).collect();
+    assert_eq!(idx.delete(&gone).unwrap(), gone.len());
+    assert_eq!(idx.delete(&gone).unwrap(), 0, "a deleted id is not live");
+    for g in &gone {
+        live.remove(g);
+    }
+    let after = measure(&idx, &live, queries);
+    assert!(
+        after >= 0.9,
+        "recall after in-place updates {after} (before {before})"
+    );
+    let mut expect: Vec<u64> = live.keys().copied().collect();
+    expect.sort_unstable();
+    assert_eq!(idx.live_ids().unwrap(), expect);
+    check_ok(&idx);
+    drop(idx);
+
+    // Reopen: the log's page images replay.
+    let idx = Index::open(&dir, &opts).unwrap();
+    assert_eq!(idx.live_ids().unwrap(), expect);
+    let replayed = measure(&idx, &live, queries);
+    assert!((replayed - after).abs() < 1e-9, "{replayed} vs {after}");
+    idx.checkpoint().unwrap();
+    drop(idx);
+    // After a checkpoint the index opens as it was left, in place by its
+    // manifest.
+    let idx = open(&dir);
+    assert_eq!(idx.live_ids().unwrap(), expect);
+    assert!((measure(&idx, &live, queries) - after).abs() < 1e-9);
+    check_ok(&idx);
+    // More updates, then maintain: the tombstones are merged away.
+    let more = idx
+        .insert(
+            &queries[..5 * DIM],
+            Some(&[90_000, 90_001, 90_002, 90_003, 90_004]),
+        )
+        .unwrap();
+    for (j, &i) in more.iter().enumerate() {
+        live.insert(i, queries[j * DIM..(j + 1) * DIM].to_vec());
+    }
+    idx.maintain().unwrap();
+    let rep = idx.check_json().unwrap();
+    assert_eq!(rep["problems"], serde_json::json!([]), "check: {rep}");
+    let mut expect: Vec<u64> = live.keys().copied().collect();
+    expect.sort_unstable();
+    assert_eq!(idx.live_ids().unwrap(), expect);
+    let compacted = measure(&idx, &live, queries);
+    assert!(compacted >= 0.9, "recall after compaction {compacted}");
+    finds_itself(&idx, &live, &more);
+    drop(idx);
+    let idx = open(&dir);
+    assert_eq!(idx.live_ids().unwrap(), expect);
+}
+
+#[test]
+fn diskann_preset_updates_in_place() {
+    round_trip(Preset::Diskann, true);
+}
+
+#[test]
+fn pipeann_preset_switches_to_in_place_at_open() {
+    round_trip(Preset::Pipeann, false);
+}
+
+/// A page write lost after its log record was durable (a crash between
+/// the two) is written again from the log at the next open.
+#[test]
+fn a_lost_page_write_is_redone_from_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N + 50, DIM, 5);
+    let (data, queries) = all.split_at(N * DIM);
+    let n0 = N - 200;
+    build(&dir, Preset::Diskann, data, n0, Some(UpdateMode::InPlace));
+    let idx = open(&dir);
+    let pages = dir.join("pages.bin");
+    let clean = std::fs::read(&pages).unwrap();
+    idx.insert(&data[n0 * DIM..], None).unwrap();
+    idx.delete(&[1, 2, 3]).unwrap();
+    let updated = std::fs::read(&pages).unwrap();
+    drop(idx);
+    // Undo every page write since the build (as if none reached the disk)
+    // and tear one block of the inserted tail.
+    let mut torn = clean.clone();
+    torn.extend_from_slice(&updated[clean.len()..updated.len() - 4096]);
+    torn.extend(std::iter::repeat_n(0xA5u8, 2048));
+    std::fs::write(&pages, &torn).unwrap();
+    let idx = open(&dir);
+    assert_eq!(
+        std::fs::read(&pages).unwrap(),
+        updated,
+        "the log rewrote every block"
+    );
+    let live: BTreeMap<u64, Vec<f32>> = (0..N)
+        .filter(|&i| !(1..=3).contains(&i))
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    assert!(measure(&idx, &live, queries) >= 0.9);
+    check_ok(&idx);
+}
+
+#[test]
+fn layouts_that_carry_other_nodes_data_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = clustered(1000, DIM, 3);
+    for preset in [Preset::Starling, Preset::Gorgeous] {
+        let dir = tmp.path().join(preset.name());
+        let e = super::test_data::build_error(
+            &data,
+            DIM,
+            &dir,
+            &BuildOptions {
+                preset: PresetChoice::Named(preset),
+                update: Some(UpdateMode::InPlace),
+                threads: Some(2),
+                ..Default::default()
+            },
+        );
+        assert!(
+            e.contains("in_place") && e.contains("layout"),
+            "{preset:?}: {e}"
+        );
+        build(&dir, preset, &data, 1000, None);
+        let e = Index::open(
+            &dir,
+            &OpenOptions {
+                update: Some(UpdateMode::InPlace),
+                ..Default::default()
+            },
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(e.contains("in place"), "{preset:?}: {e}");
+    }
+}
+
+#[test]
+fn bad_updates_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let data = clustered(1000, DIM, 9);
+    build(
+        &dir,
+        Preset::Diskann,
+        &data,
+        1000,
+        Some(UpdateMode::InPlace),
+    );
+    let idx = open(&dir);
+    let before = std::fs::read(dir.join("pages.bin")).unwrap();
+    let mut nan = data[..DIM].to_vec();
+    nan[3] = f32::NAN;
+    assert!(idx.insert(&nan, None).is_err());
+    assert!(idx.insert(&data[..DIM - 1], None).is_err());
+    assert!(
+        idx.insert(&data[..DIM], Some(&[5])).is_err(),
+        "id 5 is live"
+    );
+    assert!(idx.insert(&data[..2 * DIM], Some(&[7000, 7000])).is_err());
+    assert_eq!(idx.delete(&[123_456]).unwrap(), 0);
+    assert_eq!(std::fs::read(dir.join("pages.bin")).unwrap(), before);
+    assert_eq!(idx.live_ids().unwrap().len(), 1000);
+}
