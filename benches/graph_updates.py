@@ -4,8 +4,8 @@ Its setup (seed 002, §5 update mechanism): an index built on 80% of the set, th
 operations with inserts : deletes = 9 : 1, applied while searches run; here one update thread
 and one search thread, in one process (both release the GIL in the engine).
 
-For each ``--strategy`` (today ``out_of_place``: FreshDiskANN's delta, delete set and merge;
-in-place updates are not built yet):
+For each of ``--strategies`` (``out_of_place``: FreshDiskANN's delta, delete set and merge;
+``in_place``: OdinANN's insert and IP-DiskANN's delete rewriting the disk graph's records):
 
 * recall@k at L before the updates, during them (the live set at the moment of each measure),
   and after (every update applied, the last merge done), against the exact k nearest
@@ -22,7 +22,8 @@ built on 90% of the set takes 10% inserts and deletes of 10% of its vectors, the
 With ``--churn C`` (default 0: off) it runs C cycles on an index built on the whole set: each
 deletes ``--churn-rate`` (5%) of the vectors, inserts the same vectors again under the same ids,
 and merges; the live set is then the built set again, so the index as built is a fresh build of
-it. Per cycle: recall@k at L, mean reads per query, merge seconds, ``within_budget``.
+it. Per cycle: recall@k at L, mean reads per query, merge seconds, ``within_budget``. The churn
+runs once per strategy of ``--strategies``; in place, a cycle's checkpoint writes no new graph.
 
 Usage::
 
@@ -52,10 +53,10 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def build_opts(args: argparse.Namespace, metric: str) -> Dict[str, Any]:
+def build_opts(args: argparse.Namespace, metric: str, strategy: str = "out_of_place") -> Dict[str, Any]:
     """The options of every build of this bench (the index's and the fresh builds it is compared with)."""
     opts: Dict[str, Any] = dict(preset=args.preset, memory_budget=args.memory_budget, threads=args.threads,
-                                metric=metric)
+                                metric=metric, update=strategy)
     if args.write_ratio is not None:
         opts["write_ratio"] = args.write_ratio
     return opts
@@ -103,7 +104,7 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
     shutil.rmtree(path, ignore_errors=True)
     log(f"{strategy}: build on {n0} of {n} vectors")
     t0 = time.perf_counter()
-    opts = build_opts(args, metric)
+    opts = build_opts(args, metric, strategy)
     nearline.build(base[built], path, ids=built.astype(np.int64), **opts).close()
     build_s = time.perf_counter() - t0
     idx = nearline.open(path, threads=args.threads, memory_budget=args.memory_budget)
@@ -266,16 +267,16 @@ def merge_check(ds: Any, args: argparse.Namespace, workdir: Path) -> Dict[str, A
     return res
 
 
-def churn(ds: Any, args: argparse.Namespace, workdir: Path,
+def churn(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str = "out_of_place",
           save: Any = lambda partial: None) -> Dict[str, Any]:
     """Delete ``churn_rate`` of the set and re-insert it, merge; ``args.churn`` times. ``save``
     gets the result so far after every cycle."""
     base, metric = ds.base, ds.metric
     n = len(base)
     q = ds.queries[: args.queries]
-    path = workdir / "churn.index"
+    path = workdir / f"churn-{strategy}.index"
     shutil.rmtree(path, ignore_errors=True)
-    opts = build_opts(args, metric)
+    opts = build_opts(args, metric, strategy)
     t = time.perf_counter()
     nearline.build(base, path, ids=np.arange(n, dtype=np.int64), **opts).close()
     build_s = time.perf_counter() - t
@@ -306,8 +307,8 @@ def churn(ds: Any, args: argparse.Namespace, workdir: Path,
     first = cycles[0]
     worst_recall = min(x["recall"] for x in cycles[1:]) if len(cycles) > 1 else first["recall"]
     worst_reads = max(x["mean_reads"] for x in cycles[1:]) if len(cycles) > 1 else first["mean_reads"]
-    return {"cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate, "L": args.L,
-            "open_budget": open_budget,
+    return {"strategy": strategy, "cycles": cycles, "build_seconds": build_s, "rate": args.churn_rate,
+            "L": args.L, "open_budget": open_budget,
             "recall_fresh": first["recall"], "reads_fresh": first["mean_reads"],
             "worst_recall_drop_points": 100 * (first["recall"] - worst_recall),
             "worst_reads_ratio": worst_reads / first["mean_reads"] if first["mean_reads"] > 0 else None,
@@ -321,9 +322,8 @@ def plot(result: Dict[str, Any], prefix: str) -> List[str]:
     out = []
     if result.get("experiments"):
         out.extend(plot_qps(result, prefix, plt))
-    ch = result.get("churn")
-    if ch:
-        out.extend(plot_churn(ch, prefix, plt))
+    for ch in result.get("churns", [result["churn"]] if result.get("churn") else []):
+        out.extend(plot_churn(ch, f"{prefix}-{ch.get('strategy', 'out_of_place')}", plt))
     return out
 
 
@@ -389,8 +389,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--plot", default=None)
     args = ap.parse_args(argv)
     for s in args.strategies.split(","):
-        if s != "out_of_place":
-            ap.error(f"strategy {s!r}: only out_of_place is built (in-place graph updates are not yet)")
+        if s not in ("out_of_place", "in_place"):
+            ap.error(f"strategy {s!r}: expected out_of_place or in_place")
     args.memory_budget = float(args.memory_budget) if "." in args.memory_budget else args.memory_budget
     args.merge_open_budget = (float(args.merge_open_budget) if "." in args.merge_open_budget
                               else args.merge_open_budget)
@@ -410,10 +410,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         result["merge_check"] = merge_check(ds, args, workdir)
         Path(args.out).write_text(json.dumps(result, indent=1))
     if args.churn:
-        def save(partial: Dict[str, Any]) -> None:
-            result["churn"] = partial
+        result["churns"] = []
+        for s in args.strategies.split(","):
+            def save(partial: Dict[str, Any]) -> None:
+                Path(args.out).write_text(json.dumps({**result, "churn_partial": partial}, indent=1))
+            result["churns"].append(churn(ds, args, workdir, s, save))
             Path(args.out).write_text(json.dumps(result, indent=1))
-        result["churn"] = churn(ds, args, workdir, save)
     Path(args.out).write_text(json.dumps(result, indent=1))
     if args.plot:
         result["plots"] = plot(result, args.plot)

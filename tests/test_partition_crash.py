@@ -1,5 +1,6 @@
 """Crash recovery of both mutable index kinds — the partition index (preset "spfresh") and a graph
-index updated out of place (preset "diskann": its delta, delete set and merges) —: a writer process
+index updated out of place (preset "diskann": its delta, delete set and merges) or in place (its
+records rewritten, the log holding their page images) —: a writer process
 running a random stream of inserts, deletes, checkpoints and maintenance is killed with SIGKILL at a
 random moment (during an insert, a delete, a split or merge in the background worker, a checkpoint,
 a graph merge writing and swapping in its new index), and the
@@ -50,17 +51,20 @@ SAMPLE = 10
 CHILD = Path(__file__).with_name("partition_crash_child.py")
 
 
-@pytest.fixture(scope="module", params=["partition", "graph"])
+@pytest.fixture(scope="module", params=["partition", "graph", "graph_in_place"])
 def template(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("crash") / "template.index"
     base = batch_vectors(0, 0, N)
     if request.param == "partition":
         nearline.build(base, path, preset="spfresh", posting_limit=POSTING_LIMIT,
                        merge_threshold=MERGE_THRESHOLD, threads=2, seed=0).close()
-    else:
+    elif request.param == "graph":
         # A budget whose delta share holds a few hundred vectors: the stream merges often.
         nearline.build(base, path, preset="diskann", R=16, build_L=32, threads=2, seed=0,
                        memory_budget="600KB").close()
+    else:
+        nearline.build(base, path, preset="diskann", R=16, build_L=32, threads=2, seed=0,
+                       update="in_place").close()
     return path, base, request.param
 
 

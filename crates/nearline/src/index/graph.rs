@@ -113,6 +113,20 @@ impl MemoryAccount {
     }
 }
 
+/// An open graph index: its manifest, open plan and structures.
+pub struct GraphOpen {
+    pub manifest: Manifest,
+    pub plan: OpenPlan,
+    pub g: GraphIndex,
+}
+
+impl std::ops::Deref for GraphOpen {
+    type Target = GraphIndex;
+    fn deref(&self) -> &GraphIndex {
+        &self.g
+    }
+}
+
 /// An open static graph index.
 pub struct GraphIndex {
     ids: Option<Vec<u64>>,
@@ -201,7 +215,15 @@ impl<T: Element> Holdings for Held<'_, T> {
 
 impl GraphIndex {
     /// Opens the graph index in `dir` (manifest `m`) as `plan` says.
-    pub fn open(dir: &Path, m: &Manifest, plan: &OpenPlan, io: EngineKind) -> Result<GraphIndex> {
+    /// `logged`: the index has an update log, whose in-place inserts may
+    /// have grown the page file past the manifest's blocks.
+    pub fn open(
+        dir: &Path,
+        m: &Manifest,
+        plan: &OpenPlan,
+        io: EngineKind,
+        logged: bool,
+    ) -> Result<GraphIndex> {
         // What the workers free must leave the process, or the budget
         // binds only on paper.
         crate::util::keep_large_frees_returned();
@@ -213,7 +235,7 @@ impl GraphIndex {
         let meta = std::fs::metadata(&pages_path).map_err(|e| Error::io(&pages_path, e))?;
         // In-place inserts grow the file past its last checkpoint; the log
         // holds those blocks (a writer's open cuts them off and replays).
-        let grown = meta.len() > geo.file_bytes() && dir.join(super::fresh::WAL_FILE).exists();
+        let grown = meta.len() > geo.file_bytes() && logged;
         if (meta.len() != geo.file_bytes() && !grown) || pages.bytes != geo.file_bytes() {
             return Err(Error::corrupt(
                 &pages_path,

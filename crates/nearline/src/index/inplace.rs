@@ -31,8 +31,7 @@
 //! codes of other nodes) are updated in place; the planner updates every
 //! other layout out of place.
 
-use super::graph::GraphIndex;
-use super::mutable::GraphOpen;
+use super::graph::{GraphIndex, GraphOpen};
 use crate::distance::{normalize, Metric};
 use crate::elem::{DType, Element};
 use crate::format::page::{seal_block, PageGeometry};
@@ -59,6 +58,10 @@ pub struct InPlace {
     ids: IdTracker,
     /// Tombstones: deleted nodes whose records still route searches.
     deleted: usize,
+    /// Tombstones an insert may take (every one but the medoid, where
+    /// searches start), the latest last.
+    free: Vec<u32>,
+    medoid: u32,
     /// The last log sequence applied.
     pub applied: u64,
     /// Bytes the ledger counts for the update layer now.
@@ -107,10 +110,14 @@ impl InPlace {
         let mut live = HashMap::with_capacity(n);
         let mut deleted = 0;
         let mut largest = 0u64;
+        let mut free = Vec::new();
         for i in 0..n as u32 {
             let e = g.external(i) as u64;
             if e == u64::MAX {
                 deleted += 1;
+                if i != m.medoid {
+                    free.push(i);
+                }
             } else {
                 live.insert(e, i);
                 largest = largest.max(e + 1);
@@ -122,6 +129,8 @@ impl InPlace {
             dtype: m.dtype,
             ids: IdTracker::new(live, largest.max(g.next_auto_id())),
             deleted,
+            free,
+            medoid: m.medoid,
             applied,
             counted: 0,
         }
@@ -155,7 +164,7 @@ impl InPlace {
     /// Bytes the bookkeeping holds beyond what the index held at open
     /// (the id map; the grown tables are `g.grown_bytes()`).
     pub fn memory_bytes(&self) -> u64 {
-        self.ids.memory_bytes()
+        self.ids.memory_bytes() + self.free.capacity() as u64 * 4
     }
 
     /// Checks an insert and returns its rows as the index stores them and
@@ -177,8 +186,14 @@ impl InPlace {
         let g = &open.g;
         let spec = &open.manifest.spec;
         let n = g.nodes();
-        let v = u32::try_from(n)
-            .map_err(|_| Error::arg("the index holds 2**32 nodes: no internal id is left"))?;
+        // A tombstone's slot first (its record is rewritten; an in-edge the
+        // delete's repair missed now leads to the new vector), else a new
+        // slot at the page file's end.
+        let v = match self.free.last() {
+            Some(&s) => s,
+            None => u32::try_from(n)
+                .map_err(|_| Error::arg("the index holds 2**32 nodes: no internal id is left"))?,
+        };
         let mut reader = Reader::open(g)?;
         let cands = self.candidates(open, row, spec.build_l.max(spec.r))?;
         let mut nodes: BTreeMap<u32, Node> = BTreeMap::new();
@@ -454,6 +469,8 @@ impl InPlace {
     pub fn apply(&mut self, open: &mut GraphOpen, p: &Patch, write: bool) -> Result<()> {
         let g = &mut open.g;
         let geo = g.geometry();
+        // An insert into a tombstone's slot (not a new slot past the end).
+        let reused = (p.internal as usize) < g.nodes() && g.external(p.internal) < 0;
         if p.block_size as usize != geo.block_size {
             return Err(Error::arg(format!(
                 "a patch of {}-byte blocks does not fit a page file of {}-byte blocks",
@@ -498,11 +515,17 @@ impl InPlace {
                 }
                 g.set_code(p.internal, &row);
                 g.ids_mut()[p.internal as usize] = p.external;
+                if reused {
+                    self.deleted = self.deleted.saturating_sub(1);
+                    if let Some(at) = self.free.iter().rposition(|&x| x == p.internal) {
+                        self.free.remove(at);
+                    }
+                }
                 if let Some(old) = self.ids.insert(p.external, p.internal) {
                     // A replayed insert of a live id: the old node goes.
                     if old != p.internal {
                         g.ids_mut()[old as usize] = u64::MAX;
-                        self.deleted += 1;
+                        self.tombstone(old);
                     }
                 }
                 self.ids.raise_next_auto(p.external.saturating_add(1));
@@ -511,7 +534,7 @@ impl InPlace {
                 if self.ids.get(p.external) == Some(p.internal) {
                     self.ids.remove(p.external);
                     g.ids_mut()[p.internal as usize] = u64::MAX;
-                    self.deleted += 1;
+                    self.tombstone(p.internal);
                 }
             }
             PatchAction::Repair => {}
@@ -527,6 +550,14 @@ impl InPlace {
             }
         }
         Ok(())
+    }
+
+    /// Counts node `v` as a tombstone whose slot an insert may take.
+    fn tombstone(&mut self, v: u32) {
+        self.deleted += 1;
+        if v != self.medoid {
+            self.free.push(v);
+        }
     }
 
     /// Counts, before an update is logged, what the update layer will

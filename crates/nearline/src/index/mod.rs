@@ -704,6 +704,22 @@ impl Index {
             Kind::Partition(p) => return p.info(),
         };
         let (go, updates) = match slot.read() {
+            Ok(st) if st.inplace.is_some() => {
+                let ip = st.inplace.as_ref();
+                (
+                    Arc::clone(&st.open),
+                    serde_json::json!({
+                        "strategy": "in_place",
+                        "live": ip.map_or(0, |p| p.live()),
+                        "tombstones": ip.map_or(0, |p| p.deleted()),
+                        "nodes": st.open.g.nodes(),
+                        "update_bytes": ip.map_or(0, |p| p.counted),
+                        "wal_applied": ip.map_or(0, |p| p.applied),
+                        "merging": false,
+                        "since_open": slot.counters(),
+                    }),
+                )
+            }
             Ok(st) => (
                 Arc::clone(&st.open),
                 serde_json::json!({

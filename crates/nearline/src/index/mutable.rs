@@ -25,7 +25,7 @@ use super::inplace::InPlace;
 use super::merge::{merge_index, MergeJob, MergeReport, StagedMerge};
 use crate::elem::DType;
 use crate::format::{Manifest, UpdateMode};
-use crate::planner::{self, OpenOptions, OpenPlan};
+use crate::planner::{self, OpenOptions};
 use crate::update::recovery::check_continues;
 use crate::update::recovery::Recover;
 use crate::update::tail::{TailStatus, WalTail};
@@ -36,19 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 use std::thread::JoinHandle;
 
-/// An open graph index: its manifest, open plan and structures.
-pub struct GraphOpen {
-    pub manifest: Manifest,
-    pub plan: OpenPlan,
-    pub g: GraphIndex,
-}
-
-impl std::ops::Deref for GraphOpen {
-    type Target = GraphIndex;
-    fn deref(&self) -> &GraphIndex {
-        &self.g
-    }
-}
+pub use super::graph::GraphOpen;
 
 /// The disk graph and the delta a search sees together.
 pub struct GraphState {
@@ -234,7 +222,7 @@ fn open_state(
             }
         }
     }
-    let g = GraphIndex::open(dir, &m, &plan, opts.io)?;
+    let g = GraphIndex::open(dir, &m, &plan, opts.io, wal_path(dir).exists())?;
     let mut open = GraphOpen {
         manifest: m,
         plan,
