@@ -115,7 +115,7 @@ RANGE_POINT_METRICS = (
 #: update options of an index it only searches.
 _BENCH_OWNS = {
     "build": {"metric", "ids", "overwrite", "threads", "seed", "memory_budget", "build_memory_budget"},
-    "open": {"threads", "durability", "background_updates", "read_only"},
+    "open": {"threads", "durability", "background_updates", "read_only", "update"},
     "search": {"k", "L", "threads", "nprobe"},
 }
 

@@ -66,7 +66,17 @@ pub struct InPlace {
     pub applied: u64,
     /// Bytes the ledger counts for the update layer now.
     pub counted: u64,
+    /// Bytes of page images logged since the last checkpoint.
+    pub logged: u64,
+    /// A checkpoint follows the update that logs this many bytes of page
+    /// images since the last one.
+    pub log_limit: u64,
 }
+
+/// Page-image bytes an index updated in place logs before a checkpoint
+/// drops them (a checkpoint writes the ids and the PQ codes: a few bytes a
+/// node, where one insert logs up to R + 1 blocks).
+pub const LOG_LIMIT: u64 = 256 << 20;
 
 /// A node's record as an update reads it.
 struct Node {
@@ -133,6 +143,8 @@ impl InPlace {
             medoid: m.medoid,
             applied,
             counted: 0,
+            logged: 0,
+            log_limit: LOG_LIMIT,
         }
     }
 

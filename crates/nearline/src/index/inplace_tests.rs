@@ -373,3 +373,36 @@ fn searches_beside_in_place_updates_never_see_a_deleted_id() {
         "{rep}"
     );
 }
+
+/// Once the page images logged since the last checkpoint pass the log's
+/// limit, the update that passed it checkpoints: the manifest moves on, the
+/// log is dropped up to it, and a reopen finds every update.
+#[test]
+fn a_full_log_checkpoints_by_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N, DIM, 29);
+    let n0 = N - 300;
+    build(&dir, Preset::Diskann, &all, n0, Some(UpdateMode::InPlace));
+    let idx = open(&dir);
+    let super::Kind::Graph(slot) = &idx.kind else {
+        panic!("not a graph index")
+    };
+    slot.set_in_place_log_limit(64 << 10);
+    let ids = idx.insert(&all[n0 * DIM..], None).unwrap();
+    let m = crate::io::files::read_manifest(&dir).unwrap();
+    assert!(m.wal_sequence > 0, "no checkpoint was written");
+    assert!(m.n > n0, "the checkpoint holds the inserts so far");
+    let log = std::fs::metadata(dir.join("wal.log")).unwrap().len();
+    assert!(
+        log < 4 * (64 << 10) + 4096 * 64,
+        "the log was not dropped: {log} bytes"
+    );
+    drop(idx);
+    let idx = open(&dir);
+    let live: BTreeMap<u64, Vec<f32>> = (0..N)
+        .map(|i| (i as u64, all[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    finds_itself(&idx, &live, &ids);
+    check_ok(&idx);
+}

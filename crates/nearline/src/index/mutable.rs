@@ -166,6 +166,16 @@ impl GraphSlot {
 
 #[cfg(test)]
 impl GraphSlot {
+    /// Tests: an index updated in place checkpoints after this many bytes
+    /// of page images.
+    pub(super) fn set_in_place_log_limit(&self, bytes: u64) {
+        if let Ok(mut st) = self.state.write() {
+            if let Some(ip) = st.inplace.as_mut() {
+                ip.log_limit = bytes;
+            }
+        }
+    }
+
     /// Whether `shutdown` has asked the running merge to stop.
     pub(super) fn cancel_requested(&self) -> bool {
         self.bg
@@ -920,7 +930,21 @@ impl GraphSlot {
         let o = exclusive(open)?;
         ip.apply(o, &patch, true)?;
         ip.applied = seq;
-        ip.recount(&o.g)
+        ip.logged += patch
+            .blocks
+            .iter()
+            .map(|(_, b)| b.len() as u64 + 8)
+            .sum::<u64>()
+            + patch.vector.len() as u64;
+        ip.recount(&o.g)?;
+        let full = ip.logged >= ip.log_limit;
+        drop(st);
+        if full {
+            // The page images since the last checkpoint fill the log's
+            // share: a checkpoint drops them (cheap: the ids and codes).
+            self.checkpoint_wal(wal)?;
+        }
+        Ok(())
     }
 
     /// In-place deletes: each id a tombstone at once, its in-neighbours
@@ -949,19 +973,31 @@ impl GraphSlot {
     /// written as new section files, the manifest moved forward, the log
     /// dropped up to it.
     fn checkpoint_in_place(&self, w: &MutexGuard<'_, Option<Wal>>) -> Result<u64> {
-        let wal = w.as_ref().ok_or_else(poisoned)?;
+        self.checkpoint_wal(w.as_ref().ok_or_else(poisoned)?)
+    }
+
+    /// The checkpoint, the caller holding the writer (whose log is `wal`):
+    /// the sections are written while searches go on; only the manifest's
+    /// swap in memory takes the state's write hold.
+    fn checkpoint_wal(&self, wal: &Wal) -> Result<u64> {
         wal.sync()?;
-        let mut st = self.write()?;
-        let GraphState { open, inplace, .. } = &mut *st;
-        let ip = inplace.as_mut().ok_or_else(poisoned)?;
-        let seq = ip.applied;
-        if seq == open.manifest.wal_sequence {
-            return Ok(seq);
+        let (seq, m) = {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+            let seq = ip.applied;
+            if seq == st.open.manifest.wal_sequence {
+                return Ok(seq);
+            }
+            (seq, super::inplace::checkpoint(&self.dir, &st.open, ip)?)
+        };
+        {
+            let mut st = self.write()?;
+            let GraphState { open, inplace, .. } = &mut *st;
+            exclusive(open)?.manifest = m;
+            if let Some(ip) = inplace.as_mut() {
+                ip.logged = 0;
+            }
         }
-        let o = exclusive(open)?;
-        let m = super::inplace::checkpoint(&self.dir, o, ip)?;
-        o.manifest = m;
-        drop(st);
         wal.truncate_before(seq + 1)?;
         Ok(seq)
     }
