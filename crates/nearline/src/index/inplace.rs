@@ -44,6 +44,7 @@ use crate::update::wal::{Patch, PatchAction};
 use crate::{with_dtype, Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Replacement edges a delete gives each in-neighbour from the search's
 /// nearest nodes (IP-DiskANN's c) and from the deleted node's own list.
@@ -64,8 +65,10 @@ pub struct InPlace {
     medoid: u32,
     /// The last log sequence applied.
     pub applied: u64,
-    /// Bytes the ledger counts for the update layer now.
-    pub counted: u64,
+    /// Bytes the ledger counts for the update layer now (only grows: a
+    /// release would let the cache regrow, reading from disk, before the
+    /// next update takes the room back).
+    counted: AtomicU64,
     /// Bytes of page images logged since the last checkpoint.
     pub logged: u64,
     /// A checkpoint follows the update that logs this many bytes of page
@@ -108,7 +111,7 @@ impl PointDistance for Local {
 }
 
 fn l2(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum()
+    <f32 as Element>::l2_sq(a, b)
 }
 
 impl InPlace {
@@ -142,7 +145,7 @@ impl InPlace {
             free,
             medoid: m.medoid,
             applied,
-            counted: 0,
+            counted: AtomicU64::new(0),
             logged: 0,
             log_limit: LOG_LIMIT,
         }
@@ -575,32 +578,37 @@ impl InPlace {
     /// Counts, before an update is logged, what the update layer will
     /// hold with `more` nodes added: refused (nothing changed) when the
     /// budget cannot hold it.
-    pub fn reserve(&mut self, g: &GraphIndex, more: usize) -> Result<()> {
+    /// The caller holds the writer lock (one update at a time).
+    pub fn reserve(&self, g: &GraphIndex, more: usize) -> Result<()> {
         let held = IdTracker::bytes_for(self.ids.len() + more).max(self.memory_bytes())
             + g.grown_bytes_at(g.nodes() + more);
-        if held > self.counted {
-            g.hold_updates(held - self.counted).map_err(|e| {
-                Error::arg(format!(
-                    "the memory budget cannot hold this update's ids and codes ({held} bytes): \
-                     {e}; open with a larger memory_budget"
-                ))
-            })?;
-            self.counted = held;
-        }
-        Ok(())
+        self.hold(g, held).map_err(|e| {
+            Error::arg(format!(
+                "the memory budget cannot hold this update's ids and codes ({held} bytes): {e}; \
+                 open with a larger memory_budget"
+            ))
+        })
     }
 
     /// Counts what the update layer holds now in the index's budget (the
     /// cache yields what is short).
-    pub fn recount(&mut self, g: &GraphIndex) -> Result<()> {
-        let held = self.memory_bytes() + g.grown_bytes();
-        if held > self.counted {
-            g.hold_updates(held - self.counted)?;
-        } else {
-            g.release_updates(self.counted - held);
+    pub fn recount(&self, g: &GraphIndex) -> Result<()> {
+        self.hold(g, self.memory_bytes() + g.grown_bytes())
+    }
+
+    /// Grows what the ledger counts to `held` bytes.
+    fn hold(&self, g: &GraphIndex, held: u64) -> Result<()> {
+        let counted = self.counted.load(Ordering::Acquire);
+        if held > counted {
+            g.hold_updates(held - counted)?;
+            self.counted.store(held, Ordering::Release);
         }
-        self.counted = held;
         Ok(())
+    }
+
+    /// Bytes the ledger counts for the update layer.
+    pub fn counted(&self) -> u64 {
+        self.counted.load(Ordering::Acquire)
     }
 }
 

@@ -337,6 +337,19 @@ fn searches_beside_in_place_updates_never_see_a_deleted_id() {
             })
         })
         .collect();
+    // A thread reading info() (which holds the open index for a moment and
+    // may wait for the state) beside the updates.
+    let informer = {
+        let (idx, stop) = (idx.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                assert!(idx.info()["updates"]["strategy"] == "in_place");
+                n += 1;
+            }
+            n
+        })
+    };
     for j in 0..600usize {
         // Delete one of the first 200 built ids (searched by the readers),
         // then insert a new vector.
@@ -356,6 +369,7 @@ fn searches_beside_in_place_updates_never_see_a_deleted_id() {
     for s in searchers {
         assert!(s.join().unwrap() > 0);
     }
+    assert!(informer.join().unwrap() > 0);
     // Each insert took the slot the delete before it freed (the medoid's
     // excepted, which stays a routing tombstone): 400 new slots.
     let rep = idx.check_json().unwrap();

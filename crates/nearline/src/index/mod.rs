@@ -713,7 +713,7 @@ impl Index {
                         "live": ip.map_or(0, |p| p.live()),
                         "tombstones": ip.map_or(0, |p| p.deleted()),
                         "nodes": st.open.g.nodes(),
-                        "update_bytes": ip.map_or(0, |p| p.counted),
+                        "update_bytes": ip.map_or(0, |p| p.counted()),
                         "wal_applied": ip.map_or(0, |p| p.applied),
                         "merging": false,
                         "since_open": slot.counters(),

@@ -63,21 +63,6 @@ impl GraphState {
 /// (an `info()` or a plan that took it for a moment) to let go.
 const EXCLUSIVE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The open index for an in-place change: the state's write hold keeps
-/// searches out; a handle another thread took for a moment is waited for.
-fn exclusive(open: &mut Arc<GraphOpen>) -> Result<&mut GraphOpen> {
-    let t0 = std::time::Instant::now();
-    while Arc::get_mut(open).is_none() {
-        if t0.elapsed() > EXCLUSIVE_WAIT {
-            return Err(Error::Engine(
-                "an in-place update waited 30 s for another holder of the index to let go".into(),
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-    Arc::get_mut(open).ok_or_else(poisoned)
-}
-
 /// What the index's updates did since it was opened.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct UpdateCounters {
@@ -133,6 +118,9 @@ pub struct GraphSlot {
     /// A read-only open follows the writer's log.
     tail: Mutex<Option<WalTail>>,
     counters: Mutex<UpdateCounters>,
+    /// An in-place update was logged but not applied: the log and memory
+    /// disagree until a reopen replays it, so updates are refused.
+    broken: Mutex<Option<String>>,
     bg: Mutex<Background>,
     /// Signalled when a background merge's result is ready.
     bg_ready: Condvar,
@@ -403,6 +391,7 @@ impl GraphSlot {
             writer: Mutex::new(None),
             tail: Mutex::new(if opts.read_only { tail } else { None }),
             counters: Mutex::new(UpdateCounters::default()),
+            broken: Mutex::new(None),
             bg: Mutex::new(Background::default()),
             bg_ready: Condvar::new(),
             me: me.clone(),
@@ -491,6 +480,12 @@ impl GraphSlot {
                 "this index is open read-only (read_only=True): open it without read_only to \
                  insert, delete or checkpoint",
             ));
+        }
+        if let Some(why) = self.broken.lock().map_err(|_| poisoned())?.as_ref() {
+            return Err(Error::Engine(format!(
+                "an in-place update was logged but could not be applied ({why}); close and reopen \
+                 the index, which replays it"
+            )));
         }
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
         if w.is_none() {
@@ -900,13 +895,9 @@ impl GraphSlot {
         };
         for (row, &e) in rows.chunks(dim).zip(&ids) {
             let patch = {
-                let mut st = self.write()?;
-                let GraphState { open, inplace, .. } = &mut *st;
-                let ip = inplace.as_mut().ok_or_else(poisoned)?;
-                ip.reserve(&open.g, 1)?;
-                drop(st);
                 let st = self.state.read().map_err(|_| poisoned())?;
                 let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+                ip.reserve(&st.open.g, 1)?;
                 ip.plan_insert(&st.open, row, e)?
             };
             self.log_and_apply(wal, patch)?;
@@ -917,6 +908,31 @@ impl GraphSlot {
         Ok(ids)
     }
 
+    /// Runs `f` on the open index and its in-place bookkeeping under the
+    /// state's write hold (searches kept out) once no other thread holds the
+    /// open index: another holder (an `info()` that may itself wait for the
+    /// state) is let go by releasing the hold between tries.
+    fn exclusive<R>(&self, f: impl FnOnce(&mut GraphOpen, &mut InPlace) -> Result<R>) -> Result<R> {
+        let t0 = std::time::Instant::now();
+        loop {
+            {
+                let mut st = self.write()?;
+                let GraphState { open, inplace, .. } = &mut *st;
+                if let Some(o) = Arc::get_mut(open) {
+                    let ip = inplace.as_mut().ok_or_else(poisoned)?;
+                    return f(o, ip);
+                }
+            }
+            if t0.elapsed() > EXCLUSIVE_WAIT {
+                return Err(Error::Engine(
+                    "an in-place update waited 30 s for other holders of the index to let go"
+                        .into(),
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
     /// Logs `patch` durably, then applies it under the state's write hold.
     fn log_and_apply(&self, wal: &Wal, patch: crate::update::wal::Patch) -> Result<()> {
         let op = Op::Patch(patch);
@@ -924,21 +940,27 @@ impl GraphSlot {
         let Op::Patch(patch) = op else {
             return Err(poisoned());
         };
-        let mut st = self.write()?;
-        let GraphState { open, inplace, .. } = &mut *st;
-        let ip = inplace.as_mut().ok_or_else(poisoned)?;
-        let o = exclusive(open)?;
-        ip.apply(o, &patch, true)?;
-        ip.applied = seq;
-        ip.logged += patch
-            .blocks
-            .iter()
-            .map(|(_, b)| b.len() as u64 + 8)
-            .sum::<u64>()
-            + patch.vector.len() as u64;
-        ip.recount(&o.g)?;
-        let full = ip.logged >= ip.log_limit;
-        drop(st);
+        let applied = self.exclusive(|o, ip| {
+            ip.apply(o, &patch, true)?;
+            ip.applied = seq;
+            ip.logged += patch
+                .blocks
+                .iter()
+                .map(|(_, b)| b.len() as u64 + 8)
+                .sum::<u64>()
+                + patch.vector.len() as u64;
+            ip.recount(&o.g)?;
+            Ok(ip.logged >= ip.log_limit)
+        });
+        let full = match applied {
+            Ok(f) => f,
+            Err(e) => {
+                if let Ok(mut b) = self.broken.lock() {
+                    *b = Some(e.to_string());
+                }
+                return Err(e);
+            }
+        };
         if full {
             // The page images since the last checkpoint fill the log's
             // share: a checkpoint drops them (cheap: the ids and codes).
@@ -990,14 +1012,11 @@ impl GraphSlot {
             }
             (seq, super::inplace::checkpoint(&self.dir, &st.open, ip)?)
         };
-        {
-            let mut st = self.write()?;
-            let GraphState { open, inplace, .. } = &mut *st;
-            exclusive(open)?.manifest = m;
-            if let Some(ip) = inplace.as_mut() {
-                ip.logged = 0;
-            }
-        }
+        self.exclusive(|o, ip| {
+            o.manifest = m;
+            ip.logged = 0;
+            Ok(())
+        })?;
         wal.truncate_before(seq + 1)?;
         Ok(seq)
     }
