@@ -108,3 +108,15 @@ def budget_index(tmp_path_factory, budget_data):
         return built[preset]
 
     return get
+
+
+def recall_on_live(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarray, k: int = 10,
+                   full: bool = False) -> float:
+    """Recall@k at L 64 of ``idx`` against the exact neighbours among the live vectors; asserts that
+    every returned id is live (and, with ``full``, that every query got k ids)."""
+    ids, _ = idx.search(queries, k=k, L=64)
+    live = set(int(i) for i in live_ids)
+    assert all(int(i) in live for i in ids.ravel() if full or i >= 0), \
+        "a search returned an id that is not live" + (" (or too few)" if full else "")
+    truth = live_ids[exact_knn(live_vecs, queries, k)]
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))

@@ -11,18 +11,10 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn, run_cli
+from conftest import clustered, recall_on_live, run_cli
 
 DIM = 16
 BUILD = dict(R=24, build_L=48, threads=2, memory_budget="4MB")
-
-
-def _recall(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarray, k: int = 10) -> float:
-    ids, _ = idx.search(queries, k=k, L=64)
-    live = set(int(i) for i in live_ids)
-    assert all(int(i) in live for i in ids.ravel() if i >= 0), "a search returned an id that is not live"
-    truth = live_ids[exact_knn(live_vecs, queries, k)]
-    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))
 
 
 @pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser", "aisaq"])
@@ -44,7 +36,7 @@ def test_graph_presets_take_inserts_and_deletes(tmp_path, preset):
         # Every inserted vector finds itself; no deleted id comes back.
         got, _ = idx.search(base[n0:n0 + 50], k=3)
         assert all(new_ids[i] in got[i] for i in range(50))
-        during = _recall(idx, live_ids, base[live_ids], queries)
+        during = recall_on_live(idx, live_ids, base[live_ids], queries)
         assert during >= 0.9, during
         info = idx.info()
         assert info["updates"]["strategy"] == "out_of_place"
@@ -56,10 +48,10 @@ def test_graph_presets_take_inserts_and_deletes(tmp_path, preset):
         info = idx.info()
         assert info["n"] == len(live_ids) and info["updates"]["inserted_since_merge"] == 0
         assert info["updates"]["since_open"]["last_merge"]["inserted"] == 500
-        after = _recall(idx, live_ids, base[live_ids], queries)
+        after = recall_on_live(idx, live_ids, base[live_ids], queries)
         assert idx.check()["problems"] == []
     with nearline.build(base[live_ids], tmp_path / "fresh.index", preset=preset, ids=live_ids, **BUILD) as fresh:
-        fresh_recall = _recall(fresh, live_ids, base[live_ids], queries)
+        fresh_recall = recall_on_live(fresh, live_ids, base[live_ids], queries)
     assert after >= fresh_recall - 0.03, (after, fresh_recall)
     # A reopen replays the updates logged after the merge.
     with nearline.open(tmp_path / "g.index") as idx:

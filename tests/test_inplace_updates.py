@@ -11,18 +11,10 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn, run_cli
+from conftest import clustered, recall_on_live, run_cli
 
 DIM = 16
 BUILD = dict(R=24, build_L=48, threads=2, memory_budget="4MB")
-
-
-def _recall(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarray, k: int = 10) -> float:
-    ids, _ = idx.search(queries, k=k, L=64)
-    live = set(int(i) for i in live_ids)
-    assert all(int(i) in live for i in ids.ravel()), "a search returned an id that is not live (or too few)"
-    truth = live_ids[exact_knn(live_vecs, queries, k)]
-    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))
 
 
 @pytest.mark.parametrize("preset", ["diskann", "pipeann"])
@@ -41,12 +33,12 @@ def test_in_place_inserts_and_deletes(tmp_path, preset):
         live = np.ones(2500, bool)
         live[gone] = False
         ids = np.flatnonzero(live)
-        assert _recall(idx, ids, base[live], queries) >= 0.9
+        assert recall_on_live(idx, ids, base[live], queries, full=True) >= 0.9
         own, _ = idx.search(base[n0:n0 + 50], k=5)
         assert all(n0 + j in row for j, row in enumerate(own.tolist()))
     # No checkpoint: the reopen replays the log.
     with nearline.open(path) as idx:
-        assert _recall(idx, ids, base[live], queries) >= 0.9
+        assert recall_on_live(idx, ids, base[live], queries, full=True) >= 0.9
         assert idx.check()["live_ids"] == len(ids)
         got, _ = idx.search(base[gone[:20]], k=10)
         assert not set(got.ravel().tolist()) & set(gone.tolist())

@@ -110,6 +110,24 @@ impl PointDistance for Local {
     }
 }
 
+/// Robust prune of point 0's `pool` (distance, local index) by the build's
+/// rule (its α, R and saturation): the local indexes kept.
+fn prune(local: &Local, pool: &mut Vec<(f32, u32)>, spec: &crate::format::BuildSpec) -> Vec<u32> {
+    let mut out = Vec::new();
+    let max_c = pool.len();
+    robust_prune(
+        local,
+        0,
+        pool,
+        spec.alpha,
+        spec.r,
+        max_c,
+        spec.saturate,
+        &mut out,
+    );
+    out
+}
+
 fn l2(a: &[f32], b: &[f32]) -> f32 {
     <f32 as Element>::l2_sq(a, b)
 }
@@ -227,18 +245,7 @@ impl InPlace {
             local.rows.extend_from_slice(x);
             pool.push((l2(row, x), i as u32 + 1));
         }
-        let mut out = Vec::new();
-        let max_c = pool.len();
-        robust_prune(
-            &local,
-            0,
-            &mut pool,
-            spec.alpha,
-            spec.r,
-            max_c,
-            spec.saturate,
-            &mut out,
-        );
+        let out = prune(&local, &mut pool, spec);
         let list: Vec<u32> = out.iter().map(|&i| order[i as usize - 1]).collect();
         // Back edges.
         let mut patched: BTreeMap<u32, Node> = BTreeMap::new();
@@ -426,18 +433,7 @@ impl InPlace {
             let i = ids.len() as u32;
             pool.push((l2(uvec, local.row(i)), i));
         }
-        let mut out = Vec::new();
-        let max_c = pool.len();
-        robust_prune(
-            &local,
-            0,
-            &mut pool,
-            spec.alpha,
-            spec.r,
-            max_c,
-            spec.saturate,
-            &mut out,
-        );
+        let out = prune(&local, &mut pool, spec);
         Ok(out.iter().map(|&i| ids[i as usize - 1]).collect())
     }
 

@@ -6,7 +6,7 @@
 //! compacts the tombstones, and layouts that cannot be updated in place
 //! are refused.
 
-use super::test_data::{clustered, l2};
+use super::test_data::{check_ok, clustered, finds_itself, recall_on_live};
 use super::Index;
 use crate::data::matrix::Matrix;
 use crate::distance::Metric;
@@ -53,55 +53,9 @@ fn open(dir: &Path) -> Index {
     .unwrap()
 }
 
-/// Recall@10 at L 64 against the exact neighbours among `live`; panics on
-/// a returned id that is not live.
+/// Recall@10 at L 64 against the live set (see `test_data::recall_on_live`).
 fn measure(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, queries: &[f32]) -> f64 {
-    let k = 10;
-    let nq = queries.len() / DIM;
-    let out = idx
-        .search(
-            queries,
-            nq,
-            &SearchOptions {
-                l: Some(64),
-                ..SearchOptions::new(k)
-            },
-        )
-        .unwrap();
-    let mut hit = 0;
-    for (qi, q) in queries.chunks_exact(DIM).enumerate() {
-        let mut d: Vec<(f32, u64)> = live.iter().map(|(&i, v)| (l2(q, v), i)).collect();
-        d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let truth: Vec<i64> = d[..k].iter().map(|x| x.1 as i64).collect();
-        for &id in &out.ids[qi * k..(qi + 1) * k] {
-            assert!(id >= 0, "query {qi} got fewer than {k} results");
-            assert!(
-                live.contains_key(&(id as u64)),
-                "returned id {id} is not live"
-            );
-        }
-        hit += out.ids[qi * k..(qi + 1) * k]
-            .iter()
-            .filter(|x| truth.contains(x))
-            .count();
-    }
-    hit as f64 / (nq * k) as f64
-}
-
-fn finds_itself(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, ids: &[u64]) {
-    let qs: Vec<f32> = ids.iter().flat_map(|i| live[i].clone()).collect();
-    let out = idx.search(&qs, ids.len(), &SearchOptions::new(5)).unwrap();
-    for (j, &i) in ids.iter().enumerate() {
-        assert!(
-            out.ids[j * 5..(j + 1) * 5].contains(&(i as i64)),
-            "id {i} is not found by its own vector"
-        );
-    }
-}
-
-fn check_ok(idx: &Index) {
-    let rep = idx.check_json().unwrap();
-    assert_eq!(rep["problems"], serde_json::json!([]), "check: {rep}");
+    recall_on_live(idx, live, queries, DIM, true)
 }
 
 /// Builds on 80%, inserts the rest in place and deletes 10% of the built

@@ -158,3 +158,66 @@ pub fn insert_until_injected_fault<E: std::fmt::Display>(
     }
     panic!("case {case}: no fault fired")
 }
+
+/// Recall@10 at L 64 of `idx` against the exact neighbours among the live
+/// vectors `live` (external id → vector of `dim` values); panics on a
+/// returned id that is not live, and (`full`) on a query answered with
+/// fewer than 10 ids.
+pub fn recall_on_live(
+    idx: &Index,
+    live: &std::collections::BTreeMap<u64, Vec<f32>>,
+    queries: &[f32],
+    dim: usize,
+    full: bool,
+) -> f64 {
+    let k = 10;
+    let nq = queries.len() / dim;
+    let out = idx
+        .search(
+            queries,
+            nq,
+            &SearchOptions {
+                l: Some(64),
+                ..SearchOptions::new(k)
+            },
+        )
+        .unwrap();
+    let mut hit = 0;
+    for (qi, q) in queries.chunks_exact(dim).enumerate() {
+        let mut d: Vec<(f32, u64)> = live.iter().map(|(&i, v)| (l2(q, v), i)).collect();
+        d.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let truth: Vec<i64> = d[..k].iter().map(|x| x.1 as i64).collect();
+        for &id in &out.ids[qi * k..(qi + 1) * k] {
+            assert!(!full || id >= 0, "query {qi} got fewer than {k} results");
+            if id >= 0 {
+                assert!(
+                    live.contains_key(&(id as u64)),
+                    "returned id {id} is not live"
+                );
+            }
+        }
+        hit += out.ids[qi * k..(qi + 1) * k]
+            .iter()
+            .filter(|x| truth.contains(x))
+            .count();
+    }
+    hit as f64 / (nq * k) as f64
+}
+
+/// Panics unless each of `ids` is among the 5 results of its own vector.
+pub fn finds_itself(idx: &Index, live: &std::collections::BTreeMap<u64, Vec<f32>>, ids: &[u64]) {
+    let qs: Vec<f32> = ids.iter().flat_map(|i| live[i].clone()).collect();
+    let out = idx.search(&qs, ids.len(), &SearchOptions::new(5)).unwrap();
+    for (j, &i) in ids.iter().enumerate() {
+        assert!(
+            out.ids[j * 5..(j + 1) * 5].contains(&(i as i64)),
+            "id {i} is not found by its own vector"
+        );
+    }
+}
+
+/// Panics unless `check` finds no problem.
+pub fn check_ok(idx: &Index) {
+    let rep = idx.check_json().unwrap();
+    assert_eq!(rep["problems"], serde_json::json!([]), "check: {rep}");
+}
