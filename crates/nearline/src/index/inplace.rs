@@ -37,14 +37,15 @@ use crate::elem::{DType, Element};
 use crate::format::page::{seal_block, PageGeometry};
 use crate::graph::space::PointDistance;
 use crate::graph::vamana::robust_prune;
+use crate::io::DurableFile;
 use crate::layout::RecordReader;
 use crate::planner::{self, SearchFacts, SearchOptions};
 use crate::update::ids::{check_insert_rows, IdTracker};
 use crate::update::wal::{Patch, PatchAction};
 use crate::{with_dtype, Error, Result};
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Replacement edges a delete gives each in-neighbour from the search's
 /// nearest nodes (IP-DiskANN's c) and from the deleted node's own list.
@@ -74,6 +75,9 @@ pub struct InPlace {
     /// A checkpoint follows the update that logs this many bytes of page
     /// images since the last one.
     pub log_limit: u64,
+    /// The page file's writes (opened at the first update; tests put a
+    /// file that fails or tears them here).
+    out: Option<Arc<dyn DurableFile>>,
 }
 
 /// Page-image bytes an index updated in place logs before a checkpoint
@@ -166,6 +170,7 @@ impl InPlace {
             counted: AtomicU64::new(0),
             logged: 0,
             log_limit: LOG_LIMIT,
+            out: None,
         }
     }
 
@@ -503,12 +508,9 @@ impl InPlace {
             }
             crate::format::page::verify_block(img, *b, &geo).map_err(Error::arg)?;
         }
-        let pages = g.pages_path();
         if write && !p.blocks.is_empty() {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&pages)
-                .map_err(|e| Error::io(&pages, e))?;
+            let pages = g.pages_path();
+            let f = self.page_writer(&pages)?;
             for (b, img) in &p.blocks {
                 f.write_all_at(img, geo.block_offset(*b))
                     .map_err(|e| Error::io(&pages, e))?;
@@ -560,6 +562,47 @@ impl InPlace {
                 g.patch_cached(v as u32, geo.record(img, slot))?;
             }
         }
+        Ok(())
+    }
+
+    /// The page file's writer, opened at the first use.
+    fn page_writer(&mut self, pages: &std::path::Path) -> Result<Arc<dyn DurableFile>> {
+        if let Some(f) = &self.out {
+            return Ok(Arc::clone(f));
+        }
+        let f: Arc<dyn DurableFile> = Arc::new(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(pages)
+                .map_err(|e| Error::io(pages, e))?,
+        );
+        self.out = Some(Arc::clone(&f));
+        Ok(f)
+    }
+
+    /// Makes every page write so far durable.
+    fn sync_pages(&self, pages: &std::path::Path) -> Result<()> {
+        match &self.out {
+            Some(f) => f.sync_data().map_err(|e| Error::io(pages, e)),
+            None => crate::io::files::sync_file(pages),
+        }
+    }
+
+    /// Tests: the page file's writes go through `wrap` from now on (given
+    /// the file and its length, all of it durable).
+    #[cfg(test)]
+    pub(crate) fn inject_page_faults(
+        &mut self,
+        pages: &std::path::Path,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn DurableFile>,
+    ) -> Result<()> {
+        crate::io::files::sync_file(pages)?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(pages)
+            .map_err(|e| Error::io(pages, e))?;
+        let len = f.metadata().map_err(|e| Error::io(pages, e))?.len();
+        self.out = Some(wrap(Arc::new(f), len));
         Ok(())
     }
 
@@ -705,11 +748,10 @@ pub fn checkpoint(
     ip: &InPlace,
 ) -> Result<crate::format::Manifest> {
     use crate::format::Section;
-    use crate::io::files::{sync_file, write_manifest, write_section};
+    use crate::io::files::{write_manifest, write_section};
     let g = &open.g;
     let seq = ip.applied;
-    let pages = g.pages_path();
-    sync_file(&pages)?;
+    ip.sync_pages(&g.pages_path())?;
     let mut m = open.manifest.clone();
     let geo = g.geometry();
     let n = g.nodes();

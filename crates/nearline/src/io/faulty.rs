@@ -1,11 +1,11 @@
-//! A log file for tests that fails, tears and loses its writes: the chosen
-//! write fails after writing only part of its bytes (a crash in the middle
+//! A file for tests (the log, the page file) that fails, tears and loses
+//! its writes: the chosen write fails after writing only part of its bytes (a crash in the middle
 //! of a write), the chosen `fdatasync` fails, and
 //! [`FaultyFile::power_loss_len`] says how much of the file a power loss
 //! would leave (what was synced; the test adds part of the rest, or junk,
 //! as a disk that had begun the later writes would).
 
-use super::append::AppendFile;
+use super::durable::DurableFile;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -70,7 +70,7 @@ impl FaultyFile {
     }
 }
 
-impl AppendFile for FaultyFile {
+impl DurableFile for FaultyFile {
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         let mut c = self.counts.lock().map_err(|_| Self::eio("lock"))?;
         let n = c.writes;

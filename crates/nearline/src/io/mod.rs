@@ -27,20 +27,20 @@
 //! order, with delays, can fail reads and writes, and applies writes to its
 //! in-memory copy of the data.
 //!
-//! [`append`] is the write path of the write-ahead log (a positioned write
-//! and a data sync; in tests, `faulty::FaultyFile` fails, tears and loses
-//! them).
+//! [`durable`] is the write path of the write-ahead log and of the page
+//! file an in-place update patches (a positioned write and a data sync; in
+//! tests, `faulty::FaultyFile` fails, tears and loses them).
 //!
 //! [`blocks`] reads single blocks for open-time loads, [`files`] reads and
 //! writes an index directory's manifest and sections (checked, durable).
 //! [`ceiling`] measures the disk's random-read rate through the same engine
 //! (the benchmark's same-run reference).
 
-pub mod append;
 pub mod blocks;
 pub mod buffer;
 pub mod ceiling;
 pub mod completion;
+pub mod durable;
 pub mod engine;
 pub mod fake;
 #[cfg(test)]
@@ -51,10 +51,10 @@ pub mod staging;
 #[cfg(target_os = "linux")]
 pub mod uring;
 
-pub use append::AppendFile;
 pub use blocks::BlockReader;
 pub use buffer::{AlignedBuf, BufferPool, ALIGN};
 pub use ceiling::{measure_read_ceiling, CeilingOptions, CeilingReport};
 pub use completion::{Completion, IoCounters};
+pub use durable::DurableFile;
 pub use engine::{open_direct, open_direct_rw, EngineKind, IoEngine};
 pub use fake::{FakeEngine, FakeOptions};

@@ -572,7 +572,7 @@ impl PartitionIndex {
     #[cfg(test)]
     pub(crate) fn inject_log_faults(
         &self,
-        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::AppendFile>,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::DurableFile>,
     ) -> Result<()> {
         self.current()?.writer()?.inject(wrap)
     }

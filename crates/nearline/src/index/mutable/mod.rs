@@ -178,8 +178,8 @@ impl GraphSlot {
         }
         if let Some(why) = self.broken.lock().map_err(|_| poisoned())?.as_ref() {
             return Err(Error::Engine(format!(
-                "an in-place update was logged but could not be applied ({why}); close and reopen \
-                 the index, which replays it"
+                "an in-place write failed after its update was logged ({why}); close and reopen \
+                 the index, which writes the logged updates again"
             )));
         }
         let mut w = self.writer.lock().map_err(|_| poisoned())?;
@@ -210,7 +210,7 @@ impl GraphSlot {
     #[cfg(test)]
     pub(super) fn inject_log_faults(
         &self,
-        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::AppendFile>,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::DurableFile>,
     ) -> Result<()> {
         let w = self.writer()?;
         w.as_ref().ok_or_else(poisoned)?.inject(wrap)

@@ -25,9 +25,46 @@ impl GraphSlot {
             }
         }
     }
+
+    /// Tests: the page file's writes go through `wrap` from now on.
+    pub(in crate::index) fn inject_page_faults(
+        &self,
+        wrap: impl FnOnce(Arc<std::fs::File>, u64) -> Arc<dyn crate::io::DurableFile>,
+    ) -> Result<()> {
+        self.exclusive(|o, ip| ip.inject_page_faults(&o.g.pages_path(), wrap))
+    }
+}
+
+/// `err`, saying which of a call's ids were `done` before it (an in-place
+/// call updates one vector at a time; those before a failure stay).
+fn partly(err: Error, done: &[u64], what: &str) -> Error {
+    if done.is_empty() {
+        return err;
+    }
+    let note = format!(
+        " ({} id(s) of this call were {what} before the failure, the first {} and the last {})",
+        done.len(),
+        done[0],
+        done[done.len() - 1]
+    );
+    match err {
+        Error::InvalidArgument(m) => Error::InvalidArgument(m + &note),
+        Error::Engine(m) => Error::Engine(m + &note),
+        other => Error::Engine(format!("{other}{note}")),
+    }
 }
 
 impl GraphSlot {
+    /// Marks the index broken by `e` (a write the log holds may be missing
+    /// from the page file: updates are refused until a reopen replays the
+    /// log) and returns `e`.
+    fn break_with(&self, e: Error) -> Error {
+        if let Ok(mut b) = self.broken.lock() {
+            *b = Some(e.to_string());
+        }
+        e
+    }
+
     /// In-place inserts, one vector at a time: each computed while
     /// searches run, logged with its page images, then applied.
     pub(super) fn insert_in_place(
@@ -43,14 +80,17 @@ impl GraphSlot {
             let (r, i) = ip.prepare_insert(vectors, ids)?;
             (r, i, st.open.manifest.dim)
         };
-        for (row, &e) in rows.chunks(dim).zip(&ids) {
-            let patch = {
-                let st = self.state.read().map_err(|_| poisoned())?;
-                let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
-                ip.reserve(&st.open.g, 1)?;
-                ip.plan_insert(&st.open, row, e)?
+        for (i, (row, &e)) in rows.chunks(dim).zip(&ids).enumerate() {
+            let one = || {
+                let patch = {
+                    let st = self.state.read().map_err(|_| poisoned())?;
+                    let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+                    ip.reserve(&st.open.g, 1)?;
+                    ip.plan_insert(&st.open, row, e)?
+                };
+                self.log_and_apply(wal, patch)
             };
-            self.log_and_apply(wal, patch)?;
+            one().map_err(|err| partly(err, &ids[..i], "inserted"))?;
             if let Ok(mut c) = self.counters.lock() {
                 c.inserted += 1;
             }
@@ -105,15 +145,7 @@ impl GraphSlot {
             ip.recount(&o.g)?;
             Ok(ip.logged >= ip.log_limit)
         });
-        let full = match applied {
-            Ok(f) => f,
-            Err(e) => {
-                if let Ok(mut b) = self.broken.lock() {
-                    *b = Some(e.to_string());
-                }
-                return Err(e);
-            }
-        };
+        let full = applied.map_err(|e| self.break_with(e))?;
         if full {
             // The page images since the last checkpoint fill the log's
             // share: a checkpoint drops them (cheap: the ids and codes).
@@ -131,14 +163,15 @@ impl GraphSlot {
     ) -> Result<usize> {
         let wal = w.as_ref().ok_or_else(poisoned)?;
         let mut live = 0;
-        for &e in ids {
+        for (done, &e) in ids.iter().enumerate() {
             let patch = {
                 let st = self.state.read().map_err(|_| poisoned())?;
                 let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
                 ip.plan_delete(&st.open, e)?
             };
             if let Some(p) = patch {
-                self.log_and_apply(wal, p)?;
+                self.log_and_apply(wal, p)
+                    .map_err(|err| partly(err, &ids[..done], "deleted"))?;
                 live += 1;
             }
         }
@@ -167,10 +200,11 @@ impl GraphSlot {
             if seq == st.open.manifest.wal_sequence {
                 return Ok(seq);
             }
-            (
-                seq,
-                crate::index::inplace::checkpoint(&self.dir, &st.open, ip)?,
-            )
+            // A failed sync may have dropped page writes the log still
+            // holds: updates stop until a reopen writes them again.
+            let m = crate::index::inplace::checkpoint(&self.dir, &st.open, ip)
+                .map_err(|e| self.break_with(e))?;
+            (seq, m)
         };
         self.exclusive(|o, ip| {
             o.manifest = m;

@@ -88,7 +88,7 @@
 //! file and a second writer is refused.
 
 use crate::error::{Error, Result};
-use crate::io::AppendFile;
+use crate::io::DurableFile;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -185,7 +185,7 @@ struct State {
     file: Arc<File>,
     /// Where records are written and synced: `file` (tests put a faulty
     /// file here).
-    out: Arc<dyn AppendFile>,
+    out: Arc<dyn DurableFile>,
     log_id: u64,
     first_seq: u64,
     /// Encoded records `written_next..next_seq`, not yet in the file.
@@ -359,7 +359,7 @@ impl Wal {
             path: path.to_path_buf(),
             durability,
             state: Mutex::new(State {
-                out: Arc::clone(&file) as Arc<dyn AppendFile>,
+                out: Arc::clone(&file) as Arc<dyn DurableFile>,
                 file,
                 log_id: header.log_id,
                 first_seq: header.first_seq,
@@ -382,7 +382,7 @@ impl Wal {
     #[cfg(test)]
     pub(crate) fn inject(
         &self,
-        wrap: impl FnOnce(Arc<File>, u64) -> Arc<dyn AppendFile>,
+        wrap: impl FnOnce(Arc<File>, u64) -> Arc<dyn DurableFile>,
     ) -> Result<()> {
         self.sync()?;
         let mut st = self.lock()?;
@@ -658,7 +658,7 @@ impl Wal {
         // The path names the new file now: follow it whatever happens next.
         let kept = st.len - from;
         st.file = Arc::new(file);
-        st.out = Arc::clone(&st.file) as Arc<dyn AppendFile>;
+        st.out = Arc::clone(&st.file) as Arc<dyn DurableFile>;
         st.len = HEADER_BYTES + kept;
         st.first_seq = first;
         st.log_id = header.log_id;
