@@ -12,7 +12,7 @@ use nearline::partition::state::{State, DELETED};
 use nearline::partition::store::PostingRef;
 use nearline::partition::{PartitionIndex, PartitionOpen, PartitionSearch};
 use nearline::update::tail::WalTail;
-use nearline::update::wal::{Durability, Op, Wal};
+use nearline::update::wal::{Durability, Op, Patch, PatchAction, Wal};
 use nearline::{DType, Metric};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
@@ -72,7 +72,8 @@ fn postings_seed() -> Vec<u8> {
     out
 }
 
-/// A log of a few inserts and deletes.
+/// A log of a few inserts and deletes, and one in-place patch (page
+/// images of two small blocks).
 fn wal_seed() -> Vec<u8> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("wal.log");
@@ -93,6 +94,20 @@ fn wal_seed() -> Vec<u8> {
         };
         wal.append_op_durable(&op).expect("append");
     }
+    let patch = Op::Patch(Patch {
+        action: PatchAction::Insert,
+        internal: 7,
+        external: 42,
+        dim: 2,
+        dtype: DType::F32,
+        vector: [0.5f32, -1.5]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        block_size: 64,
+        blocks: vec![(1, vec![0xA5; 64]), (3, vec![0x5A; 64])],
+    });
+    wal.append_op_durable(&patch).expect("append");
     drop(wal);
     std::fs::read(&path).expect("read")
 }

@@ -157,6 +157,29 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
             &mut problems,
         );
     }
+    // In place: edges from live nodes to tombstones (a delete's repair
+    // missed them; the sweep removes them), none to a slot an insert may
+    // take.
+    let mut to_tombstones = 0u64;
+    if let Some(ip) = &st.inplace {
+        let free: std::collections::HashSet<u32> = ip.free_list().iter().copied().collect();
+        let dead = |u: u32| go.g.external(u) < 0;
+        let mut to_free = 0u64;
+        for v in (0..n as u32).filter(|&v| !dead(v)) {
+            for &u in graph.neighbors(v) {
+                if dead(u) {
+                    to_tombstones += 1;
+                    to_free += u64::from(free.contains(&u));
+                }
+            }
+        }
+        if to_free > 0 {
+            note(
+                format!("{to_free} edges lead to free slots (an insert would take them)"),
+                &mut problems,
+            );
+        }
+    }
     if let Some(ids) = go.g.ids() {
         let mut sorted = ids.to_vec();
         sorted.sort_unstable();
@@ -183,6 +206,8 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
         "live_ids": n - st.deleted_on_disk() + st.delta.inserted(),
         "deleted_since_merge": st.delta.deleted_on_disk(),
         "tombstones": st.inplace.as_ref().map_or(0, |p| p.deleted()),
+        "edges_to_tombstones": to_tombstones,
+        "free_slots": st.inplace.as_ref().map_or(0, |p| p.free_list().len()),
         "update": if st.inplace.is_some() { "in_place" } else { "out_of_place" },
         "inserted_since_merge": st.delta.inserted(),
         "problem_count": count,

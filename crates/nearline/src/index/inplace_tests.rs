@@ -506,3 +506,65 @@ fn failed_or_torn_log_and_page_writes_lose_no_acknowledged_update() {
         assert!(idx.live_ids().unwrap().contains(&1250), "case {case}");
     }
 }
+
+/// A deleted slot is taken by an insert only after a sweep round removed
+/// every live node's edge to it: right after the deletes, the edges their
+/// repairs missed may remain and the last slots wait; updates run the sweep, after
+/// which no live node points at a tombstone, inserts take the freed slots
+/// (the page file does not grow), and `check` (which refuses an edge to a
+/// free slot) passes throughout.
+#[test]
+fn the_sweep_frees_deleted_slots_once_no_edge_leads_to_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N + 50, DIM, 31);
+    let (data, queries) = all.split_at(N * DIM);
+    let n0 = N - 300;
+    build(&dir, Preset::Diskann, data, n0, Some(UpdateMode::InPlace));
+    let idx = open(&dir);
+    let report = |idx: &Index| {
+        let r = idx.check_json().unwrap();
+        assert_eq!(r["problems"], serde_json::json!([]), "check: {r}");
+        (
+            r["edges_to_tombstones"].as_u64().unwrap(),
+            r["free_slots"].as_u64().unwrap(),
+            r["nodes"].as_u64().unwrap(),
+        )
+    };
+    // Each delete runs a slice of the sweep; a slot is freed by the first
+    // round that starts after its delete, so the last ones still wait.
+    let gone: Vec<u64> = (0..n0 as u64).step_by(10).collect();
+    assert_eq!(idx.delete(&gone).unwrap(), gone.len());
+    let (dangling, free, nodes) = report(&idx);
+    assert_eq!(nodes, n0 as u64);
+    assert!(free < gone.len() as u64, "every slot is free at once");
+    // Inserts run the sweep and take the freed slots.
+    let mut live: BTreeMap<u64, Vec<f32>> = (0..n0)
+        .filter(|i| i % 10 != 0)
+        .map(|i| (i as u64, data[i * DIM..(i + 1) * DIM].to_vec()))
+        .collect();
+    let mut grew = 0;
+    for i in n0..N {
+        let before = report(&idx).2;
+        idx.insert(&data[i * DIM..(i + 1) * DIM], Some(&[i as u64]))
+            .unwrap();
+        live.insert(i as u64, data[i * DIM..(i + 1) * DIM].to_vec());
+        grew += (report(&idx).2 > before) as usize;
+    }
+    let (dangling_after, _, nodes_after) = report(&idx);
+    assert_eq!(
+        dangling_after, 0,
+        "the sweep left edges to tombstones ({dangling} before)"
+    );
+    assert!(
+        grew < 300 && nodes_after < N as u64,
+        "the inserts took no freed slot: {grew} grew the file"
+    );
+    assert!(measure(&idx, &live, queries) >= 0.9);
+    // A reopen sweeps again before it reuses a slot.
+    drop(idx);
+    let idx = open(&dir);
+    let (_, free, _) = report(&idx);
+    assert_eq!(free, 0);
+    finds_itself(&idx, &live, &[(N - 1) as u64, 5, 17]);
+}

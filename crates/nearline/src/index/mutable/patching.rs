@@ -5,6 +5,7 @@
 use super::merging::Snapshot;
 use super::{poisoned, GraphSlot, GraphState};
 use crate::index::graph::GraphOpen;
+use crate::index::inplace::sweep::SWEEP_BLOCKS;
 use crate::index::inplace::InPlace;
 use crate::update::wal::{Op, Wal};
 use crate::{Error, Result};
@@ -90,12 +91,37 @@ impl GraphSlot {
                 };
                 self.log_and_apply(wal, patch)
             };
-            one().map_err(|err| partly(err, &ids[..i], "inserted"))?;
+            one()
+                .and_then(|()| self.sweep_step(wal))
+                .map_err(|err| partly(err, &ids[..i], "inserted"))?;
             if let Ok(mut c) = self.counters.lock() {
                 c.inserted += 1;
             }
         }
         Ok(ids)
+    }
+
+    /// One slice of the sweep of edges to tombstones, after an update
+    /// (see `inplace::sweep`): its repairs logged and applied like an
+    /// update's; a round's end frees its tombstones' slots.
+    fn sweep_step(&self, wal: &Wal) -> Result<()> {
+        let mut step = {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+            match ip.plan_sweep(&st.open, SWEEP_BLOCKS)? {
+                Some(s) => s,
+                None => return Ok(()),
+            }
+        };
+        if let Some(p) = step.patch.take() {
+            self.log_and_apply(wal, p)?;
+        }
+        let mut st = self.write()?;
+        st.inplace
+            .as_mut()
+            .ok_or_else(poisoned)?
+            .advance_sweep(&step);
+        Ok(())
     }
 
     /// Runs `f` on the open index and its in-place bookkeeping under the
@@ -171,6 +197,7 @@ impl GraphSlot {
             };
             if let Some(p) = patch {
                 self.log_and_apply(wal, p)
+                    .and_then(|()| self.sweep_step(wal))
                     .map_err(|err| partly(err, &ids[..done], "deleted"))?;
                 live += 1;
             }

@@ -47,6 +47,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub mod sweep;
+
 /// Replacement edges a delete gives each in-neighbour from the search's
 /// nearest nodes (IP-DiskANN's c) and from the deleted node's own list.
 const REPLACEMENTS: usize = 3;
@@ -61,8 +63,16 @@ pub struct InPlace {
     /// Tombstones: deleted nodes whose records still route searches.
     deleted: usize,
     /// Tombstones an insert may take (every one but the medoid, where
-    /// searches start), the latest last.
+    /// searches start), the latest last: a sweep round found no live
+    /// node's edge to them.
     free: Vec<u32>,
+    /// Tombstones deleted since the sweep round that runs began (or all
+    /// of them after an open): their slots wait for the next round.
+    pending: Vec<u32>,
+    /// Tombstones the running sweep round covers (empty: none runs).
+    round: Vec<u32>,
+    /// The next block the running round looks at.
+    sweep_at: u64,
     medoid: u32,
     /// The last log sequence applied.
     pub applied: u64,
@@ -145,13 +155,15 @@ impl InPlace {
         let mut live = HashMap::with_capacity(n);
         let mut deleted = 0;
         let mut largest = 0u64;
-        let mut free = Vec::new();
+        // Whether a tombstone's in-edges were swept is not on disk: each
+        // waits for a round after the open.
+        let mut pending = Vec::new();
         for i in 0..n as u32 {
             let e = g.external(i) as u64;
             if e == u64::MAX {
                 deleted += 1;
                 if i != m.medoid {
-                    free.push(i);
+                    pending.push(i);
                 }
             } else {
                 live.insert(e, i);
@@ -164,7 +176,10 @@ impl InPlace {
             dtype: m.dtype,
             ids: IdTracker::new(live, largest.max(g.next_auto_id())),
             deleted,
-            free,
+            free: Vec::new(),
+            pending,
+            round: Vec::new(),
+            sweep_at: 0,
             medoid: m.medoid,
             applied,
             counted: AtomicU64::new(0),
@@ -202,7 +217,8 @@ impl InPlace {
     /// Bytes the bookkeeping holds beyond what the index held at open
     /// (the id map; the grown tables are `g.grown_bytes()`).
     pub fn memory_bytes(&self) -> u64 {
-        self.ids.memory_bytes() + self.free.capacity() as u64 * 4
+        self.ids.memory_bytes()
+            + (self.free.capacity() + self.pending.capacity() + self.round.capacity()) as u64 * 4
     }
 
     /// Checks an insert and returns its rows as the index stores them and
@@ -224,9 +240,8 @@ impl InPlace {
         let g = &open.g;
         let spec = &open.manifest.spec;
         let n = g.nodes();
-        // A tombstone's slot first (its record is rewritten; an in-edge the
-        // delete's repair missed now leads to the new vector), else a new
-        // slot at the page file's end.
+        // A swept tombstone's slot first (its record is rewritten; no live
+        // node's edge leads to it), else a new slot at the page file's end.
         let v = match self.free.last() {
             Some(&s) => s,
             None => u32::try_from(n)
@@ -530,8 +545,12 @@ impl InPlace {
                 g.ids_mut()[p.internal as usize] = p.external;
                 if reused {
                     self.deleted = self.deleted.saturating_sub(1);
-                    if let Some(at) = self.free.iter().rposition(|&x| x == p.internal) {
-                        self.free.remove(at);
+                    // (A replayed log may reuse a slot this open has not
+                    // swept yet: the writer had.)
+                    for list in [&mut self.free, &mut self.pending, &mut self.round] {
+                        if let Some(at) = list.iter().rposition(|&x| x == p.internal) {
+                            list.remove(at);
+                        }
                     }
                 }
                 if let Some(old) = self.ids.insert(p.external, p.internal) {
@@ -606,11 +625,12 @@ impl InPlace {
         Ok(())
     }
 
-    /// Counts node `v` as a tombstone whose slot an insert may take.
+    /// Counts node `v` as a tombstone whose slot an insert may take once
+    /// a sweep round has removed the edges to it.
     fn tombstone(&mut self, v: u32) {
         self.deleted += 1;
         if v != self.medoid {
-            self.free.push(v);
+            self.pending.push(v);
         }
     }
 
