@@ -15,6 +15,10 @@ For each of ``--strategies`` (``out_of_place``: FreshDiskANN's delta, delete set
 * the merges: how many, seconds each (read, graph edit, write), from ``info()["updates"]``;
 * ``within_budget`` sampled every second.
 
+``--update-rates`` runs the experiment at each given rate (updates a second, paced; 0: each update as
+soon as the last returned) for every strategy, from one build per strategy: a query-heavy workload
+is a low rate.
+
 With ``--merge-check`` (default on) it also measures the merge-time bar of the issue: an index
 built on 90% of the set takes 10% inserts and deletes of 10% of its vectors, then one merge
 (``checkpoint()``), timed against a fresh build of the resulting live set with the same threads.
@@ -89,7 +93,11 @@ def pct(a: List[float], q: float) -> float:
     return float(np.percentile(np.asarray(a), q)) if a else float("nan")
 
 
-def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) -> Dict[str, Any]:
+def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str, rate: float = 0.0,
+               built_cache: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
+    """One run of the paper's experiment; ``rate`` paces the updates (operations a second; 0: each
+    as soon as the last returned). ``built_cache`` keeps one build per strategy across rates (the
+    build is copied, not redone)."""
     base, queries, metric = ds.base, ds.queries[: args.queries], ds.metric
     n = len(base)
     rng = np.random.default_rng(args.seed)
@@ -100,13 +108,19 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
     n_ins = min(len(held), ops * 9 // 10)
     n_del = ops - n_ins
     dels = rng.choice(built, size=n_del, replace=False)
-    path = workdir / f"paper-{strategy}.index"
+    path = workdir / f"paper-{strategy}-rate{rate:g}.index"
     shutil.rmtree(path, ignore_errors=True)
-    log(f"{strategy}: build on {n0} of {n} vectors")
-    t0 = time.perf_counter()
-    opts = build_opts(args, metric, strategy)
-    nearline.build(base[built], path, ids=built.astype(np.int64), **opts).close()
-    build_s = time.perf_counter() - t0
+    pristine = workdir / f"paper-{strategy}-built.index"
+    built_cache = {} if built_cache is None else built_cache
+    if strategy not in built_cache:
+        shutil.rmtree(pristine, ignore_errors=True)
+        log(f"{strategy}: build on {n0} of {n} vectors")
+        t0 = time.perf_counter()
+        opts = build_opts(args, metric, strategy)
+        nearline.build(base[built], pristine, ids=built.astype(np.int64), **opts).close()
+        built_cache[strategy] = time.perf_counter() - t0
+    build_s = built_cache[strategy]
+    shutil.copytree(pristine, path)
     idx = nearline.open(path, threads=args.threads, memory_budget=args.memory_budget)
     live = np.zeros(n, bool)
     live[built] = True
@@ -138,7 +152,12 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
 
     def updater() -> None:
         try:
+            t_start = time.perf_counter()
             for j, (op, x) in enumerate(stream):
+                if rate > 0:
+                    wait = t_start + j / rate - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
                 t = time.perf_counter()
                 if op == "i":
                     idx.insert(base[x:x + 1], ids=[x])
@@ -190,7 +209,7 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
     idx.close()
     qps = [w["qps"] for w in windows]
     res = {
-        "strategy": strategy, "n": n, "built": n0, "inserts": n_ins, "deletes": n_del,
+        "strategy": strategy, "update_rate": rate, "n": n, "built": n0, "inserts": n_ins, "deletes": n_del,
         "memory_budget": args.memory_budget, "write_ratio": args.write_ratio, "preset": args.preset,
         "L": args.L, "k": args.k,
         "build_seconds": build_s, "update_seconds": update_s,
@@ -205,7 +224,7 @@ def experiment(ds: Any, args: argparse.Namespace, workdir: Path, strategy: str) 
         "within_budget_always": budget_ok[0], "live_ids_match": ok, "check_problems": problems,
         "errors": errors,
     }
-    log(f"{strategy}: recall before {before:.4f} during {[round(d['recall'], 4) for d in during_recalls]} "
+    log(f"{strategy} at {rate:g} updates/s (0: unpaced): recall before {before:.4f} during {[round(d['recall'], 4) for d in during_recalls]} "
         f"after {after:.4f}; search QPS mean {res['search_qps_mean']:.0f} under updates; insert "
         f"mean {res['insert_latency_ms']['mean']:.2f} ms p99 {res['insert_latency_ms']['p99']:.2f} ms; "
         f"merges during {merges_during}; final merge {final_merge_s:.1f} s; within budget {budget_ok[0]}")
@@ -331,7 +350,8 @@ def plot_qps(result: Dict[str, Any], prefix: str, plt: Any) -> List[str]:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for r in result["experiments"]:
         w = r["search_qps_windows"]
-        ax.plot([x["t"] for x in w], [x["qps"] for x in w], label=r["strategy"])
+        paced = f" at {r['update_rate']:g} updates/s" if r.get("update_rate") else ""
+        ax.plot([x["t"] for x in w], [x["qps"] for x in w], label=r["strategy"] + paced)
     ax.set_xlabel("seconds since updates began")
     ax.set_ylabel("search QPS (1 thread)")
     ax.set_title(f"{result['data']}: search under updates (budget {result['memory_budget']})")
@@ -371,6 +391,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="the merge check's open budget (room for the whole delta)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ops", type=float, default=0.2, help="operations, as a fraction of the set")
+    ap.add_argument("--update-rates", default="0",
+                    help="comma list of update rates (operations a second) the experiment runs at, each "
+                    "for every strategy; 0: each update as soon as the last returned")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=100, help="queries per search call of the search thread")
     ap.add_argument("--k", type=int, default=10)
@@ -391,6 +414,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     for s in args.strategies.split(","):
         if s not in ("out_of_place", "in_place"):
             ap.error(f"strategy {s!r}: expected out_of_place or in_place")
+    try:
+        rates = [float(x) for x in args.update_rates.split(",")]
+    except ValueError:
+        ap.error(f"--update-rates {args.update_rates!r}: expected numbers separated by commas")
+    if any(r < 0 for r in rates):
+        ap.error("--update-rates: a rate is at least 0")
     args.memory_budget = float(args.memory_budget) if "." in args.memory_budget else args.memory_budget
     args.merge_open_budget = (float(args.merge_open_budget) if "." in args.merge_open_budget
                               else args.merge_open_budget)
@@ -403,9 +432,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                               "memory_budget": args.memory_budget, "write_ratio": args.write_ratio,
                               "preset": args.preset,
                               "threads": args.threads, "experiments": []}
-    for s in args.strategies.split(",") if args.paper else []:
-        result["experiments"].append(experiment(ds, args, workdir, s))
-        Path(args.out).write_text(json.dumps(result, indent=1))
+    built_cache: Dict[str, float] = {}
+    for rate in rates if args.paper else []:
+        for s in args.strategies.split(","):
+            result["experiments"].append(experiment(ds, args, workdir, s, rate, built_cache))
+            Path(args.out).write_text(json.dumps(result, indent=1))
     if args.merge_check:
         result["merge_check"] = merge_check(ds, args, workdir)
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -43,10 +43,12 @@ use crate::planner::{self, SearchFacts, SearchOptions};
 use crate::update::ids::{check_insert_rows, IdTracker};
 use crate::update::wal::{Patch, PatchAction};
 use crate::{with_dtype, Error, Result};
+use live::LiveIds;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod live;
 pub mod sweep;
 
 /// Replacement edges a delete gives each in-neighbour from the search's
@@ -59,7 +61,7 @@ pub struct InPlace {
     metric: Metric,
     dtype: DType,
     /// Live external id → internal id.
-    ids: IdTracker,
+    ids: LiveIds,
     /// Tombstones: deleted nodes whose records still route searches.
     deleted: usize,
     /// Tombstones an insert may take (every one but the medoid, where
@@ -149,12 +151,13 @@ fn l2(a: &[f32], b: &[f32]) -> f32 {
 impl InPlace {
     /// The bookkeeping of `g` (its tombstones are the nodes whose external
     /// id is `u64::MAX`) with the log applied up to `applied`.
-    pub fn new(g: &GraphIndex, applied: u64) -> InPlace {
+    pub fn new(g: &mut GraphIndex, applied: u64) -> InPlace {
+        // The lookups of live ids go through the id array.
+        g.ids_mut();
+        let g = &*g;
         let m = g.manifest();
         let n = g.nodes();
-        let mut live = HashMap::with_capacity(n);
         let mut deleted = 0;
-        let mut largest = 0u64;
         // Whether a tombstone's in-edges were swept is not on disk: each
         // waits for a round after the open.
         let mut pending = Vec::new();
@@ -165,16 +168,13 @@ impl InPlace {
                 if i != m.medoid {
                     pending.push(i);
                 }
-            } else {
-                live.insert(e, i);
-                largest = largest.max(e + 1);
             }
         }
         InPlace {
             dim: m.dim,
             metric: m.metric,
             dtype: m.dtype,
-            ids: IdTracker::new(live, largest.max(g.next_auto_id())),
+            ids: LiveIds::new(g.ids().unwrap_or(&[]), g.next_auto_id()),
             deleted,
             free: Vec::new(),
             pending,
@@ -204,14 +204,9 @@ impl InPlace {
         self.ids.next_auto()
     }
 
-    /// Whether `ext` is live.
-    pub fn contains(&self, ext: u64) -> bool {
-        self.ids.contains(ext)
-    }
-
-    /// Every live external id.
-    pub fn live_ids(&self) -> Vec<u64> {
-        self.ids.iter().map(|(e, _)| e).collect()
+    /// Every live external id, ascending.
+    pub fn live_ids(&self, g: &GraphIndex) -> Result<Vec<u64>> {
+        Ok(self.ids.ids(ext_of(g)?))
     }
 
     /// Bytes the bookkeeping holds beyond what the index held at open
@@ -225,12 +220,15 @@ impl InPlace {
     /// its ids.
     pub fn prepare_insert(
         &self,
+        g: &GraphIndex,
         vectors: &[f32],
         ids: Option<&[u64]>,
     ) -> Result<(Vec<f32>, Vec<u64>)> {
         let n = check_insert_rows(vectors, self.dim)?;
         let rows = stored_rows(vectors, self.dim, self.dtype, self.metric)?;
-        let ids = self.ids.resolve_insert(ids, n, |_| false)?;
+        let ext = ext_of(g)?;
+        let ids = IdTracker::empty(self.ids.next_auto())
+            .resolve_insert(ids, n, |e| self.ids.get(ext, e).is_some())?;
         Ok((rows, ids))
     }
 
@@ -316,10 +314,10 @@ impl InPlace {
 
     /// The patch that deletes `ext` (`None`: not live).
     pub fn plan_delete(&self, open: &GraphOpen, ext: u64) -> Result<Option<Patch>> {
-        let Some(v) = self.ids.get(ext) else {
+        let g = &open.g;
+        let Some(v) = self.ids.get(ext_of(g)?, ext) else {
             return Ok(None);
         };
-        let g = &open.g;
         let spec = &open.manifest.spec;
         let mut reader = Reader::open(g)?;
         let dead = reader.node(v)?;
@@ -542,6 +540,13 @@ impl InPlace {
                     )));
                 }
                 g.set_code(p.internal, &row);
+                // A replayed insert of a live id: the old node goes.
+                let old = self.ids.get(ext_of(g)?, p.external);
+                if let Some(old) = old.filter(|&o| o != p.internal) {
+                    self.ids.remove(ext_of(g)?, p.external);
+                    g.ids_mut()[old as usize] = u64::MAX;
+                    self.tombstone(old);
+                }
                 g.ids_mut()[p.internal as usize] = p.external;
                 if reused {
                     self.deleted = self.deleted.saturating_sub(1);
@@ -553,18 +558,14 @@ impl InPlace {
                         }
                     }
                 }
-                if let Some(old) = self.ids.insert(p.external, p.internal) {
-                    // A replayed insert of a live id: the old node goes.
-                    if old != p.internal {
-                        g.ids_mut()[old as usize] = u64::MAX;
-                        self.tombstone(old);
-                    }
+                if old != Some(p.internal) {
+                    self.ids.insert(ext_of(g)?, p.internal);
                 }
                 self.ids.raise_next_auto(p.external.saturating_add(1));
             }
             PatchAction::Delete => {
-                if self.ids.get(p.external) == Some(p.internal) {
-                    self.ids.remove(p.external);
+                if self.ids.get(ext_of(g)?, p.external) == Some(p.internal) {
+                    self.ids.remove(ext_of(g)?, p.external);
                     g.ids_mut()[p.internal as usize] = u64::MAX;
                     self.tombstone(p.internal);
                 }
@@ -635,11 +636,14 @@ impl InPlace {
     }
 
     /// Counts, before an update is logged, what the update layer will
-    /// hold with `more` nodes added: refused (nothing changed) when the
-    /// budget cannot hold it.
+    /// hold with `more` nodes added (and one more tombstone): refused
+    /// (nothing changed) when the budget cannot hold it. The slot lists
+    /// are counted at their most (each holds at most every tombstone, at
+    /// up to twice its length), so applying the update never needs more.
     /// The caller holds the writer lock (one update at a time).
     pub fn reserve(&self, g: &GraphIndex, more: usize) -> Result<()> {
-        let held = IdTracker::bytes_for(self.ids.len() + more).max(self.memory_bytes())
+        let lists = 4 * 3 * 2 * (self.deleted + 1) as u64;
+        let held = (self.ids.bytes_with(more) + lists).max(self.memory_bytes())
             + g.grown_bytes_at(g.nodes() + more);
         self.hold(g, held).map_err(|e| {
             Error::arg(format!(
@@ -715,6 +719,13 @@ fn to_bytes(row: &[f32], dtype: DType) -> Result<Vec<u8>> {
         }
         Ok(out)
     })
+}
+
+/// The external id of each internal id (an index updated in place holds
+/// the array: `InPlace::new` makes it).
+fn ext_of(g: &GraphIndex) -> Result<&[u64]> {
+    g.ids()
+        .ok_or_else(|| Error::Engine("an index updated in place has no id array".into()))
 }
 
 /// Blocking reads of records and blocks for an update.

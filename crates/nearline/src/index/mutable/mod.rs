@@ -224,8 +224,11 @@ impl GraphSlot {
 
     /// Checks an insert without doing it.
     pub fn validate_insert(&self, vectors: &[f32], ids: Option<&[u64]>) -> Result<()> {
-        if let Some(ip) = &self.state.read().map_err(|_| poisoned())?.inplace {
-            return ip.prepare_insert(vectors, ids).map(drop);
+        {
+            let st = self.state.read().map_err(|_| poisoned())?;
+            if let Some(ip) = &st.inplace {
+                return ip.prepare_insert(&st.open.g, vectors, ids).map(drop);
+            }
         }
         let mut st = self.write()?;
         let open = Arc::clone(&st.open);
@@ -387,9 +390,7 @@ impl GraphSlot {
     pub fn live_ids(&self) -> Result<Vec<u64>> {
         let st = self.read()?;
         if let Some(ip) = &st.inplace {
-            let mut ids = ip.live_ids();
-            ids.sort_unstable();
-            return Ok(ids);
+            return ip.live_ids(&st.open.g);
         }
         let mut ids = st.delta.live_ids(&st.open.g);
         ids.sort_unstable();

@@ -53,7 +53,7 @@ pub(super) fn open_state(
         g,
     };
     if mode == UpdateMode::InPlace {
-        let mut ip = InPlace::new(&open.g, open.manifest.wal_sequence);
+        let mut ip = InPlace::new(&mut open.g, open.manifest.wal_sequence);
         let path = wal_path(dir);
         if path.exists() {
             let mut t = WalTail::open(&path)?;

@@ -78,7 +78,7 @@ impl GraphSlot {
         let (rows, ids, dim) = {
             let st = self.state.read().map_err(|_| poisoned())?;
             let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
-            let (r, i) = ip.prepare_insert(vectors, ids)?;
+            let (r, i) = ip.prepare_insert(&st.open.g, vectors, ids)?;
             (r, i, st.open.manifest.dim)
         };
         for (i, (row, &e)) in rows.chunks(dim).zip(&ids).enumerate() {
@@ -193,6 +193,7 @@ impl GraphSlot {
             let patch = {
                 let st = self.state.read().map_err(|_| poisoned())?;
                 let ip = st.inplace.as_ref().ok_or_else(poisoned)?;
+                ip.reserve(&st.open.g, 0)?;
                 ip.plan_delete(&st.open, e)?
             };
             if let Some(p) = patch {
