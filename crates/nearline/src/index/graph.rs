@@ -358,7 +358,8 @@ impl GraphIndex {
             account.fixed(),
             account.cache,
             crate::cache::RESIZE_SCRATCH,
-        );
+        )
+        .keeping(plan.memory.worker_scratch);
         Ok(GraphIndex {
             ids,
             engine,
