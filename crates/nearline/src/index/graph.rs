@@ -532,8 +532,9 @@ impl GraphIndex {
     }
 
     /// In-place updates: grows the index to `n` nodes (the page file's
-    /// block count, the ID layout, the PQ table: by an eighth more than
-    /// asked, so growth is amortised). The caller writes the new blocks.
+    /// block count, the ID layout, the PQ table to the end of its huge
+    /// page, the ids by a sixteenth: growth is amortised). The caller
+    /// writes the new blocks.
     pub fn grow_to(&mut self, n: usize) -> Result<()> {
         let old = self.nodes();
         if n <= old {
@@ -552,7 +553,7 @@ impl GraphIndex {
             if let AnyScorer::Pq(p) = &mut d.scorer {
                 let m = p.m();
                 if p.codes.len() < n * m {
-                    let cap = n + n / 8 + 64;
+                    let cap = grown_rows(n, m);
                     let mut grown = crate::util::huge::HugeBytes::zeroed(cap * m)
                         .map_err(|e| Error::Engine(format!("cannot grow the PQ table: {e}")))?;
                     grown[..p.codes.len()].copy_from_slice(&p.codes);
@@ -562,6 +563,10 @@ impl GraphIndex {
             d.n = n;
         });
         if let Some(ids) = &mut self.ids {
+            if ids.capacity() < n {
+                // By a sixteenth, not by doubling: the budget counts it.
+                ids.reserve_exact(grown_ids(n) - ids.len());
+            }
             ids.resize(n, u64::MAX);
         }
         self.manifest.n = n;
@@ -595,12 +600,12 @@ impl GraphIndex {
             if p.codes.len() >= n * m {
                 p.codes.memory_bytes() as u64
             } else {
-                ((n + n / 8 + 64) * m).div_ceil(1 << 21) as u64 * (1 << 21)
+                (grown_rows(n, m) * m).div_ceil(HUGE_PAGE) as u64 * HUGE_PAGE as u64
             }
         });
         let ids = match &self.ids {
             Some(v) if v.capacity() >= n => v.capacity() as u64 * 8,
-            _ => (n + n / 2) as u64 * 8,
+            _ => grown_ids(n) as u64 * 8,
         };
         (codes + ids).saturating_sub(self.account.pq_codes + self.account.ids)
     }
@@ -917,4 +922,23 @@ fn load_coded(dir: &Path, m: &Manifest) -> Result<CodedScorer> {
     let bits = m.layout.codes.map_or(1, |c| c.bits);
     CodedScorer::new(&pca, rabitq, m.layout.max_degree, bits)
         .map_err(|e| Error::corrupt(&rq_path, e.to_string()))
+}
+
+/// The huge-page granularity of a PQ table's mapping.
+const HUGE_PAGE: usize = 1 << 21;
+
+/// Rows of `m`-byte codes a PQ table grown for `n` nodes holds: 64 more,
+/// then every row its 2 MiB-rounded mapping has room for. The table at
+/// open has spare room in its last huge page, so the first growth costs no
+/// memory, and each later one adds a huge page (about 10,000 rows of
+/// 200-byte codes): the budget takes the room from the cache 2 MiB at a
+/// time, not by a fraction of the index.
+fn grown_rows(n: usize, m: usize) -> usize {
+    let m = m.max(1);
+    ((n + 64) * m).div_ceil(HUGE_PAGE) * HUGE_PAGE / m
+}
+
+/// Ids an id array grown for `n` nodes has room for.
+fn grown_ids(n: usize) -> usize {
+    n + n / 16 + 64
 }
