@@ -177,9 +177,9 @@ pub struct BuildOptions {
     /// Bytes the page file may take: a replicated layout packs fewer lists
     /// to stay within it. `None`: no limit.
     pub disk_budget: Option<u64>,
-    /// How the graph index takes updates; `None` (`"auto"`): in place for
-    /// a query-heavy `write_ratio` on a layout that allows it, else out of
-    /// place.
+    /// How the graph index takes updates; `None` (`"auto"`): out of place
+    /// (in place measured no faster here, even query-heavy: see the
+    /// planner's `update_strategy` decision).
     pub update: Option<crate::format::UpdateMode>,
     /// Write the adjacency section an adjacency cache loads; `None`: the
     /// preset's.
