@@ -54,6 +54,18 @@ fn open(dir: &Path) -> Index {
     .unwrap()
 }
 
+/// A `diskann` index built in place on the first `n0` of `N + 50`
+/// clustered vectors (seed `seed`; the last 50 are queries), open, in a
+/// temporary directory (`idx` in it): the directory, the vectors, the index.
+fn built_in_place(seed: u64, n0: usize) -> (tempfile::TempDir, Vec<f32>, Index) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("idx");
+    let all = clustered(N + 50, DIM, seed);
+    build(&dir, Preset::Diskann, &all, n0, Some(UpdateMode::InPlace));
+    let idx = open(&dir);
+    (tmp, all, idx)
+}
+
 /// Recall@10 at L 64 against the live set (see `test_data::recall_on_live`).
 fn measure(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, queries: &[f32]) -> f64 {
     recall_on_live(idx, live, queries, DIM, true)
@@ -159,13 +171,10 @@ fn pipeann_preset_switches_to_in_place_at_open() {
 /// the two) is written again from the log at the next open.
 #[test]
 fn a_lost_page_write_is_redone_from_the_log() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("idx");
-    let all = clustered(N + 50, DIM, 5);
-    let (data, queries) = all.split_at(N * DIM);
     let n0 = N - 200;
-    build(&dir, Preset::Diskann, data, n0, Some(UpdateMode::InPlace));
-    let idx = open(&dir);
+    let (tmp, all, idx) = built_in_place(5, n0);
+    let dir = tmp.path().join("idx");
+    let (data, queries) = all.split_at(N * DIM);
     let pages = dir.join("pages.bin");
     let clean = std::fs::read(&pages).unwrap();
     idx.insert(&data[n0 * DIM..], None).unwrap();
@@ -509,19 +518,16 @@ fn failed_or_torn_log_and_page_writes_lose_no_acknowledged_update() {
 
 /// A deleted slot is taken by an insert only after a sweep round removed
 /// every live node's edge to it: right after the deletes, the edges their
-/// repairs missed may remain and the last slots wait; updates run the sweep, after
-/// which no live node points at a tombstone, inserts take the freed slots
-/// (the page file does not grow), and `check` (which refuses an edge to a
-/// free slot) passes throughout.
+/// repairs missed may remain and the last slots wait; updates run the
+/// sweep, after which no live node points at a tombstone, inserts take the
+/// freed slots before the page file grows, and `check` (which refuses an
+/// edge to a free slot) passes throughout.
 #[test]
 fn the_sweep_frees_deleted_slots_once_no_edge_leads_to_them() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("idx");
-    let all = clustered(N + 50, DIM, 31);
-    let (data, queries) = all.split_at(N * DIM);
     let n0 = N - 300;
-    build(&dir, Preset::Diskann, data, n0, Some(UpdateMode::InPlace));
-    let idx = open(&dir);
+    let (tmp, all, idx) = built_in_place(31, n0);
+    let dir = tmp.path().join("idx");
+    let (data, queries) = all.split_at(N * DIM);
     let report = |idx: &Index| {
         let r = idx.check_json().unwrap();
         assert_eq!(r["problems"], serde_json::json!([]), "check: {r}");
