@@ -10,7 +10,8 @@ use nearline::layout::shuffle::ShuffleAlgo;
 use nearline::planner::reader::{self, OptionReader};
 use nearline::planner::schema::{self, Stage};
 use nearline::planner::{
-    BuildOptions, CacheChoice, EntryChoice, OpenOptions, PresetChoice, RangeOptions, SearchOptions,
+    BuildOptions, CacheChoice, CodeParams, EntryChoice, OpenOptions, PresetChoice, RangeOptions,
+    SearchOptions,
 };
 use nearline::util::Budget;
 use numpy::{PyReadonlyArray1, PyUntypedArrayMethods};
@@ -327,8 +328,10 @@ pub fn build_options(kw: Option<&Bound<'_, PyDict>>) -> PyResult<BuildOptions> {
             }
         },
         adjacency: k.bool("adjacency")?,
-        principal_dims: k.usize("principal_dims")?,
-        code_bits: k.usize("code_bits")?,
+        codes: CodeParams {
+            principal_dims: k.usize("principal_dims")?,
+            bits: k.usize("code_bits")?,
+        },
         partition: nearline::planner::options::PartitionOptions {
             head_ratio: k.f64("head_ratio")?,
             replicas: k.usize("replicas")?,

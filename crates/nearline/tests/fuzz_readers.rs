@@ -284,7 +284,7 @@ fn fixture() -> &'static Fixture {
             ids: Some((0..FX_N as u64).map(|i| 5000 + 3 * i).collect()),
             nav_sample: Some(0.05),
             entry_clusters: Some(4),
-            layout: Some(LayoutKind::Id),
+            layout: Some(LayoutKind::ID),
             ..Default::default()
         };
         let id = tmp.path().join("id");
@@ -292,7 +292,7 @@ fn fixture() -> &'static Fixture {
         build(m, &id, &opts, &|_, _, _| {}, &never).expect("build the id fixture");
         let shuffled = tmp.path().join("shuffled");
         let opts = BuildOptions {
-            layout: Some(LayoutKind::Shuffled),
+            layout: Some(LayoutKind::SHUFFLED),
             ids: None,
             nav_sample: Some(0.0),
             entry_clusters: Some(0),

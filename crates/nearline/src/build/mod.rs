@@ -17,8 +17,8 @@ use crate::data::matrix::{Matrix, MatrixView};
 use crate::distance::Metric;
 use crate::elem::Element;
 use crate::format::{
-    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, Preset, Section,
-    SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
+    BuildSpec, BuildStats, IndexKind, LayoutInfo, LayoutKind, Manifest, Preset, RecordFormat,
+    Section, SectionInfo, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME,
 };
 use crate::io::files::{write_manifest, write_section};
 use crate::io::staging::Staging;
@@ -341,7 +341,7 @@ fn phases<T: Element>(
             )?,
         };
         // A PQ-coded layout writes the neighbours' codes into the records.
-        let record_codes = if plan.layout == LayoutKind::PqCoded {
+        let record_codes = if plan.layout.records() == RecordFormat::PqCoded {
             codes
         } else {
             drop(codes);

@@ -5,7 +5,9 @@
 use super::{check_cancel, BuildPlan, Progress, SectionEntry};
 use crate::data::matrix::Matrix;
 use crate::elem::Element;
-use crate::format::{LayoutKind, PageGeometry, ReplicationInfo, Section, SectionInfo, ShuffleInfo};
+use crate::format::{
+    PageGeometry, Placement, RecordFormat, ReplicationInfo, Section, SectionInfo, ShuffleInfo,
+};
 use crate::graph::Graph;
 use crate::io::files::{sync_file, write_section, write_section_with};
 use crate::layout::replicate;
@@ -55,7 +57,7 @@ pub fn run<T: Element>(
 ) -> Result<Placed> {
     let n = data.n();
     let vec_bytes = data.dim() * T::DTYPE.size();
-    let pq_coded = plan.layout == LayoutKind::PqCoded;
+    let pq_coded = plan.layout.records() == RecordFormat::PqCoded;
     let geo = if pq_coded {
         let (c, m) = codes
             .pq
@@ -81,29 +83,28 @@ pub fn run<T: Element>(
     let rabitq = codes.rabitq;
     let rpb = geo.records_per_block;
     let mut packing = None;
-    let (layout, shuffle, or_g) = match plan.layout {
-        LayoutKind::Replicated => {
-            progress("replicate", 0, 1);
-            let p = replicate::choose(
-                data,
-                graph,
-                plan.metric,
-                plan.packed,
-                plan.replica_cap,
-                cancel,
-            )?;
-            packing = Some(p);
-            progress("replicate", 1, 1);
+    // What the records carry: a replicated layout chooses the lists each
+    // record packs (from its ID-order neighbours).
+    if plan.layout.records() == RecordFormat::Replicated {
+        progress("replicate", 0, 1);
+        packing = Some(replicate::choose(
+            data,
+            graph,
+            plan.metric,
+            plan.packed,
+            plan.replica_cap,
+            cancel,
+        )?);
+        progress("replicate", 1, 1);
+    }
+    // Where they go.
+    let (layout, shuffle, or_g) = match plan.layout.placement() {
+        Placement::Id => {
             let ids: Vec<u32> = (0..n as u32).collect();
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
         }
-        LayoutKind::Id | LayoutKind::Coded | LayoutKind::PqCoded => {
-            let ids: Vec<u32> = (0..n as u32).collect();
-            let or_g = overlap_ratio(graph, rpb, &ids);
-            (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
-        }
-        LayoutKind::Shuffled => {
+        Placement::Shuffled => {
             progress("shuffle", 0, 1);
             let ts = Instant::now();
             let sp = ShuffleParams {

@@ -14,6 +14,8 @@
 //! is a [`Error::Corrupt`]. Manifests of format 1.2 and older carry none and
 //! are read as before.
 
+pub use super::layout_kind::LayoutKind;
+use super::layout_kind::{Placement, RecordFormat};
 use crate::distance::Metric;
 use crate::elem::DType;
 use crate::{Error, Result};
@@ -80,28 +82,6 @@ crate::util::vocabulary! {
         /// SPFresh: a partition index (SPANN postings, in-memory head
         /// graph) updated in place by LIRE, with a write-ahead log.
         Spfresh = "spfresh",
-    }
-}
-
-crate::util::vocabulary! {
-    /// Record placement in the page file.
-    pub enum LayoutKind: "layout" {
-        /// DiskANN's: node v in block v / records_per_block.
-        Id = "id",
-        /// Starling's block shuffling: a node shares its block with graph
-        /// neighbours; node → position map in the `id_to_location` section.
-        Shuffled = "shuffled",
-        /// Gorgeous' graph-replicated records: ID order, each record also
-        /// carrying the adjacency lists of some of its neighbours.
-        Replicated = "replicated",
-        /// AlayaLaser's coded records: ID order, each record carrying its
-        /// neighbours' RaBitQ codes (format 1.4); vectors stored in the
-        /// index's PCA-rotated space.
-        Coded = "coded",
-        /// AiSAQ's PQ-coded records: ID order, each record carrying its
-        /// neighbours' PQ codes (format 1.8); only the PQ codebook is held
-        /// in memory, the `pq_codes` section is kept for merges.
-        PqCoded = "pq_coded",
     }
 }
 
@@ -228,8 +208,8 @@ pub struct ShuffleInfo {
 /// Geometry of the page file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayoutInfo {
-    /// `id`: node v lives in block v / records_per_block; `shuffled`
-    /// (format 1.2): node v lives where the `id_to_location` section says.
+    /// The placement × record format, by its one-word name (`id`,
+    /// `shuffled` (format 1.2), `replicated`, `coded` (1.4), `pq_coded` (1.8)).
     pub kind: LayoutKind,
     pub page_size: usize,
     /// Bytes of one block (a page, or whole consecutive pages for big records).
@@ -495,7 +475,7 @@ impl Manifest {
                 u32::MAX - 1
             ));
         }
-        let coded = l.kind == LayoutKind::Coded;
+        let coded = l.kind.records() == RecordFormat::Coded;
         if coded {
             // Routing distances come from the records: no PQ.
             if self.spec.pq_bytes != 0 {
@@ -526,7 +506,9 @@ impl Manifest {
             ));
         } else if l.codes.is_some() {
             return bad(format!("layout {} carries no codes", l.kind));
-        } else if l.kind == LayoutKind::PqCoded && self.spec.pq_bytes > u16::MAX as usize {
+        } else if l.kind.records() == RecordFormat::PqCoded
+            && self.spec.pq_bytes > u16::MAX as usize
+        {
             return bad(format!(
                 "field \"spec.pq_bytes\" is {}, more than a PQ-coded record's slot holds",
                 self.spec.pq_bytes
@@ -541,13 +523,13 @@ impl Manifest {
         let vector_bytes = self.dim.checked_mul(self.dtype.size()).ok_or_else(|| {
             Error::corrupt(path, format!("field \"dim\" is {}: too large", self.dim))
         })?;
-        if (l.kind == LayoutKind::Replicated) != (l.packed > 0) {
+        if (l.kind.records() == RecordFormat::Replicated) != (l.packed > 0) {
             return bad(format!(
                 "layout {} with {} packed lists: only a replicated layout packs lists, and it packs some",
                 l.kind, l.packed
             ));
         }
-        let geo = if l.kind == LayoutKind::PqCoded {
+        let geo = if l.kind.records() == RecordFormat::PqCoded {
             super::page::PageGeometry::with_pq_codes(
                 l.page_size,
                 vector_bytes,
@@ -604,23 +586,17 @@ impl Manifest {
                 return bad(format!("section {key:?} is missing from \"sections\""));
             }
         }
-        if l.kind == LayoutKind::Shuffled && !self.sections.contains_key(&Section::IdToLocation) {
+        if l.kind.placement() == Placement::Shuffled
+            && !self.sections.contains_key(&Section::IdToLocation)
+        {
             return bad("a shuffled layout needs section \"id_to_location\"".into());
         }
         for (s, info) in &self.sections {
-            // Only the identity map of the ID layout (and of a replicated
-            // layout, which places records as it does) is implicit. Any
+            // Only the identity map of the ID placement is implicit. Any
             // other name is a file directly inside the index directory: a
             // damaged manifest must not make open read `/dev/zero`,
             // `../../etc/passwd` or the directory itself.
-            let implicit = *s == Section::IdToLocation
-                && matches!(
-                    l.kind,
-                    LayoutKind::Id
-                        | LayoutKind::Replicated
-                        | LayoutKind::Coded
-                        | LayoutKind::PqCoded
-                );
+            let implicit = *s == Section::IdToLocation && l.kind.placement() == Placement::Id;
             if !(is_plain_file_name(&info.file) || (implicit && info.file.is_empty())) {
                 return bad(format!(
                     "field \"sections.{}.file\" is {:?}, expected the name of a file inside the index directory (no \"/\", not \".\" or \"..\"{})",

@@ -7,6 +7,7 @@
 pub mod adjacency;
 pub mod entries;
 pub mod in_degree;
+pub mod layout_kind;
 pub mod location;
 pub mod manifest;
 pub mod nav;
@@ -15,6 +16,7 @@ pub mod pq;
 pub mod quant;
 pub mod section;
 
+pub use layout_kind::{Placement, RecordFormat};
 pub use manifest::{
     BuildSpec, BuildStats, CodeTrial, CodesInfo, IndexKind, LayoutInfo, LayoutKind, Manifest,
     PqTrial, Preset, ReplicationInfo, Section, SectionInfo, ShuffleInfo, UpdateMode, FORMAT_MAJOR,

@@ -380,7 +380,10 @@ fn aisaq_builds_refuse_what_does_not_apply() {
         assert!(e.contains("pq_bytes"), "{e}");
     }
     let e = try_build(BuildOptions {
-        principal_dims: Some(16),
+        codes: crate::planner::CodeParams {
+            principal_dims: Some(16),
+            bits: None,
+        },
         ..opts()
     });
     assert!(

@@ -6,7 +6,7 @@ use super::test_data::{build_error, clustered, exact_knn, l2};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
-use crate::planner::{CacheChoice, PageChoice, PresetChoice};
+use crate::planner::{CacheChoice, CodeParams, PageChoice, PresetChoice};
 use crate::search::{CodeScratch, CodedScorer, Scorer};
 use crate::util::Budget;
 
@@ -20,7 +20,10 @@ fn opts(principal: Option<usize>) -> BuildOptions {
         build_l: Some(64),
         threads: Some(2),
         entry_clusters: Some(40),
-        principal_dims: principal,
+        codes: CodeParams {
+            principal_dims: principal,
+            bits: None,
+        },
         memory_budget: Some(Budget::Bytes(2 << 20)),
         ..Default::default()
     }
@@ -54,7 +57,10 @@ fn coded_records_give_exact_distances_and_estimates_close_to_them() {
     ] {
         let dir = tmp.path().join(format!("a{principal:?}-{bits}"));
         let o = BuildOptions {
-            code_bits: Some(bits),
+            codes: CodeParams {
+                principal_dims: principal,
+                bits: Some(bits),
+            },
             ..opts(principal)
         };
         let (m, data) = build_coded(&dir, &o);
@@ -328,7 +334,10 @@ fn more_bits_per_dimension_route_better() {
     for bits in [1, 2, 4] {
         let dir = tmp.path().join(format!("b{bits}"));
         let b = BuildOptions {
-            code_bits: Some(bits),
+            codes: CodeParams {
+                principal_dims: None,
+                bits: Some(bits),
+            },
             ..opts(None)
         };
         let (m, data) = build_coded(&dir, &b);
@@ -511,7 +520,10 @@ fn the_build_chooses_the_code_shape_on_a_sample() {
         Matrix::from_vec(data, n, D).unwrap(),
         &dir2,
         &BuildOptions {
-            code_bits: Some(1),
+            codes: CodeParams {
+                bits: Some(1),
+                ..o.codes
+            },
             ..o
         },
         &|_, _, _| {},

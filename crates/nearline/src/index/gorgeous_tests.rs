@@ -181,7 +181,7 @@ fn the_disk_budget_is_never_exceeded() {
         let size = std::fs::metadata(dir.join("pages.bin")).unwrap().len();
         assert!(size <= budget, "{size} > {budget} at {factor}");
         if factor == 1.0 {
-            assert_eq!(man.layout.kind, LayoutKind::Id);
+            assert_eq!(man.layout.kind, LayoutKind::ID);
         } else {
             assert_eq!(man.layout.kind, LayoutKind::Replicated);
             assert!(man.layout.packed >= 1);
@@ -261,11 +261,11 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
     // With a shuffled layout's maps every list still fits, beside
     // slightly smaller codes: the build may switch to it.
     let alt = sel.alternative.expect("a shuffled alternative at 20%");
-    assert_eq!(alt.layout, LayoutKind::Shuffled);
+    assert_eq!(alt.layout, LayoutKind::SHUFFLED);
     assert!(alt.fill < fill && alt.fill > 96, "{alt:?} against {fill}");
     assert_eq!(
         sel.keep(alt.fill, p20.plan.pq_bytes).1,
-        Some(LayoutKind::Shuffled)
+        Some(LayoutKind::SHUFFLED)
     );
     assert_eq!(sel.keep(alt.fill + 1, p20.plan.pq_bytes).1, None);
     assert!(p20
@@ -306,7 +306,7 @@ fn pq_codes_fill_what_every_list_leaves_only_when_every_list_fits() {
         .unwrap()
         .alternative
         .expect("every list fits at 20%");
-    assert_eq!(alt.layout, LayoutKind::Id);
+    assert_eq!(alt.layout, LayoutKind::ID);
     let why = &p20
         .decisions
         .iter()
@@ -355,7 +355,7 @@ fn every_list_in_memory_gets_a_shuffled_layout() {
     let alt = sel.alternative.expect("an alternative");
     assert_eq!(
         man.layout.kind,
-        LayoutKind::Shuffled,
+        LayoutKind::SHUFFLED,
         "{alt:?} {sel:?} {:?} cap {}",
         man.build_stats.pq_trials,
         planned.plan.pq_bytes

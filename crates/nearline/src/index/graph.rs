@@ -5,7 +5,7 @@
 use super::budget::{Claim, Holdings, Ledger, LedgerView};
 use crate::cache::{AdjacencyCache, AnyCache, CacheSource, NodeCache, SharedCache};
 use crate::elem::Element;
-use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
+use crate::format::{Manifest, PageGeometry, Placement, RecordFormat, Section};
 use crate::graph::nav::NavGraph;
 use crate::io::files::{read_section, read_section_huge, section_path};
 use crate::io::{open_direct, EngineKind};
@@ -250,10 +250,10 @@ impl GraphIndex {
         }
         // Routing distances: PQ codes in RAM, or (a coded layout) the codes
         // in the records with the transform that queries go through.
-        let scorer = match m.layout.kind {
-            LayoutKind::Coded => AnyScorer::Coded(load_coded(dir, m)?),
-            LayoutKind::PqCoded => AnyScorer::PqRecord(load_pq_record(dir, m)?),
-            _ => AnyScorer::Pq(load_pq(dir, m)?),
+        let scorer = match m.layout.kind.records() {
+            RecordFormat::Coded => AnyScorer::Coded(load_coded(dir, m)?),
+            RecordFormat::PqCoded => AnyScorer::PqRecord(load_pq_record(dir, m)?),
+            RecordFormat::Plain | RecordFormat::Replicated => AnyScorer::Pq(load_pq(dir, m)?),
         };
         let ids = if m.has(Section::Ids) {
             let path = section_path(dir, m, Section::Ids);
@@ -265,15 +265,12 @@ impl GraphIndex {
         } else {
             None
         };
-        let layout = match m.layout.kind {
-            // A replicated layout is the ID layout of records that carry
-            // packed lists (its geometry says how many).
-            // A coded layout too (its records carry codes instead).
-            // A PQ-coded layout too.
-            LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded | LayoutKind::PqCoded => {
-                AnyLayout::Id(IdLayout::new(geo, m.n))
-            }
-            LayoutKind::Shuffled => {
+        let layout = match m.layout.kind.placement() {
+            // Whatever the records carry (packed lists, codes), the
+            // geometry says how big they are; placement is all that decides
+            // where they are.
+            Placement::Id => AnyLayout::Id(IdLayout::new(geo, m.n)),
+            Placement::Shuffled => {
                 let b = read_section(dir, m, Section::IdToLocation)?;
                 let path = section_path(dir, m, Section::IdToLocation);
                 AnyLayout::Shuffled(ShuffledLayout::from_section(&path, &b, geo, m.n)?)

@@ -12,7 +12,7 @@ use crate::build::{codes::Coding, graph::BuiltGraph, BuildJob, Progress};
 use crate::data::matrix::{Matrix, MatrixView};
 use crate::elem::Element;
 use crate::format::page::verify_block;
-use crate::format::{LayoutKind, Manifest, Section};
+use crate::format::{Manifest, RecordFormat, Section};
 use crate::graph::merge::merge;
 use crate::graph::vamana::slack_degree;
 use crate::graph::{Graph, MatrixSpace, VamanaParams};
@@ -95,8 +95,10 @@ pub fn options_of(m: &Manifest) -> BuildOptions {
         disk_budget: (s.disk_budget > 0).then_some(s.disk_budget),
         update: Some(s.update),
         adjacency: Some(m.has(Section::Adjacency)),
-        principal_dims: m.layout.codes.map(|c| c.principal_dims),
-        code_bits: m.layout.codes.map(|c| c.bits),
+        codes: crate::planner::CodeParams {
+            principal_dims: m.layout.codes.map(|c| c.principal_dims),
+            bits: m.layout.codes.map(|c| c.bits),
+        },
         overwrite: true,
         ..BuildOptions::default()
     }
@@ -161,7 +163,7 @@ fn merge_typed<T: Element>(
         )));
     }
     let n_all = n_old + n_ins;
-    let coding = if m.layout.kind == LayoutKind::Coded {
+    let coding = if m.layout.kind.records() == RecordFormat::Coded {
         Some(load_coding(dir, m)?)
     } else {
         None

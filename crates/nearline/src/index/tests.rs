@@ -199,7 +199,7 @@ fn cancel_stops_every_build_stage_before_the_next() {
                 build_l: Some(16),
                 pq_bytes: Some(4),
                 threads: Some(2),
-                layout: Some(crate::layout::LayoutKind::Shuffled),
+                layout: Some(crate::layout::LayoutKind::SHUFFLED),
                 nav_sample: Some(0.05),
                 entry_clusters: Some(8),
                 memory_budget: Some(ROOMY),

@@ -256,8 +256,8 @@ impl AnyLayout {
             AnyLayout::Id(l) if l.geo.packed > 0 => LayoutKind::Replicated,
             AnyLayout::Id(l) if l.geo.pq_code > 0 => LayoutKind::PqCoded,
             AnyLayout::Id(l) if l.geo.codes > 0 => LayoutKind::Coded,
-            AnyLayout::Id(_) => LayoutKind::Id,
-            AnyLayout::Shuffled(_) => LayoutKind::Shuffled,
+            AnyLayout::Id(_) => LayoutKind::ID,
+            AnyLayout::Shuffled(_) => LayoutKind::SHUFFLED,
         }
     }
 

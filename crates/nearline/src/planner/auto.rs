@@ -57,8 +57,8 @@ pub const GORGEOUS_DIMS_PER_PQ_BYTE: usize = 4;
 fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
     if let Some(layout) = opts.layout {
         let p = match layout {
-            LayoutKind::Id => Preset::Diskann,
-            LayoutKind::Shuffled => Preset::Starling,
+            LayoutKind::ID => Preset::Diskann,
+            LayoutKind::SHUFFLED => Preset::Starling,
             LayoutKind::Replicated => Preset::Gorgeous,
             LayoutKind::Coded => Preset::Alayalaser,
             LayoutKind::PqCoded => Preset::Aisaq,
@@ -356,8 +356,8 @@ mod tests {
     #[test]
     fn a_layout_asked_for_names_its_composition() {
         for (layout, preset) in [
-            (LayoutKind::Id, Preset::Diskann),
-            (LayoutKind::Shuffled, Preset::Starling),
+            (LayoutKind::ID, Preset::Diskann),
+            (LayoutKind::SHUFFLED, Preset::Starling),
             (LayoutKind::Replicated, Preset::Gorgeous),
             (LayoutKind::Coded, Preset::Alayalaser),
             (LayoutKind::PqCoded, Preset::Aisaq),

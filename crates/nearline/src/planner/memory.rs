@@ -10,7 +10,7 @@
 use super::Decision;
 use crate::cache::NodeCache;
 use crate::format::page::PageGeometry;
-use crate::format::LayoutKind;
+use crate::format::{LayoutKind, Placement};
 use crate::util::huge::{HUGE_MIN_BYTES, HUGE_PAGE};
 use crate::{Error, Result};
 use serde::Serialize;
@@ -41,9 +41,9 @@ pub fn ids_bytes(n: usize) -> u64 {
 /// Bytes of a layout's maps (a shuffled layout holds node → position and
 /// position → node; the ID layout none).
 pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
-    match layout {
-        LayoutKind::Id | LayoutKind::Replicated | LayoutKind::Coded | LayoutKind::PqCoded => 0,
-        LayoutKind::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
+    match layout.placement() {
+        Placement::Id => 0,
+        Placement::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
     }
 }
 

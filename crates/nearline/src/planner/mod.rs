@@ -21,8 +21,8 @@ pub mod search;
 pub use auto::GORGEOUS_DIMS_PER_PQ_BYTE;
 pub use memory::MemoryPlan;
 pub use options::{
-    BuildOptions, CacheChoice, EntryChoice, ExecutorChoice, OpenOptions, PageChoice, PresetChoice,
-    RangeOptions, SearchOptions, IO_ENGINES,
+    BuildOptions, CacheChoice, CodeParams, EntryChoice, ExecutorChoice, OpenOptions, PageChoice,
+    PresetChoice, RangeOptions, SearchOptions, IO_ENGINES,
 };
 pub use preset::PresetDefaults;
 pub use schema::{defaults_json, vocabulary};
@@ -33,7 +33,7 @@ pub use search::{
 use crate::build::{self, BuildPlan};
 use crate::distance::Metric;
 use crate::elem::DType;
-use crate::format::{LayoutKind, Manifest, PageGeometry, Section};
+use crate::format::{LayoutKind, Manifest, PageGeometry, Placement, RecordFormat, Section};
 use crate::graph::nav::{check_nav_sample, nav_graph_degree, nav_sample_size};
 use crate::layout::shuffle::ShuffleParams;
 use crate::search::entry::{MAX_NAV_L, MAX_NAV_SEEDS};
@@ -306,9 +306,9 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         opts.layout.map(|x| x.to_string()),
         layout.to_string(),
     );
-    let coded = layout == LayoutKind::Coded;
+    let coded = layout.records() == RecordFormat::Coded;
     // AiSAQ's records carry their neighbours' PQ codes: none in RAM.
-    let pq_coded = layout == LayoutKind::PqCoded;
+    let pq_coded = layout.records() == RecordFormat::PqCoded;
     let in_record = coded || pq_coded;
     // A coded layout stores float32 vectors in the PCA's space, whatever
     // the input's element type.
@@ -332,20 +332,15 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                 "a coded layout needs vectors of at least 2 dimensions",
             ));
         }
-        let (p, why) = rules::principal_dims(opts.principal_dims, f.dim)?;
+        let (p, why) = rules::principal_dims(opts.codes.principal_dims, f.dim)?;
         d.push(Decision::new("principal_dims", p, why));
         p
     } else {
-        for (given, name) in [
-            (opts.principal_dims.is_some(), "principal_dims"),
-            (opts.code_bits.is_some(), "code_bits"),
-        ] {
-            if given {
-                return Err(Error::arg(format!(
-                    "{name} applies to a coded layout (preset \"alayalaser\" or \
-                     layout=\"coded\"); this build's layout is {layout}"
-                )));
-            }
+        if let Some(name) = opts.codes.given().first() {
+            return Err(Error::arg(format!(
+                "{name} applies to a coded layout (preset \"alayalaser\" or \
+                 layout=\"coded\"); this build's layout is {layout}"
+            )));
         }
         0
     };
@@ -354,7 +349,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             d.push(Decision::new("page_size", p, "asked for"));
             p
         }
-        None if layout == LayoutKind::Replicated => {
+        None if layout.records() == RecordFormat::Replicated => {
             let (p, why) = rules::replicated_page_size(vec_bytes, r, f.n);
             d.push(Decision::new("page_size", p, why));
             p
@@ -375,11 +370,11 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     } else {
         0
     };
-    let packed = if layout == LayoutKind::Replicated {
+    let packed = if layout.records() == RecordFormat::Replicated {
         let (p, why) = rules::choose_packed(page_size, vec_bytes, r, f.n, opts.disk_budget)?;
         d.push(Decision::new("packed_lists", p, why));
         if p == 0 {
-            layout = LayoutKind::Id;
+            layout = LayoutKind::ID;
             d.push(Decision::new(
                 "layout",
                 layout,
@@ -459,7 +454,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     let entry_clusters = opts.entry_clusters.unwrap_or(pd.entry_clusters);
     let threads = opts.threads.unwrap_or_else(default_threads);
     let code_bits = if coded {
-        let (b, why) = rules::code_bits(opts.code_bits, page_size, vec_bytes, r, code_dims, f.n)?;
+        let (b, why) = rules::code_bits(opts.codes.bits, page_size, vec_bytes, r, code_dims, f.n)?;
         d.push(Decision::new("code_bits", b, why));
         b
     } else {
@@ -467,7 +462,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     };
     // With neither asked for, the build chooses the shape on a sample
     // among those whose records fit the same blocks.
-    let code_selection = if coded && opts.principal_dims.is_none() && opts.code_bits.is_none() {
+    let code_selection = if coded && opts.codes == CodeParams::default() {
         let candidates =
             rules::code_shapes(page_size, vec_bytes, r, f.dim, f.n, (code_dims, code_bits))?;
         (candidates.len() > 1).then(|| {
@@ -533,7 +528,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         records_per_block: geo.records_per_block,
         l: pd.l,
         width: search_width,
-        sigma: (layout == LayoutKind::Shuffled).then_some(pd.sigma),
+        sigma: (layout.placement() == Placement::Shuffled).then_some(pd.sigma),
         packed,
         refine: default_refine(
             pd.cache == preset::CacheKind::Adjacency || packed > 0,
@@ -737,22 +732,22 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     // decides, against that layout's own memory (its maps, its workers).
     let alt_page_size = opts.page_size.unwrap_or(pd.page_size);
     let alternative = if select_pq
-        && layout == LayoutKind::Replicated
+        && layout.records() == RecordFormat::Replicated
         && opts.layout.is_none()
         && opts.disk_budget.is_none()
     {
         let geo_s = PageGeometry::with_regions(alt_page_size, vec_bytes, r, 0, 0, 0, f.n)?;
         let alt = if geo_s.records_per_block > 1 {
-            LayoutKind::Shuffled
+            LayoutKind::SHUFFLED
         } else {
-            LayoutKind::Id
+            LayoutKind::ID
         };
         let map = memory::layout_map_bytes(alt, f.n, &geo_s);
         let shape_r = shape(pq_bytes);
         let shape_s = QueryShape {
             block_size: geo_s.block_size,
             records_per_block: geo_s.records_per_block,
-            sigma: (alt == LayoutKind::Shuffled).then_some(pd.sigma),
+            sigma: (alt.placement() == Placement::Shuffled).then_some(pd.sigma),
             packed: 0,
             ..shape_r
         };
@@ -768,7 +763,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             memory::pq_bytes_leaving_every_list(&m, f.n, r, pq_bytes)
         });
         fill.map(|fill| {
-            let how = if alt == LayoutKind::Shuffled {
+            let how = if alt.placement() == Placement::Shuffled {
                 format!(
                     "a shuffled layout of plain records ({} a {}-byte page; its maps take \
                      {map} bytes): a refine read brings a graph neighbour's vector with it",
@@ -942,7 +937,7 @@ pub struct OpenPlan {
 
 /// The geometry of an index's page file, from its manifest.
 pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
-    if m.layout.kind == LayoutKind::PqCoded {
+    if m.layout.kind.records() == RecordFormat::PqCoded {
         return PageGeometry::with_pq_codes(
             m.layout.page_size,
             m.dim * m.dtype.size(),
@@ -1068,7 +1063,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
     };
     // A PQ-coded index (AiSAQ) holds its codebook but no codes; each query
     // still holds a lookup table of its PQ size.
-    let pq_coded = m.layout.kind == LayoutKind::PqCoded;
+    let pq_coded = m.layout.kind.records() == RecordFormat::PqCoded;
     let resident_m = if pq_coded { 0 } else { pq_m };
     let worker =
         |q: usize, pq: usize| memory::worker_bytes(&shape(if pq_coded { pq_m } else { pq }), q);
@@ -1120,9 +1115,7 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         m.has(Section::InDegree),
     )?;
     d.push(Decision::new("cache", cache, why));
-    if matches!(m.layout.kind, LayoutKind::Coded | LayoutKind::PqCoded)
-        && cache == preset::CacheKind::Adjacency
-    {
+    if m.layout.kind.records().carries_codes() && cache == preset::CacheKind::Adjacency {
         return Err(Error::arg(format!(
             "cache=\"adjacency\" does not apply to a {} layout: a node's neighbours are \
              scored from the codes in its whole record (use \"in_degree\" or \"bfs\")",
@@ -1165,15 +1158,15 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
 
 /// How a graph index opened with `plan` takes updates, and why.
 fn update_decisions(plan: &OpenPlan, m: &Manifest) -> Vec<Decision> {
-    let carries = match m.layout.kind {
-        LayoutKind::Replicated => {
+    let carries = match m.layout.kind.records() {
+        RecordFormat::Replicated => {
             " (its records carry copies of other nodes' lists, which a merge re-lays with the \
              pages)"
         }
-        LayoutKind::Coded | LayoutKind::PqCoded => {
+        RecordFormat::Coded | RecordFormat::PqCoded => {
             " (its records carry other nodes' codes, which a merge re-encodes with the pages)"
         }
-        _ => "",
+        RecordFormat::Plain => "",
     };
     vec![
         Decision::new(
@@ -1254,7 +1247,7 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) ->
         records_per_block: geo.records_per_block,
         l,
         width,
-        sigma: (m.layout.kind == LayoutKind::Shuffled).then_some(sigma),
+        sigma: (m.layout.kind.placement() == Placement::Shuffled).then_some(sigma),
         packed: m.layout.packed,
         refine: default_refine(
             m.layout.packed > 0 || m.has(Section::Adjacency),

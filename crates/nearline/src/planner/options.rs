@@ -184,19 +184,41 @@ pub struct BuildOptions {
     /// Write the adjacency section an adjacency cache loads; `None`: the
     /// preset's.
     pub adjacency: Option<bool>,
-    /// Principal dimensions a coded layout's neighbour codes cover (the
-    /// rest are residual dimensions, used for exact distances only);
-    /// `None`: AlayaLaser's rule (256 when d ≥ 256, else d).
-    pub principal_dims: Option<usize>,
-    /// Bits per dimension of a coded layout's neighbour codes (1, 2 or 4);
-    /// `None`: the most whose records fit the block 1-bit codes need.
-    pub code_bits: Option<usize>,
+    /// The coded record format's parameters (refused for any other).
+    pub codes: CodeParams,
     /// Options of a partition index (preset `spfresh`).
     pub partition: PartitionOptions,
     /// Workload hint: the expected share of operations that are inserts or
     /// deletes, in [0, 1] (`None`: 0). A graph index then leaves part of
     /// the memory budget to its update delta ([`super::rules::update_reserve`]).
     pub write_ratio: Option<f64>,
+}
+
+/// Parameters of the coded record format (AlayaLaser's neighbour codes);
+/// each `None` leaves the choice to the planner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CodeParams {
+    /// Principal dimensions the neighbour codes cover (the rest are
+    /// residual dimensions, used for exact distances only); `None`:
+    /// AlayaLaser's rule (256 when d ≥ 256, else d).
+    pub principal_dims: Option<usize>,
+    /// Bits per dimension of the neighbour codes (1, 2 or 4); `None`: the
+    /// most whose records fit the block 1-bit codes need.
+    pub bits: Option<usize>,
+}
+
+impl CodeParams {
+    /// The options given, by their API names.
+    pub fn given(&self) -> Vec<&'static str> {
+        let mut g = Vec::new();
+        if self.principal_dims.is_some() {
+            g.push("principal_dims");
+        }
+        if self.bits.is_some() {
+            g.push("code_bits");
+        }
+        g
+    }
 }
 
 impl Default for BuildOptions {
@@ -224,8 +246,7 @@ impl Default for BuildOptions {
             disk_budget: None,
             update: None,
             adjacency: None,
-            principal_dims: None,
-            code_bits: None,
+            codes: CodeParams::default(),
             partition: Default::default(),
             write_ratio: None,
         }

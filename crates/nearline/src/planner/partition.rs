@@ -96,11 +96,8 @@ pub fn plan(opts: &BuildOptions, n: usize, dim: usize, dtype: DType) -> Result<P
     if opts.adjacency.is_some() {
         return refuse("adjacency");
     }
-    if opts.principal_dims.is_some() {
-        return refuse("principal_dims");
-    }
-    if opts.code_bits.is_some() {
-        return refuse("code_bits");
+    if let Some(name) = opts.codes.given().first() {
+        return refuse(name);
     }
     if dtype != DType::F32 {
         return Err(Error::arg(format!(

@@ -104,7 +104,7 @@ const BASE: PresetDefaults = PresetDefaults {
     alpha: 1.2,
     passes: 2,
     page_size: 4096,
-    layout: LayoutKind::Id,
+    layout: LayoutKind::ID,
     nav_sample: 0.0,
     entry_clusters: 0,
     executor: PresetExecutor::ByRule,
@@ -150,7 +150,7 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // Starling: shuffled blocks, in-memory navigation graph over ~1%,
         // block search overlapped with the next reads, width 8.
         Preset::Starling => PresetDefaults {
-            layout: LayoutKind::Shuffled,
+            layout: LayoutKind::SHUFFLED,
             nav_sample: 0.01,
             executor: PresetExecutor::Pipeline,
             width: 8,
@@ -222,7 +222,7 @@ mod tests {
         let d = defaults(Preset::Starling);
         assert_eq!(
             (d.nav_sample, d.executor, d.layout, d.width),
-            (0.01, PresetExecutor::Pipeline, LayoutKind::Shuffled, 8)
+            (0.01, PresetExecutor::Pipeline, LayoutKind::SHUFFLED, 8)
         );
         let d = defaults(Preset::Gorgeous);
         assert_eq!(
@@ -279,7 +279,7 @@ mod tests {
         let d = defaults(Preset::Diskann);
         assert_eq!(
             (d.nav_sample, d.executor, d.width, d.layout),
-            (0.0, PresetExecutor::ByRule, 4, LayoutKind::Id)
+            (0.0, PresetExecutor::ByRule, 4, LayoutKind::ID)
         );
     }
 }

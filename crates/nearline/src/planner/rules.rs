@@ -3,7 +3,7 @@
 
 use super::options::{CacheChoice, EntryChoice, ExecutorChoice, PageChoice};
 use super::preset::{CacheKind, PresetExecutor, AUTO_QUERIES_IN_FLIGHT};
-use crate::format::{LayoutKind, PageGeometry};
+use crate::format::{LayoutKind, PageGeometry, RecordFormat};
 use crate::graph::sharded::{
     estimate_build_bytes_on, plan_graph_build, shard_capacity, GraphBuild,
 };
@@ -185,7 +185,7 @@ pub enum PageKind {
 pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, String)> {
     Ok(match choice {
         PageChoice::Targets => (PageKind::Targets, "asked for".into()),
-        PageChoice::Block if matches!(layout, LayoutKind::Coded | LayoutKind::PqCoded) => {
+        PageChoice::Block if layout.records().carries_codes() => {
             return Err(Error::arg(format!(
                 "page_search=\"block\" does not apply to a {layout} layout: its routing \
                  distances come from the expanded record's codes, so co-located records cannot \
@@ -193,7 +193,7 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
             )))
         }
         PageChoice::Block => (PageKind::Block, "asked for".into()),
-        PageChoice::Replicas if layout != LayoutKind::Replicated => {
+        PageChoice::Replicas if layout.records() != RecordFormat::Replicated => {
             return Err(Error::arg(format!(
                 "page_search=\"replicas\" needs a replicated layout (its records carry \
                  neighbours' lists); this index's layout is {layout} (build with \
@@ -202,7 +202,7 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
         }
         PageChoice::Replicas => (PageKind::Replicas, "asked for".into()),
         PageChoice::Auto => match layout {
-            LayoutKind::Shuffled => (
+            LayoutKind::SHUFFLED => (
                 PageKind::Block,
                 "Starling: a shuffled page holds the node's neighbours".into(),
             ),
@@ -210,7 +210,7 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
                 PageKind::Replicas,
                 "Gorgeous: a replicated record carries its nearest neighbours' lists".into(),
             ),
-            LayoutKind::Id => (
+            LayoutKind::ID => (
                 PageKind::Targets,
                 "DiskANN: an ID-layout page holds unrelated nodes".into(),
             ),
@@ -537,12 +537,22 @@ pub fn in_place_refusal(
     layout: crate::format::LayoutKind,
     cache: crate::planner::preset::CacheKind,
 ) -> Option<String> {
-    use crate::format::LayoutKind;
-    if layout != LayoutKind::Id {
+    use crate::format::Placement;
+    if layout.records() != RecordFormat::Plain {
         return Some(format!(
-            "its layout is {:?}: records that carry other nodes' data (replicated lists, \
-             neighbour codes) or a shuffled placement are updated out of place",
-            layout.name()
+            "its layout is {:?}: its {} records carry other nodes' data (replicated lists or \
+             neighbour codes), which an in-place write would leave stale; it is updated out \
+             of place",
+            layout.name(),
+            layout.records()
+        ));
+    }
+    if layout.placement() != Placement::Id {
+        return Some(format!(
+            "its layout is {:?}: a {} placement puts a node beside its graph neighbours, which \
+             an in-place insert into a free slot would not keep; it is updated out of place",
+            layout.name(),
+            layout.placement()
         ));
     }
     if cache == crate::planner::preset::CacheKind::Adjacency {
@@ -820,20 +830,20 @@ mod tests {
     fn page_policy_follows_the_layout() {
         let page = |c, l| choose_page(c, l).unwrap().0;
         assert_eq!(
-            page(PageChoice::Auto, LayoutKind::Shuffled),
+            page(PageChoice::Auto, LayoutKind::SHUFFLED),
             PageKind::Block
         );
-        assert_eq!(page(PageChoice::Auto, LayoutKind::Id), PageKind::Targets);
+        assert_eq!(page(PageChoice::Auto, LayoutKind::ID), PageKind::Targets);
         assert_eq!(
             page(PageChoice::Auto, LayoutKind::Replicated),
             PageKind::Replicas
         );
-        assert_eq!(page(PageChoice::Block, LayoutKind::Id), PageKind::Block);
+        assert_eq!(page(PageChoice::Block, LayoutKind::ID), PageKind::Block);
         assert_eq!(
-            page(PageChoice::Targets, LayoutKind::Shuffled),
+            page(PageChoice::Targets, LayoutKind::SHUFFLED),
             PageKind::Targets
         );
-        assert!(choose_page(PageChoice::Replicas, LayoutKind::Id).is_err());
+        assert!(choose_page(PageChoice::Replicas, LayoutKind::ID).is_err());
     }
 }
 

@@ -1053,7 +1053,7 @@ pub(crate) fn shuffled_fixture() -> &'static ShuffledFixture {
         let path = dir.path().join("s");
         let opts = BuildOptions {
             page_size: Some(4096),
-            layout: Some(crate::layout::LayoutKind::Shuffled),
+            layout: Some(crate::layout::LayoutKind::SHUFFLED),
             ..test_build_options(Some(f.ids.clone()))
         };
         build_with(&path, &f.base, N, DIM, &opts);

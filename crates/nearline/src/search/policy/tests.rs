@@ -72,7 +72,7 @@ fn shuffled_layout_improves_locality_and_vertex_utilisation() {
     let f = fixture();
     let sf = shuffled_fixture();
     let m = sf.plain.manifest().unwrap();
-    assert_eq!(m.layout.kind, crate::format::LayoutKind::Shuffled);
+    assert_eq!(m.layout.kind, crate::format::LayoutKind::SHUFFLED);
     let info = m.layout.shuffle.as_ref().unwrap();
     let or_g = m.layout.overlap_ratio.unwrap();
     assert!(
