@@ -7,7 +7,7 @@ use crate::cache::{AdjacencyCache, AnyCache, CacheSource, NodeCache, SharedCache
 use crate::elem::Element;
 use crate::format::{Manifest, PageGeometry, Placement, RecordFormat, Section};
 use crate::graph::nav::NavGraph;
-use crate::io::files::{read_section, read_section_huge, section_path};
+use crate::io::files::{read_section, read_section_growable, section_path};
 use crate::io::{open_direct, EngineKind};
 use crate::layout::{AnyLayout, IdLayout, ShuffledLayout};
 use crate::planner::preset::CacheKind;
@@ -550,11 +550,20 @@ impl GraphIndex {
             if let AnyScorer::Pq(p) = &mut d.scorer {
                 let m = p.m();
                 if p.codes.len() < n * m {
-                    let cap = grown_rows(n, m);
-                    let mut grown = crate::util::huge::HugeBytes::zeroed(cap * m)
+                    let want = grown_rows(n, m) * m;
+                    // In place within the room reserved at open; past it
+                    // (the table more than doubled), into a new mapping,
+                    // both resident for the copy (`moving_bytes_at` has
+                    // the reservation count that).
+                    if !p.codes.grow(want) {
+                        let mut grown = crate::util::huge::HugeBytes::growable(
+                            want,
+                            pq_growth_room(want / m, m),
+                        )
                         .map_err(|e| Error::Engine(format!("cannot grow the PQ table: {e}")))?;
-                    grown[..p.codes.len()].copy_from_slice(&p.codes);
-                    p.codes = grown;
+                        grown[..p.codes.len()].copy_from_slice(&p.codes);
+                        p.codes = grown;
+                    }
                 }
             }
             d.n = n;
@@ -605,6 +614,27 @@ impl GraphIndex {
             _ => grown_ids(n) as u64 * 8,
         };
         (codes + ids).saturating_sub(self.account.pq_codes + self.account.ids)
+    }
+
+    /// In-place updates: bytes that growing to `n` nodes holds twice for a
+    /// moment: a table that cannot grow where it is (the PQ table past the
+    /// room reserved at open, the id array past its capacity) is copied to
+    /// a larger one, and the old copy is freed after.
+    pub fn moving_bytes_at(&self, n: usize) -> u64 {
+        let codes = self.pq().map_or(0, |p| {
+            let m = p.m();
+            let want = grown_rows(n, m) * m;
+            if p.codes.len() < n * m && p.codes.capacity() < want {
+                p.codes.memory_bytes() as u64
+            } else {
+                0
+            }
+        });
+        let ids = match &self.ids {
+            Some(v) if v.capacity() < n => v.capacity() as u64 * 8,
+            _ => 0,
+        };
+        codes + ids
     }
 
     /// In-place updates: the cache's copy of node `v`'s record, if it
@@ -847,7 +877,11 @@ pub fn page_geometry(m: &Manifest) -> Result<PageGeometry> {
 /// manifest.
 pub(crate) fn load_pq(dir: &Path, m: &Manifest) -> Result<PqScorer> {
     let codebook = load_codebook(dir, m)?;
-    let codes = read_section_huge(dir, m, Section::PqCodes)?;
+    // An index updated in place grows its table as nodes join: address
+    // space for the growth is reserved now, so growing never copies it.
+    let room = (m.spec.update == crate::format::UpdateMode::InPlace)
+        .then(|| pq_growth_room(m.n, m.spec.pq_bytes));
+    let codes = read_section_growable(dir, m, Section::PqCodes, room)?;
     if Some(codes.len()) != m.n.checked_mul(codebook.m()) {
         return Err(Error::corrupt(
             section_path(dir, m, Section::PqCodes),
@@ -933,6 +967,13 @@ const HUGE_PAGE: usize = 1 << 21;
 fn grown_rows(n: usize, m: usize) -> usize {
     let m = m.max(1);
     ((n + 64) * m).div_ceil(HUGE_PAGE) * HUGE_PAGE / m
+}
+
+/// Address space a PQ table of `n` rows of `m` bytes reserves for growing
+/// in place: as much again, at least 64 MiB (address space only: it costs
+/// no memory until rows are written).
+fn pq_growth_room(n: usize, m: usize) -> usize {
+    n.saturating_mul(m).max(64 << 20)
 }
 
 /// Ids an id array grown for `n` nodes has room for.

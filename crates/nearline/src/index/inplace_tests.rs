@@ -574,3 +574,58 @@ fn the_sweep_frees_deleted_slots_once_no_edge_leads_to_them() {
     assert_eq!(free, 0);
     finds_itself(&idx, &live, &[(N - 1) as u64, 5, 17]);
 }
+
+/// An index updated in place grows its PQ table where it is (address space
+/// reserved at open), so a growth never holds two copies; only past that
+/// room does a growth copy, and the update's reservation counts the copy.
+#[test]
+fn the_pq_table_grows_in_place_and_a_copy_is_counted() {
+    use crate::index::graph::{load_pq, GraphIndex};
+    use crate::io::EngineKind;
+    let tmp = tempfile::tempdir().unwrap();
+    let all = clustered(N, DIM, 5);
+    let (ip_dir, oop_dir) = (tmp.path().join("ip"), tmp.path().join("oop"));
+    build(&ip_dir, Preset::Diskann, &all, N, Some(UpdateMode::InPlace));
+    build(&oop_dir, Preset::Diskann, &all, N, None);
+    let m = crate::io::files::read_manifest(&ip_dir).unwrap();
+    let len = N * m.spec.pq_bytes;
+    let p = load_pq(&ip_dir, &m).unwrap();
+    assert_eq!(p.codes.len(), len);
+    assert!(
+        p.codes.capacity() >= len + (64 << 20),
+        "{}",
+        p.codes.capacity()
+    );
+    let fixed = load_pq(
+        &oop_dir,
+        &crate::io::files::read_manifest(&oop_dir).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        fixed.codes.capacity(),
+        len,
+        "out of place: no room reserved"
+    );
+
+    let plan = crate::planner::plan_open(&OpenOptions::default(), &m).unwrap();
+    let mut g = GraphIndex::open(&ip_dir, &m, &plan, EngineKind::Pread, false).unwrap();
+    let before = g.pq().unwrap().codes.to_vec();
+    let at = g.pq().unwrap().codes.as_ptr();
+    let room = g.pq().unwrap().codes.capacity() / m.spec.pq_bytes;
+    // Within the room: several huge pages' worth of rows, nothing moves.
+    let n = (room - 1000).min(N + (8 << 20) / m.spec.pq_bytes);
+    assert_eq!(g.moving_bytes_at(n), 0);
+    g.grow_to(n).unwrap();
+    let p = g.pq().unwrap();
+    assert_eq!(p.codes.as_ptr(), at, "grew where it was");
+    assert!(p.codes.len() >= n * m.spec.pq_bytes);
+    assert_eq!(&p.codes[..len], &before[..]);
+    // Past the room the table is copied, and the copy is what a
+    // reservation holds beside the growth.
+    let far = room + 10;
+    assert_eq!(g.moving_bytes_at(far), p.codes.memory_bytes() as u64);
+    g.grow_to(far).unwrap();
+    let p = g.pq().unwrap();
+    assert_eq!(&p.codes[..len], &before[..]);
+    assert!(p.codes.capacity() >= far * m.spec.pq_bytes + (64 << 20));
+}

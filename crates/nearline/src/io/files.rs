@@ -235,8 +235,23 @@ pub fn read_section(dir: &Path, m: &Manifest, s: Section) -> Result<Vec<u8>> {
 /// [`read_section`] into a table the search reads at random rows (in huge
 /// pages when it is large; see [`HugeBytes`]).
 pub fn read_section_huge(dir: &Path, m: &Manifest, s: Section) -> Result<HugeBytes> {
+    read_section_growable(dir, m, s, None)
+}
+
+/// [`read_section_huge`] into a table that can grow by `room` bytes
+/// without moving ([`HugeBytes::growable`]; `None`: a fixed table).
+pub fn read_section_growable(
+    dir: &Path,
+    m: &Manifest,
+    s: Section,
+    room: Option<usize>,
+) -> Result<HugeBytes> {
     let (file, path, info, len) = open_section(dir, m, s)?;
-    let bytes = HugeBytes::read_from(file, len).map_err(|e| truncated_while_read(&path, s, e))?;
+    let bytes = match room {
+        Some(room) => HugeBytes::read_growable(file, len, room),
+        None => HugeBytes::read_from(file, len),
+    }
+    .map_err(|e| truncated_while_read(&path, s, e))?;
     section::check(&path, s.name(), info, &bytes)?;
     Ok(bytes)
 }

@@ -11,7 +11,7 @@
 //! system's transparent-huge-page mode is `always` or `madvise`); without
 //! them the table works the same, on small pages.
 
-use memmap2::{Advice, MmapMut};
+use memmap2::{Advice, MmapMut, MmapOptions};
 use std::io::Read;
 use std::ops::{Deref, DerefMut};
 
@@ -59,11 +59,63 @@ impl HugeBytes {
         })
     }
 
+    /// A table of `len` zero bytes that can [`grow`](Self::grow) by
+    /// `room` bytes without moving: the mapping reserves address space for
+    /// `len + room` (no memory: untouched pages never become resident, and
+    /// the reservation is not charged against swap), so a table that grows
+    /// never has a second copy resident beside it. Mapped whatever its size.
+    pub fn growable(len: usize, room: usize) -> std::io::Result<Self> {
+        let cap = len
+            .checked_add(room)
+            .and_then(|c| c.checked_next_multiple_of(HUGE_PAGE))
+            .ok_or_else(|| std::io::Error::other("a growable table's room overflows"))?;
+        let map = MmapOptions::new()
+            .len(cap + HUGE_PAGE)
+            .no_reserve_swap()
+            .map_anon()?;
+        let addr = map.as_ptr() as usize;
+        let start = addr.next_multiple_of(HUGE_PAGE) - addr;
+        let _ = map.advise_range(Advice::HugePage, start, cap);
+        Ok(HugeBytes {
+            store: Store::Map(map, start),
+            len,
+        })
+    }
+
     /// A table filled with exactly `len` bytes from `r`.
-    pub fn read_from(mut r: impl Read, len: usize) -> std::io::Result<Self> {
-        let mut t = Self::zeroed(len)?;
+    pub fn read_from(r: impl Read, len: usize) -> std::io::Result<Self> {
+        Self::read_into(Self::zeroed(len)?, r)
+    }
+
+    /// [`HugeBytes::read_from`] into a [`growable`](Self::growable) table.
+    pub fn read_growable(r: impl Read, len: usize, room: usize) -> std::io::Result<Self> {
+        Self::read_into(Self::growable(len, room)?, r)
+    }
+
+    fn read_into(mut t: Self, mut r: impl Read) -> std::io::Result<Self> {
         r.read_exact(&mut t)?;
         Ok(t)
+    }
+
+    /// Bytes the table can grow to without moving.
+    pub fn capacity(&self) -> usize {
+        match &self.store {
+            Store::Heap(v) => v.len(),
+            Store::Map(m, start) => m.len() - start,
+        }
+    }
+
+    /// Grows the table to `len` bytes in place, the new bytes zero; false
+    /// (nothing changed) when `len` is beyond [`capacity`](Self::capacity).
+    /// A table never shrinks.
+    pub fn grow(&mut self, len: usize) -> bool {
+        if len > self.capacity() {
+            return false;
+        }
+        // An anonymous mapping is zero-filled, and bytes past `len` were
+        // never handed out, so they are still zero.
+        self.len = self.len.max(len);
+        true
     }
 
     /// Bytes of memory the table can occupy: its length, rounded up to whole
@@ -135,6 +187,33 @@ mod tests {
         t[len - 1] = 7;
         t[0] = 3;
         assert_eq!((t[0], t[len - 1]), (3, 7));
+    }
+
+    #[test]
+    fn a_growable_table_grows_in_place_and_keeps_its_bytes() {
+        let src: Vec<u8> = (0..5000).map(|i| (i % 253) as u8).collect();
+        let mut t = HugeBytes::read_growable(&src[..], src.len(), 3 * HUGE_PAGE).unwrap();
+        assert!(t.is_mapped(), "mapped whatever its size");
+        assert_eq!(t.as_ptr() as usize % HUGE_PAGE, 0);
+        assert_eq!(&t[..], &src[..]);
+        assert!(t.capacity() >= src.len() + 3 * HUGE_PAGE);
+        let at = t.as_ptr();
+        for len in [6000, HUGE_PAGE, 2 * HUGE_PAGE + 17, t.capacity()] {
+            assert!(t.grow(len));
+            assert_eq!(t.len(), len);
+            assert_eq!(t.as_ptr(), at, "grew without moving");
+            assert_eq!(&t[..src.len()], &src[..]);
+            assert!(t[src.len()..].iter().all(|&b| b == 0));
+            assert_eq!(t.memory_bytes(), len.div_ceil(HUGE_PAGE) * HUGE_PAGE);
+        }
+        let cap = t.capacity();
+        assert!(!t.grow(cap + 1), "beyond the room");
+        assert_eq!(t.len(), cap);
+        assert!(t.grow(10), "a smaller length leaves the table as it is");
+        assert_eq!(t.len(), cap);
+        let last = t.len() - 1;
+        t[last] = 9;
+        assert_eq!(t[last], 9);
     }
 
     #[test]

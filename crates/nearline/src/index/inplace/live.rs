@@ -99,6 +99,16 @@ impl LiveIds {
         Self::bytes_for(grown(self.sorted.capacity(), self.sorted.len() + more))
     }
 
+    /// Bytes that making room for `more` ids holds twice for a moment
+    /// (the array is copied when it runs out of capacity).
+    pub fn moving_bytes_with(&self, more: usize) -> u64 {
+        if self.sorted.len() + more > self.sorted.capacity() {
+            self.memory_bytes()
+        } else {
+            0
+        }
+    }
+
     /// Resident bytes with room for `capacity` ids.
     pub fn bytes_for(capacity: usize) -> u64 {
         capacity as u64 * 4

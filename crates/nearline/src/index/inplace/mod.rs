@@ -82,6 +82,9 @@ pub struct InPlace {
     /// release would let the cache regrow, reading from disk, before the
     /// next update takes the room back).
     counted: AtomicU64,
+    /// Bytes held beside `counted` while a table grows by a copy (from
+    /// [`InPlace::reserve`] until the update's [`InPlace::recount`]).
+    moving: AtomicU64,
     /// Bytes of page images logged since the last checkpoint.
     pub logged: u64,
     /// A checkpoint follows the update that logs this many bytes of page
@@ -183,6 +186,7 @@ impl InPlace {
             medoid: m.medoid,
             applied,
             counted: AtomicU64::new(0),
+            moving: AtomicU64::new(0),
             logged: 0,
             log_limit: LOG_LIMIT,
             out: None,
@@ -641,22 +645,45 @@ impl InPlace {
     /// are counted at their most (each holds at most every tombstone, at
     /// up to twice its length), so applying the update never needs more.
     /// The caller holds the writer lock (one update at a time).
+    ///
+    /// A table that grows by a copy (the PQ table past its reserved room,
+    /// the id arrays past their capacity) is resident twice for a moment:
+    /// those bytes are held too, until [`InPlace::recount`] after the
+    /// update gives them back.
     pub fn reserve(&self, g: &GraphIndex, more: usize) -> Result<()> {
+        self.give_back_moving(g);
         let lists = 4 * 3 * 2 * (self.deleted + 1) as u64;
         let held = (self.ids.bytes_with(more) + lists).max(self.memory_bytes())
             + g.grown_bytes_at(g.nodes() + more);
-        self.hold(g, held).map_err(|e| {
+        let moving = self.ids.moving_bytes_with(more) + g.moving_bytes_at(g.nodes() + more);
+        let refused = |e: Error| {
             Error::arg(format!(
-                "the memory budget cannot hold this update's ids and codes ({held} bytes): {e}; \
-                 open with a larger memory_budget"
+                "the memory budget cannot hold this update's ids and codes ({held} bytes, \
+                 {moving} more while a table is copied to grow): {e}; open with a larger \
+                 memory_budget"
             ))
-        })
+        };
+        self.hold(g, held).map_err(refused)?;
+        if moving > 0 {
+            g.hold_updates(moving).map_err(refused)?;
+            self.moving.store(moving, Ordering::Release);
+        }
+        Ok(())
     }
 
     /// Counts what the update layer holds now in the index's budget (the
-    /// cache yields what is short).
+    /// cache yields what is short), and gives back what a copy held.
     pub fn recount(&self, g: &GraphIndex) -> Result<()> {
+        self.give_back_moving(g);
         self.hold(g, self.memory_bytes() + g.grown_bytes())
+    }
+
+    /// Gives back the bytes [`InPlace::reserve`] held for a copy.
+    fn give_back_moving(&self, g: &GraphIndex) {
+        let moving = self.moving.swap(0, Ordering::AcqRel);
+        if moving > 0 {
+            g.release_updates(moving);
+        }
     }
 
     /// Grows what the ledger counts to `held` bytes.
