@@ -79,3 +79,24 @@ def test_in_place_refusals(tmp_path):
         nearline.build(base, tmp_path / "s", preset="starling", update="in_place", **BUILD)
     r = run_cli("build", "--help")
     assert "--update" in r.stdout
+
+
+def test_a_writer_in_place_excludes_readers_in_other_processes(tmp_path):
+    base, _ = clustered(800, DIM, seed=4, queries=1)
+    path = tmp_path / "g.index"
+    nearline.build(base, path, update="in_place", **BUILD).close()
+    with nearline.open(path) as w:
+        w.delete([1, 2])
+        # Its pages are rewritten in place: another process may not read them meanwhile.
+        r = run_cli("check", str(path), "--json")
+        assert r.returncode != 0 and "updated in place" in r.stderr, r.stderr
+        with pytest.raises(OSError, match="cannot follow"):
+            nearline.open(path, read_only=True)
+    # Once the writer has closed, readers share the index and keep writers out.
+    r = run_cli("check", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["live_ids"] == 798
+    with nearline.open(path, read_only=True) as a, nearline.open(path, read_only=True) as b:
+        assert a.search(base[5:6], k=3)[0].tolist() == b.search(base[5:6], k=3)[0].tolist()
+        with pytest.raises(OSError, match="excludes every other open"):
+            nearline.open(path)

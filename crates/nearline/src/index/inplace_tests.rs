@@ -629,3 +629,49 @@ fn the_pq_table_grows_in_place_and_a_copy_is_counted() {
     assert_eq!(&p.codes[..len], &before[..]);
     assert!(p.codes.capacity() >= far * m.spec.pq_bytes + (64 << 20));
 }
+
+/// An index updated in place is never read by one open while another
+/// rewrites its pages: a writable open excludes every other open, read-only
+/// opens share, and a compaction's new directory keeps the writer's lock.
+#[test]
+fn a_writable_in_place_open_excludes_other_opens() {
+    let (tmp, all, idx) = built_in_place(13, 600);
+    let dir = tmp.path().join("idx");
+    let ro = OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let refused = |opts: &OpenOptions, what: &str| {
+        let e = Index::open(&dir, opts).err().expect(what).to_string();
+        assert!(e.contains("updated in place"), "{what}: {e}");
+        e
+    };
+    let e = refused(&ro, "a read-only open beside the writer");
+    assert!(e.contains("cannot follow"), "{e}");
+    let e = refused(&OpenOptions::default(), "a second writable open");
+    assert!(e.contains("excludes every other open"), "{e}");
+    // Compaction swaps a new directory in, locked before the swap.
+    idx.insert(&all[600 * DIM..610 * DIM], None).unwrap();
+    let dead: Vec<u64> = (0..40).collect();
+    idx.delete(&dead).unwrap();
+    idx.maintain().unwrap();
+    refused(&ro, "a read-only open after the compaction");
+    drop(idx);
+    // Without a writer, read-only opens share the index and search it...
+    let (a, b) = (Index::open(&dir, &ro).unwrap(), Index::open(&dir, &ro).unwrap());
+    let q = &all[610 * DIM..611 * DIM];
+    let s = SearchOptions {
+        k: 5,
+        ..Default::default()
+    };
+    assert_eq!(
+        a.search(q, 1, &s).unwrap().ids,
+        b.search(q, 1, &s).unwrap().ids
+    );
+    // ...and keep a writer out while they are open.
+    refused(&OpenOptions::default(), "a writable open beside readers");
+    drop((a, b));
+    let w = open(&dir);
+    w.delete(&[100]).unwrap();
+    check_ok(&w);
+}

@@ -1,7 +1,7 @@
 //! The out-of-place merge of the delta: a snapshot staged in the
 //! background (or here), then put in place under the writer.
 
-use super::opening::open_state;
+use super::opening::{self, open_state};
 use super::{poisoned, wal_path, GraphSlot};
 use crate::index::fresh::WAL_FILE;
 use crate::index::graph::GraphOpen;
@@ -242,6 +242,13 @@ impl GraphSlot {
         // The old index stops reading its directory (its cache's regrowth)
         // before the new one takes the directory's place.
         open.g.retire(true);
+        // An index updated in place: the new directory is locked before it
+        // takes the old one's place, so no other open slips in between.
+        let held = if self.in_place()? {
+            opening::in_place_lock(merge.path(), true)?
+        } else {
+            None
+        };
         let (m, report) = match merge.commit() {
             Ok(x) => x,
             Err(e) => {
@@ -261,7 +268,7 @@ impl GraphSlot {
         let dur = self.opts.durability;
         let path = wal_path(&self.dir);
         let (new_wal, _) = Wal::open_after(&path, dur, seq, &mut |_| Ok(()))?;
-        let (state, _) = open_state(&self.dir, m, &self.opts)?;
+        let (state, _) = open_state(&self.dir, m, &self.opts, held)?;
         *self.write()? = state;
         **w = Some(new_wal);
         if let Ok(mut c) = self.counters.lock() {

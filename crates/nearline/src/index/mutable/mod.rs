@@ -55,6 +55,10 @@ pub struct GraphState {
     /// The id bookkeeping of an index updated in place (`None`: out of
     /// place, through `delta`).
     pub inplace: Option<InPlace>,
+    /// An index updated in place: the lock on its directory this open holds
+    /// (see `opening::in_place_lock`); held, never read, until the state
+    /// is dropped.
+    _lock: Option<std::fs::File>,
 }
 
 impl GraphState {
@@ -127,7 +131,7 @@ pub fn wal_path(dir: &Path) -> PathBuf {
 impl GraphSlot {
     /// Opens the graph index in `dir` (manifest `m`).
     pub fn open(dir: &Path, m: Manifest, opts: &OpenOptions) -> Result<Arc<GraphSlot>> {
-        let (state, tail) = open_state(dir, m, opts)?;
+        let (state, tail) = open_state(dir, m, opts, None)?;
         Ok(Arc::new_cyclic(|me| GraphSlot {
             dir: dir.to_path_buf(),
             opts: opts.clone(),

@@ -14,14 +14,22 @@ use crate::{Error, Result};
 use std::path::Path;
 use std::sync::Arc;
 /// Opens the graph index in `dir` (manifest `m`) and its delta: the log
-/// after the manifest's sequence is replayed into it.
+/// after the manifest's sequence is replayed into it. An index updated in
+/// place is locked first ([`in_place_lock`]), unless `held` is the lock
+/// already taken on the directory now at `dir` (a compaction's).
 pub(super) fn open_state(
     dir: &Path,
     m: Manifest,
     opts: &OpenOptions,
+    held: Option<std::fs::File>,
 ) -> Result<(GraphState, Option<WalTail>)> {
     let plan = planner::plan_open(opts, &m)?;
     let mode = opts.update.unwrap_or(m.spec.update);
+    let lock = match (mode, held) {
+        (UpdateMode::InPlace, Some(f)) => Some(f),
+        (UpdateMode::InPlace, None) => in_place_lock(dir, !opts.read_only)?,
+        (UpdateMode::OutOfPlace, _) => None,
+    };
     if mode == UpdateMode::InPlace {
         if let Some(why) = crate::index::inplace::refusal(&m, plan.cache) {
             return Err(Error::arg(format!(
@@ -86,6 +94,7 @@ pub(super) fn open_state(
                 open: Arc::new(open),
                 delta,
                 inplace: Some(ip),
+                _lock: lock,
             },
             None,
         ));
@@ -119,9 +128,47 @@ pub(super) fn open_state(
             open,
             delta,
             inplace: None,
+            _lock: None,
         },
         tail,
     ))
+}
+
+/// Locks the directory of an index updated in place: `exclusive` for a
+/// writable open, shared for a read-only one (`None`: the file system has
+/// no locks). Its pages are rewritten in place, so another process reading
+/// them could see a record change between the log records it has applied:
+/// a read-only open cannot follow an in-place writer as it follows an
+/// out-of-place one, and the two never overlap.
+pub(super) fn in_place_lock(dir: &Path, exclusive: bool) -> Result<Option<std::fs::File>> {
+    let f = std::fs::File::open(dir).map_err(|e| Error::io(dir, e))?;
+    let r = if exclusive {
+        f.try_lock()
+    } else {
+        f.try_lock_shared()
+    };
+    match r {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let why = if exclusive {
+                "this index is updated in place and is open elsewhere (another writable or \
+                 read-only open, in this or another process): its pages are rewritten in \
+                 place, so a writable open excludes every other open; close the other one, or \
+                 open with update=\"out_of_place\", whose read-only opens follow a writer"
+            } else {
+                "this index is updated in place and a writable open holds it (in this or \
+                 another process): a read-only open cannot follow pages rewritten in place; \
+                 close the writer first, or open the writer with update=\"out_of_place\", \
+                 whose read-only opens follow it"
+            };
+            Err(Error::io(
+                dir,
+                std::io::Error::new(std::io::ErrorKind::WouldBlock, why),
+            ))
+        }
+        // A file system without locks: go on without the guard.
+        Err(std::fs::TryLockError::Error(_)) => Ok(None),
+    }
 }
 
 /// Replays an in-place index's log: page-image records are applied (their
@@ -222,7 +269,7 @@ impl GraphSlot {
                 // The writer merged before this open saw its log: the
                 // directory holds a newer index; load it.
                 let m = crate::io::files::read_manifest(&self.dir)?;
-                let (fresh, t2) = open_state(&self.dir, m, &self.opts)?;
+                let (fresh, t2) = open_state(&self.dir, m, &self.opts, None)?;
                 *self.write()? = fresh;
                 *tail = t2;
                 return Ok(());
@@ -241,7 +288,7 @@ impl GraphSlot {
             let m = crate::io::files::read_manifest(&self.dir)?;
             if m.wal_sequence != open.manifest.wal_sequence || m.n != open.manifest.n {
                 drop(st);
-                let (fresh, t2) = open_state(&self.dir, m, &self.opts)?;
+                let (fresh, t2) = open_state(&self.dir, m, &self.opts, None)?;
                 *self.write()? = fresh;
                 *tail = t2;
             } else {
