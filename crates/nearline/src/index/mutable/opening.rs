@@ -11,6 +11,7 @@ use crate::planner::{self, OpenOptions};
 use crate::update::recovery::{check_continues, Recover};
 use crate::update::tail::{TailStatus, WalTail};
 use crate::{Error, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 /// Opens the graph index in `dir` (manifest `m`) and its delta: the log
@@ -71,10 +72,12 @@ pub(super) fn open_state(
                 ip: &mut ip,
                 open: &mut open,
                 write: !opts.read_only,
+                expected: BTreeMap::new(),
             };
             t.read_new(after, &mut |rec| {
                 crate::update::recovery::replay(&mut r, &rec, &path)
             })?;
+            r.check_expected()?;
         }
         ip.recount(&open.g).map_err(|e| {
             Error::arg(format!(
@@ -178,6 +181,11 @@ struct Replaying<'a> {
     ip: &'a mut InPlace,
     open: &'a mut GraphOpen,
     write: bool,
+    /// A read-only replay writes nothing: the CRC32C of the last image the
+    /// log holds for each block, which the page file must hold once every
+    /// record is replayed (a later record may rewrite an earlier one's
+    /// block, so only the last image is what the disk holds).
+    expected: BTreeMap<u64, u32>,
 }
 
 impl Recover for Replaying<'_> {
@@ -219,21 +227,8 @@ impl Recover for Replaying<'_> {
     }
     fn replay_patch(&mut self, patch: &crate::update::wal::Patch) -> Result<()> {
         if !self.write {
-            // A read-only open writes nothing: the blocks must be on disk.
-            let pages = self.open.g.pages_path();
-            let geo = self.open.g.geometry();
-            let mut r = crate::io::BlockReader::open(&pages, geo.block_size)?;
             for (b, img) in &patch.blocks {
-                let on_disk = r
-                    .read(geo.block_offset(*b))
-                    .ok()
-                    .map(|x| x[..geo.block_size].to_vec());
-                if on_disk.as_deref() != Some(img.as_slice()) {
-                    return Err(Error::arg(format!(
-                        "block {b} of the page file does not hold what the log says (an update \
-                         was cut short): open the index for writing once to recover it"
-                    )));
-                }
+                self.expected.insert(*b, crc32c::crc32c(img));
             }
         }
         self.ip.apply(self.open, patch, self.write)
@@ -241,6 +236,30 @@ impl Recover for Replaying<'_> {
 }
 
 impl Replaying<'_> {
+    /// A read-only replay: every block the log rewrote must be on disk as
+    /// its last record left it.
+    fn check_expected(&self) -> Result<()> {
+        if self.expected.is_empty() {
+            return Ok(());
+        }
+        let pages = self.open.g.pages_path();
+        let geo = self.open.g.geometry();
+        let mut r = crate::io::BlockReader::open(&pages, geo.block_size)?;
+        for (&b, &crc) in &self.expected {
+            let on_disk = r
+                .read(geo.block_offset(b))
+                .ok()
+                .map(|x| crc32c::crc32c(&x[..geo.block_size]));
+            if on_disk != Some(crc) {
+                return Err(Error::arg(format!(
+                    "block {b} of the page file does not hold what the log says (an update \
+                     was cut short): open the index for writing once to recover it"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn need_write(&self) -> Result<()> {
         if self.write {
             Ok(())
