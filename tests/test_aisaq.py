@@ -46,6 +46,7 @@ def test_recall_with_no_codes_in_memory(tmp_path, data48, metric):
     with _build(base, tmp_path / "i", metric=metric) as idx:
         info = idx.info()
         assert info["preset"] == "aisaq" and info["layout"]["kind"] == "pq_coded"
+        assert (info["layout"]["placement"], info["layout"]["records"]) == ("id", "pq_coded")
         mem = info["memory"]
         assert mem["pq_codes"] == 0 and mem["pq_codebook"] > 0 and mem["within_budget"]
         ids, d = idx.search(queries, 10, L=100)

@@ -35,6 +35,9 @@ def test_starling_preset_builds_a_shuffled_layout(indexes):
     si, pi = star.info(), plain.info()
     assert si["preset"] == "starling" and si["layout"]["kind"] == "shuffled"
     assert pi["layout"]["kind"] == "id"
+    # A layout is a placement x a record format.
+    assert (si["layout"]["placement"], si["layout"]["records"]) == ("shuffled", "plain")
+    assert (pi["layout"]["placement"], pi["layout"]["records"]) == ("id", "plain")
     sh = si["layout"]["shuffle"]
     assert sh["algorithm"] == "bnf"
     # Shuffling never lowers locality below the ID layout's, and on shuffled

@@ -832,7 +832,8 @@ fn user_distance(metric: Metric, d: f32) -> f32 {
     }
 }
 
-/// The manifest's layout for `info()`, with the page file's size against
+/// The manifest's layout for `info()`, with its placement and record
+/// format, and the page file's size against
 /// the raw vectors (`disk_amplification`) and, for a replicated layout,
 /// against plain records (`space_amplification`).
 fn layout_info(m: &Manifest) -> serde_json::Value {
@@ -840,6 +841,9 @@ fn layout_info(m: &Manifest) -> serde_json::Value {
     let pages = m.layout.n_blocks.saturating_mul(m.layout.block_size as u64);
     let raw = (m.n as u64).saturating_mul((m.dim * m.dtype.size()) as u64);
     if let Some(o) = v.as_object_mut() {
+        // The layout's two components (`format::layout_kind`).
+        o.insert("placement".into(), m.layout.kind.placement().name().into());
+        o.insert("records".into(), m.layout.kind.records().name().into());
         o.insert("pages_bytes".into(), pages.into());
         if raw > 0 {
             o.insert(
