@@ -44,19 +44,7 @@ impl HugeBytes {
                 len,
             });
         }
-        let rounded = len.div_ceil(HUGE_PAGE) * HUGE_PAGE;
-        // One huge page more than needed, so that the table can start on a
-        // 2 MiB boundary; the unused head and tail are never touched, so they
-        // never become resident.
-        let map = MmapMut::map_anon(rounded + HUGE_PAGE)?;
-        let addr = map.as_ptr() as usize;
-        let start = addr.next_multiple_of(HUGE_PAGE) - addr;
-        // Advice failing (a kernel without THP) leaves ordinary pages.
-        let _ = map.advise_range(Advice::HugePage, start, rounded);
-        Ok(HugeBytes {
-            store: Store::Map(map, start),
-            len,
-        })
+        Self::mapped(len, len.div_ceil(HUGE_PAGE) * HUGE_PAGE, true)
     }
 
     /// A table of `len` zero bytes that can [`grow`](Self::grow) by
@@ -69,12 +57,26 @@ impl HugeBytes {
             .checked_add(room)
             .and_then(|c| c.checked_next_multiple_of(HUGE_PAGE))
             .ok_or_else(|| std::io::Error::other("a growable table's room overflows"))?;
-        let map = MmapOptions::new()
-            .len(cap + HUGE_PAGE)
-            .no_reserve_swap()
-            .map_anon()?;
+        Self::mapped(len, cap, false)
+    }
+
+    /// A table of `len` zero bytes at the first 2 MiB boundary of an
+    /// anonymous mapping with room for `cap` bytes (a multiple of
+    /// [`HUGE_PAGE`]), advised for huge pages; `reserve_swap`: the mapping
+    /// is charged against swap as the kernel charges private mappings.
+    fn mapped(len: usize, cap: usize, reserve_swap: bool) -> std::io::Result<Self> {
+        // One huge page more than the room, so that the table can start on
+        // a 2 MiB boundary; the unused head and tail are never touched, so
+        // they never become resident.
+        let mut o = MmapOptions::new();
+        o.len(cap + HUGE_PAGE);
+        if !reserve_swap {
+            o.no_reserve_swap();
+        }
+        let map = o.map_anon()?;
         let addr = map.as_ptr() as usize;
         let start = addr.next_multiple_of(HUGE_PAGE) - addr;
+        // Advice failing (a kernel without THP) leaves ordinary pages.
         let _ = map.advise_range(Advice::HugePage, start, cap);
         Ok(HugeBytes {
             store: Store::Map(map, start),
