@@ -246,6 +246,8 @@ struct Fixture {
     shuffled: PathBuf,
     /// PQ-coded layout (AiSAQ: neighbours' PQ codes in the records).
     pq_coded: PathBuf,
+    /// Page graph (PageANN: a page's records share its edges).
+    page_graph: PathBuf,
     queries: Vec<f32>,
 }
 
@@ -255,9 +257,10 @@ enum Fix {
     Id,
     Shuffled,
     PqCoded,
+    PageGraph,
 }
 
-const FIXES: [Fix; 3] = [Fix::Id, Fix::Shuffled, Fix::PqCoded];
+const FIXES: [Fix; 4] = [Fix::Id, Fix::Shuffled, Fix::PqCoded, Fix::PageGraph];
 
 impl Fix {
     fn dir(self) -> &'static Path {
@@ -266,6 +269,7 @@ impl Fix {
             Fix::Id => &f.id,
             Fix::Shuffled => &f.shuffled,
             Fix::PqCoded => &f.pq_coded,
+            Fix::PageGraph => &f.page_graph,
         }
     }
 }
@@ -305,13 +309,21 @@ fn fixture() -> &'static Fixture {
             layout: Some(LayoutKind::PqCoded),
             ..opts
         };
-        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        let m = Matrix::from_vec(base.clone(), FX_N, FX_DIM).expect("matrix");
         build(m, &pq_coded, &opts, &|_, _, _| {}, &never).expect("build the pq_coded fixture");
+        let page_graph = tmp.path().join("page_graph");
+        let opts = BuildOptions {
+            layout: Some(LayoutKind::PAGE_GRAPH),
+            ..opts
+        };
+        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        build(m, &page_graph, &opts, &|_, _, _| {}, &never).expect("build the page_graph fixture");
         Fixture {
             _tmp: tmp,
             id,
             shuffled,
             pq_coded,
+            page_graph,
             queries: rows::<f32>(3, FX_DIM, 77),
         }
     })
@@ -337,6 +349,9 @@ fn fix_geometry(which: Fix) -> PageGeometry {
         // The fixture's 4-byte PQ codes.
         Fix::PqCoded => {
             PageGeometry::with_pq_codes(4096, FX_DIM * 4, 8, 4, FX_N).expect("fixture geometry")
+        }
+        Fix::PageGraph => {
+            PageGeometry::page_graph(4096, FX_DIM * 4, 8, FX_N).expect("fixture geometry")
         }
     }
 }
@@ -743,10 +758,16 @@ fn read_centroids(sink: &mut Sink, input: &[u8], dt: DType, dim: usize, n: usize
     }
 }
 
-fn read_location(sink: &mut Sink, input: &[u8], geo: PageGeometry, n: usize) {
+fn read_location(
+    sink: &mut Sink,
+    input: &[u8],
+    geo: PageGeometry,
+    n: usize,
+    placement: nearline::format::Placement,
+) {
     use nearline::layout::Layout;
     let p = Path::new("id_to_location.bin");
-    if let Some(l) = sink.take(ShuffledLayout::from_section(p, input, geo, n)) {
+    if let Some(l) = sink.take(ShuffledLayout::from_section(p, input, geo, n, placement)) {
         let g = *l.geometry();
         for v in 0..l.n() as u32 {
             let (b, slot) = l.locate(v);
@@ -807,17 +828,23 @@ proptest! {
     fn id_to_location_never_panics(
         (_, n) in dims_and_counts(),
         other_geo in prop::option::of((prop::sample::select(vec![4096usize, 8192, 16384]), 0usize..70_000, 1usize..=65535, 0usize..100_000)),
+        page_graph in any::<bool>(),
         muts in mutations(6),
     ) {
-        let input = apply(fixture_file(true, "id_to_location.bin"), &muts);
+        let (which, placement) = if page_graph {
+            (Fix::PageGraph, nearline::format::Placement::PageGraph)
+        } else {
+            (Fix::Shuffled, nearline::format::Placement::Shuffled)
+        };
+        let input = apply(fix_file(which, "id_to_location.bin"), &muts);
         let geo = match other_geo {
-            None => fixture_geometry(true),
+            None => fix_geometry(which),
             Some((ps, vb, r, gn)) => match PageGeometry::new(ps, vb, r, gn) {
                 Ok(g) => g,
                 Err(_) => return Ok(()),
             },
         };
-        run("id-to-location", &input, Limits::small(input.len()), |s| read_location(s, &input, geo, n))?;
+        run("id-to-location", &input, Limits::small(input.len()), |s| read_location(s, &input, geo, n, placement))?;
     }
 }
 
@@ -1176,7 +1203,7 @@ proptest! {
 #[test]
 fn fixtures_open_and_search() {
     let f = fixture();
-    for dir in [&f.id, &f.shuffled, &f.pq_coded] {
+    for dir in [&f.id, &f.shuffled, &f.pq_coded, &f.page_graph] {
         for entry in ENTRY_KINDS {
             if dir != &f.id && matches!(entry, EntryChoice::Nav | EntryChoice::Centroids) {
                 continue;

@@ -438,6 +438,7 @@ fn phases<T: Element>(
                     bits: plan.code_bits,
                     explained_variance: c.pca.explained_variance_ratio(),
                 }),
+                page_graph: placed.page_graph,
             },
             wal_sequence: 0,
             next_auto_id: 0,

@@ -1,18 +1,19 @@
-//! Build phase 3: the placement (ID layout, Starling's block shuffling, or
-//! Gorgeous' graph replication), the page file, the location map and the
-//! adjacency section.
+//! Build phase 3: the placement (ID layout, Starling's block shuffling,
+//! PageANN's page graph, or Gorgeous' graph replication), the page file,
+//! the location map and the adjacency section.
 
 use super::{check_cancel, BuildPlan, Progress, SectionEntry};
 use crate::data::matrix::Matrix;
 use crate::elem::Element;
 use crate::format::{
-    PageGeometry, Placement, RecordFormat, ReplicationInfo, Section, SectionInfo, ShuffleInfo,
+    PageGeometry, PageGraphInfo, Placement, RecordFormat, ReplicationInfo, Section, SectionInfo,
+    ShuffleInfo,
 };
 use crate::graph::Graph;
 use crate::io::files::{sync_file, write_section, write_section_with};
-use crate::layout::replicate;
 use crate::layout::shuffle::{overlap_ratio, shuffle_blocks, ShuffleParams};
 use crate::layout::writer::{write_pages, RecordCoder};
+use crate::layout::{page_graph, replicate};
 use crate::layout::{AnyLayout, IdLayout, Layout, ShuffledLayout};
 use crate::quant::rabitq::RaBitQ;
 use crate::{Error, Result};
@@ -29,6 +30,8 @@ pub struct Placed {
     pub shuffle: Option<ShuffleInfo>,
     /// How a replicated layout spread the lists.
     pub replication: Option<ReplicationInfo>,
+    /// How a page graph's edges were chosen.
+    pub page_graph: Option<PageGraphInfo>,
     /// The page file and the location map.
     pub sections: Vec<SectionEntry>,
 }
@@ -69,6 +72,9 @@ pub fn run<T: Element>(
             )));
         }
         PageGeometry::with_pq_codes(plan.page_size, vec_bytes, plan.r, m, n)?
+    } else if plan.layout.placement() == Placement::PageGraph {
+        // A page's records share its out-edges: at least R of them.
+        PageGeometry::page_graph(plan.page_size, vec_bytes, plan.r, n)?
     } else {
         PageGeometry::with_regions(
             plan.page_size,
@@ -104,7 +110,7 @@ pub fn run<T: Element>(
             let or_g = overlap_ratio(graph, rpb, &ids);
             (AnyLayout::Id(IdLayout::new(geo, n)), None, or_g)
         }
-        Placement::Shuffled => {
+        placement @ (Placement::Shuffled | Placement::PageGraph) => {
             progress("shuffle", 0, 1);
             let ts = Instant::now();
             let sp = ShuffleParams {
@@ -121,7 +127,7 @@ pub fn run<T: Element>(
                 id_overlap_ratio: sh.id_overlap_ratio,
                 seconds: ts.elapsed().as_secs_f64(),
             };
-            let l = ShuffledLayout::new(geo, sh.loc).map_err(|m| {
+            let l = ShuffledLayout::placed(geo, sh.loc, placement).map_err(|m| {
                 Error::Engine(format!(
                     "block shuffling produced an invalid placement: {m}"
                 ))
@@ -130,6 +136,18 @@ pub fn run<T: Element>(
             (AnyLayout::Shuffled(l), Some(info), sh.overlap_ratio)
         }
     };
+    check_cancel(cancel)?;
+    // A page graph: the records hold their pages' edges, not their own.
+    let page_edges = match (&layout, plan.layout.placement()) {
+        (AnyLayout::Shuffled(l), Placement::PageGraph) => {
+            progress("page_graph", 0, 1);
+            let pe = page_graph::build(data, graph, plan.metric, l, medoid, cancel)?;
+            progress("page_graph", 1, 1);
+            Some(pe)
+        }
+        _ => None,
+    };
+    let graph = page_edges.as_ref().map_or(graph, |p| &p.graph);
     check_cancel(cancel)?;
     progress("layout", 0, geo.n_blocks);
     let pages = dir.join("pages.bin");
@@ -274,6 +292,7 @@ pub fn run<T: Element>(
         overlap_ratio: or_g,
         shuffle,
         replication,
+        page_graph: page_edges.map(|p| p.info),
         sections,
     })
 }

@@ -12,7 +12,7 @@
 //! other component's cases.
 //!
 //! Manifests and the APIs name a layout by one word (`id`, `shuffled`,
-//! `replicated`, `coded`, `pq_coded`), as before the split.
+//! `page_graph`, `replicated`, `coded`, `pq_coded`), as before the split.
 
 use crate::{Error, Result};
 
@@ -25,6 +25,12 @@ crate::util::vocabulary! {
         /// Starling's block shuffling: a node shares its block with graph
         /// neighbours; node → position map in the `id_to_location` section.
         Shuffled = "shuffled",
+        /// PageANN's page graph: records grouped into pages by proximity,
+        /// and the graph is over pages: a page's out-edges (to other
+        /// pages, each through one of its nodes) are spread over its
+        /// records, so a page is read and expanded as one node; node →
+        /// position map in the `id_to_location` section.
+        PageGraph = "page_graph",
     }
 }
 
@@ -43,6 +49,14 @@ crate::util::vocabulary! {
         /// AiSAQ's PQ-coded records: each carries its neighbours' PQ codes
         /// (format 1.8); only the PQ codebook is held in memory.
         PqCoded = "pq_coded",
+    }
+}
+
+impl Placement {
+    /// Whether node positions are stored (the `id_to_location` section and
+    /// its two maps in memory) rather than computed from the id.
+    pub fn stores_positions(self) -> bool {
+        !matches!(self, Placement::Id)
     }
 }
 
@@ -78,10 +92,13 @@ impl LayoutKind {
     pub const ID: LayoutKind = LayoutKind::Plain(Placement::Id);
     /// Starling's layout: plain records, block-shuffled.
     pub const SHUFFLED: LayoutKind = LayoutKind::Plain(Placement::Shuffled);
+    /// PageANN's layout: plain records on a page graph.
+    pub const PAGE_GRAPH: LayoutKind = LayoutKind::Plain(Placement::PageGraph);
     /// Every layout, in the order of their names.
     pub const ALL: &'static [LayoutKind] = &[
         LayoutKind::ID,
         LayoutKind::SHUFFLED,
+        LayoutKind::PAGE_GRAPH,
         LayoutKind::Replicated,
         LayoutKind::Coded,
         LayoutKind::PqCoded,
@@ -126,6 +143,7 @@ impl LayoutKind {
         match self {
             LayoutKind::Plain(Placement::Id) => "id",
             LayoutKind::Plain(Placement::Shuffled) => "shuffled",
+            LayoutKind::Plain(Placement::PageGraph) => "page_graph",
             LayoutKind::Replicated => "replicated",
             LayoutKind::Coded => "coded",
             LayoutKind::PqCoded => "pq_coded",
@@ -219,7 +237,7 @@ mod tests {
         let e = LayoutKind::parse("zigzag").expect_err("unknown");
         assert!(
             e.to_string()
-                .contains("id, shuffled, replicated, coded, pq_coded"),
+                .contains("id, shuffled, page_graph, replicated, coded, pq_coded"),
             "{e}"
         );
         assert!(serde_json::from_str::<LayoutKind>("\"zigzag\"").is_err());
@@ -228,8 +246,9 @@ mod tests {
     #[test]
     fn only_plain_records_are_shuffled_and_only_coded_formats_carry_codes() {
         assert_eq!(LayoutKind::SHUFFLED.placement(), Placement::Shuffled);
+        assert_eq!(LayoutKind::PAGE_GRAPH.placement(), Placement::PageGraph);
         for &k in LayoutKind::ALL {
-            if k.placement() == Placement::Shuffled {
+            if k.placement() != Placement::Id {
                 assert_eq!(k.records(), RecordFormat::Plain);
             }
             assert_eq!(

@@ -36,8 +36,10 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// manifest's `next_auto_id`); 1.8: PQ-coded layouts (AiSAQ: records
 /// carrying their neighbours' PQ codes) and the `aisaq` preset; 1.9: a
 /// graph index updated in place (the build spec's `update`, log records
-/// of page images, tombstones as the external id 2**64-1).
-pub const FORMAT_MINOR: u32 = 9;
+/// of page images, tombstones as the external id 2**64-1); 1.10: page-graph
+/// layouts (PageANN: the `page_graph` placement, page layout id 6, the
+/// layout's `page_graph` summary) and the `pageann` preset.
+pub const FORMAT_MINOR: u32 = 10;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -79,6 +81,10 @@ crate::util::vocabulary! {
         /// AiSAQ: PQ codes of each node's neighbours in its record, only
         /// the codebook in memory (format 1.8).
         Aisaq = "aisaq",
+        /// PageANN: a page graph (records grouped by proximity, the graph
+        /// over pages), navigation graph, each page read and expanded as
+        /// one node (format 1.10).
+        Pageann = "pageann",
         /// SPFresh: a partition index (SPANN postings, in-memory head
         /// graph) updated in place by LIRE, with a write-ahead log.
         Spfresh = "spfresh",
@@ -209,7 +215,8 @@ pub struct ShuffleInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LayoutInfo {
     /// The placement × record format, by its one-word name (`id`,
-    /// `shuffled` (format 1.2), `replicated`, `coded` (1.4), `pq_coded` (1.8)).
+    /// `shuffled` (format 1.2), `replicated`, `coded` (1.4), `pq_coded` (1.8),
+    /// `page_graph` (1.10)).
     pub kind: LayoutKind,
     pub page_size: usize,
     /// Bytes of one block (a page, or whole consecutive pages for big records).
@@ -234,6 +241,28 @@ pub struct LayoutInfo {
     /// The neighbour codes a coded layout's records carry (format 1.4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub codes: Option<CodesInfo>,
+    /// How a page graph's edges were chosen (format 1.10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_graph: Option<PageGraphInfo>,
+}
+
+/// A page graph's edges (PageANN): each page's out-edges lead to other
+/// pages, at most `records_per_block × max_degree` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PageGraphInfo {
+    /// Out-edges a full page can hold.
+    pub page_degree: usize,
+    /// Mean and largest out-degree of a page.
+    pub mean_degree: f64,
+    pub max_degree: usize,
+    /// Distinct other pages the node graph's edges led to, per page (mean):
+    /// what the page edges were chosen from.
+    pub mean_candidates: f64,
+    /// Edges added back (to a page from a page it leads to) and edges
+    /// added so every page is reachable from the start node's page.
+    pub back_edges: u64,
+    pub repairs: u64,
+    pub seconds: f64,
 }
 
 /// The neighbour codes of a coded layout (AlayaLaser).
@@ -586,10 +615,13 @@ impl Manifest {
                 return bad(format!("section {key:?} is missing from \"sections\""));
             }
         }
-        if l.kind.placement() == Placement::Shuffled
+        if l.kind.placement().stores_positions()
             && !self.sections.contains_key(&Section::IdToLocation)
         {
-            return bad("a shuffled layout needs section \"id_to_location\"".into());
+            return bad(format!(
+                "a {} layout needs section \"id_to_location\"",
+                l.kind
+            ));
         }
         for (s, info) in &self.sections {
             // Only the identity map of the ID placement is implicit. Any

@@ -19,7 +19,7 @@ pub mod section;
 pub use layout_kind::{Placement, RecordFormat};
 pub use manifest::{
     BuildSpec, BuildStats, CodeTrial, CodesInfo, IndexKind, LayoutInfo, LayoutKind, Manifest,
-    PqTrial, Preset, ReplicationInfo, Section, SectionInfo, ShuffleInfo, UpdateMode, FORMAT_MAJOR,
-    FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE,
+    PageGraphInfo, PqTrial, Preset, ReplicationInfo, Section, SectionInfo, ShuffleInfo, UpdateMode,
+    FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME, MANIFEST_FILE,
 };
 pub use page::{PageGeometry, RecordView, PAGE_HEADER_BYTES};

@@ -44,6 +44,9 @@ pub const LAYOUT_CODED: u8 = 4;
 /// Layout id of a PQ-coded layout (AiSAQ): records in ID order, each
 /// carrying its neighbours' PQ codes.
 pub const LAYOUT_PQ_CODED: u8 = 5;
+/// Layout id of a page graph (PageANN): records placed through the
+/// id→location section, each carrying its share of its page's out-edges.
+pub const LAYOUT_PAGE_GRAPH: u8 = 6;
 /// Floats of per-neighbour factors a coded record stores (the estimator's
 /// `add` and `rescale`; the error scale is not needed to route).
 pub const CODE_FACTORS: usize = 2;
@@ -285,6 +288,37 @@ impl PageGeometry {
                 LAYOUT_ID
             },
         })
+    }
+
+    /// Geometry of a page graph (PageANN): the most records a page holds
+    /// while their lists together still give the page at least
+    /// `page_degree` out-edges, each record's list as long as the page's
+    /// room allows. A record too large to share a page keeps plain
+    /// geometry (its list is its page's).
+    pub fn page_graph(
+        page_size: usize,
+        vector_bytes: usize,
+        page_degree: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        let plain = Self::new(page_size, vector_bytes, page_degree, n)?;
+        if plain.block_size > page_size {
+            return Ok(plain.with_layout_id(LAYOUT_PAGE_GRAPH));
+        }
+        let room = page_size - PAGE_HEADER_BYTES;
+        // A record's list bound when `rpb` records share the page.
+        let degree_at = |rpb: usize| ((room / rpb).saturating_sub(plain.degree_offset + 4)) / 4;
+        let mut rpb = plain.records_per_block;
+        while degree_at(rpb + 1) >= 1 && (rpb + 1) * degree_at(rpb + 1) >= page_degree {
+            rpb += 1;
+        }
+        let geo = Self::new(page_size, vector_bytes, degree_at(rpb).max(1), n)?;
+        Ok(geo.with_layout_id(LAYOUT_PAGE_GRAPH))
+    }
+
+    /// Out-edges a full page of a page graph holds.
+    pub fn page_degree(&self) -> usize {
+        self.records_per_block * self.max_degree
     }
 
     /// Offset of the packed region inside a record.
@@ -637,6 +671,32 @@ mod tests {
         assert_eq!(g.block_size, 8192);
         assert!(PageGeometry::new(3000, 16, 4, 1).is_err());
         assert!(PageGeometry::new(4096, 16, 0, 1).is_err());
+    }
+
+    #[test]
+    fn a_page_graph_packs_more_records_while_its_page_keeps_r_edges() {
+        // 128-d f32, R 64: 7 records of 512 + 4 + 4·16 = 580 B (plain: 5),
+        // 112 edges a page.
+        let g = PageGeometry::page_graph(4096, 512, 64, 1000).unwrap();
+        assert_eq!((g.records_per_block, g.max_degree), (7, 16));
+        assert_eq!(g.page_degree(), 112);
+        assert_eq!(g.layout_id, LAYOUT_PAGE_GRAPH);
+        assert!(g.records_per_block * g.record_size + PAGE_HEADER_BYTES <= 4096);
+        // 50-d f32: 18 records of 5 edges (19 would leave 2 each, 38 < 64).
+        let g = PageGeometry::page_graph(4096, 200, 64, 1000).unwrap();
+        assert_eq!((g.records_per_block, g.max_degree), (18, 5));
+        // 384-d f32: still 2 a page, each list as long as the page allows.
+        let g = PageGeometry::page_graph(4096, 1536, 64, 1000).unwrap();
+        assert_eq!((g.records_per_block, g.max_degree), (2, 125));
+        // Geometry re-derived from the manifest's record degree agrees.
+        let again = PageGeometry::new(4096, 1536, 125, 1000).unwrap();
+        assert_eq!(again.records_per_block, 2);
+        // A record past a page: one a block, its list the page's.
+        let g = PageGeometry::page_graph(4096, 6144, 64, 10).unwrap();
+        assert_eq!(
+            (g.records_per_block, g.max_degree, g.block_size),
+            (1, 64, 8192)
+        );
     }
 
     #[test]

@@ -129,14 +129,28 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
             &mut problems,
         );
     }
-    // Reachability from the start node.
+    // Reachability from the start node. On a page graph a page is one
+    // node: reaching one record reaches the page, whose edges are the
+    // union of its records' lists.
+    let page_graph = m.layout.kind.placement() == crate::format::Placement::PageGraph;
     let mut reached = vec![false; n];
     let mut stack = Vec::new();
     if (m.medoid as usize) < n {
         reached[m.medoid as usize] = true;
         stack.push(m.medoid);
     }
+    let mut mates = Vec::new();
     while let Some(v) = stack.pop() {
+        if page_graph {
+            mates.clear();
+            layout.block_nodes(layout.locate(v).0, &mut mates);
+            for &u in &mates {
+                if (u as usize) < n && !reached[u as usize] {
+                    reached[u as usize] = true;
+                    stack.push(u);
+                }
+            }
+        }
         for &u in graph.neighbors(v) {
             if !reached[u as usize] {
                 reached[u as usize] = true;

@@ -270,10 +270,10 @@ impl GraphIndex {
             // geometry says how big they are; placement is all that decides
             // where they are.
             Placement::Id => AnyLayout::Id(IdLayout::new(geo, m.n)),
-            Placement::Shuffled => {
+            p @ (Placement::Shuffled | Placement::PageGraph) => {
                 let b = read_section(dir, m, Section::IdToLocation)?;
                 let path = section_path(dir, m, Section::IdToLocation);
-                AnyLayout::Shuffled(ShuffledLayout::from_section(&path, &b, geo, m.n)?)
+                AnyLayout::Shuffled(ShuffledLayout::from_section(&path, &b, geo, m.n, p)?)
             }
         };
         let (pq_codes, pq_codebook, quantizer) = match &scorer {

@@ -876,6 +876,8 @@ mod gorgeous_tests;
 #[cfg(test)]
 mod inplace_tests;
 #[cfg(test)]
+mod pageann_tests;
+#[cfg(test)]
 pub(crate) mod test_data;
 #[cfg(test)]
 mod tests;

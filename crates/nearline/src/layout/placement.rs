@@ -7,10 +7,10 @@
 //! generic over the layout, so each layout gets its own monomorphic loop.
 
 use crate::format::page::{
-    block_records, verify_block, Packed, PageGeometry, RecordView, LAYOUT_SHUFFLED,
-    PAGE_HEADER_BYTES,
+    block_records, verify_block, Packed, PageGeometry, RecordView, LAYOUT_PAGE_GRAPH,
+    LAYOUT_SHUFFLED, PAGE_HEADER_BYTES,
 };
-use crate::format::LayoutKind;
+use crate::format::{LayoutKind, Placement};
 use crate::{Error, Result};
 use std::path::Path;
 use std::sync::Arc;
@@ -128,6 +128,22 @@ impl ShuffledLayout {
     /// layout id becomes [`LAYOUT_SHUFFLED`]). Fails unless `loc` is a
     /// placement: every position inside the page file and none used twice.
     pub fn new(geo: PageGeometry, loc: Vec<u32>) -> std::result::Result<Self, String> {
+        Self::placed(geo, loc, Placement::Shuffled)
+    }
+
+    /// As [`ShuffledLayout::new`], for a placement that stores positions:
+    /// shuffled blocks ([`LAYOUT_SHUFFLED`]) or a page graph
+    /// ([`LAYOUT_PAGE_GRAPH`]).
+    pub fn placed(
+        geo: PageGeometry,
+        loc: Vec<u32>,
+        placement: Placement,
+    ) -> std::result::Result<Self, String> {
+        let layout_id = match placement {
+            Placement::Shuffled => LAYOUT_SHUFFLED,
+            Placement::PageGraph => LAYOUT_PAGE_GRAPH,
+            Placement::Id => return Err("the ID placement stores no positions".into()),
+        };
         let rpb = geo.records_per_block as u64;
         let slots = geo.n_blocks.saturating_mul(rpb);
         if (loc.len() as u64) > slots {
@@ -157,7 +173,7 @@ impl ShuffledLayout {
             *slot = v as u32;
         }
         Ok(ShuffledLayout {
-            geo: geo.with_layout_id(LAYOUT_SHUFFLED),
+            geo: geo.with_layout_id(layout_id),
             loc: loc.into(),
             members: members.into(),
         })
@@ -178,12 +194,27 @@ impl ShuffledLayout {
         (self.loc.len() + self.members.len()) * 4
     }
 
+    /// The placement: shuffled blocks or a page graph.
+    pub fn placement(&self) -> Placement {
+        if self.geo.layout_id == LAYOUT_PAGE_GRAPH {
+            Placement::PageGraph
+        } else {
+            Placement::Shuffled
+        }
+    }
+
     /// Reads the `id_to_location` section of an index of `n` nodes on
-    /// `geo` ([`crate::format::location`]); every field and position is
-    /// checked.
-    pub fn from_section(path: &Path, bytes: &[u8], geo: PageGeometry, n: usize) -> Result<Self> {
+    /// `geo` ([`crate::format::location`]) laid out by `placement`; every
+    /// field and position is checked.
+    pub fn from_section(
+        path: &Path,
+        bytes: &[u8],
+        geo: PageGeometry,
+        n: usize,
+        placement: Placement,
+    ) -> Result<Self> {
         let loc = crate::format::location::decode(path, bytes, &geo, n)?;
-        ShuffledLayout::new(geo, loc)
+        ShuffledLayout::placed(geo, loc, placement)
             .map_err(|m| Error::corrupt(path, format!("id-to-location section: {m}")))
     }
 }
@@ -257,7 +288,7 @@ impl AnyLayout {
             AnyLayout::Id(l) if l.geo.pq_code > 0 => LayoutKind::PqCoded,
             AnyLayout::Id(l) if l.geo.codes > 0 => LayoutKind::Coded,
             AnyLayout::Id(_) => LayoutKind::ID,
-            AnyLayout::Shuffled(_) => LayoutKind::SHUFFLED,
+            AnyLayout::Shuffled(l) => LayoutKind::Plain(l.placement()),
         }
     }
 
@@ -360,18 +391,24 @@ mod tests {
         assert_eq!(nodes, vec![1, 4, 5, 3, 6, 0]);
         let path = Path::new("id_to_location.bin");
         let b = crate::format::location::encode(&geo, l.positions());
-        assert_eq!(ShuffledLayout::from_section(path, &b, geo, 7).unwrap(), l);
-        assert!(ShuffledLayout::from_section(path, &b, geo, 8).is_err());
-        assert!(ShuffledLayout::from_section(path, &b[..b.len() - 1], geo, 7).is_err());
+        assert_eq!(
+            ShuffledLayout::from_section(path, &b, geo, 7, Placement::Shuffled).unwrap(),
+            l
+        );
+        assert!(ShuffledLayout::from_section(path, &b, geo, 8, Placement::Shuffled).is_err());
+        assert!(
+            ShuffledLayout::from_section(path, &b[..b.len() - 1], geo, 7, Placement::Shuffled)
+                .is_err()
+        );
         let mut bad = b.clone();
         bad[24..28].copy_from_slice(&30u32.to_le_bytes());
-        let e = ShuffledLayout::from_section(path, &bad, geo, 7)
+        let e = ShuffledLayout::from_section(path, &bad, geo, 7, Placement::Shuffled)
             .unwrap_err()
             .to_string();
         assert!(e.contains("past the last slot"), "{e}");
         let mut dup = b.clone();
         dup[24..28].copy_from_slice(&3u32.to_le_bytes());
-        let e = ShuffledLayout::from_section(path, &dup, geo, 7)
+        let e = ShuffledLayout::from_section(path, &dup, geo, 7, Placement::Shuffled)
             .unwrap_err()
             .to_string();
         assert!(e.contains("both placed"), "{e}");

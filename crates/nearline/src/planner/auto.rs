@@ -59,6 +59,7 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
         let p = match layout {
             LayoutKind::ID => Preset::Diskann,
             LayoutKind::SHUFFLED => Preset::Starling,
+            LayoutKind::PAGE_GRAPH => Preset::Pageann,
             LayoutKind::Replicated => Preset::Gorgeous,
             LayoutKind::Coded => Preset::Alayalaser,
             LayoutKind::PqCoded => Preset::Aisaq,
@@ -358,6 +359,7 @@ mod tests {
         for (layout, preset) in [
             (LayoutKind::ID, Preset::Diskann),
             (LayoutKind::SHUFFLED, Preset::Starling),
+            (LayoutKind::PAGE_GRAPH, Preset::Pageann),
             (LayoutKind::Replicated, Preset::Gorgeous),
             (LayoutKind::Coded, Preset::Alayalaser),
             (LayoutKind::PqCoded, Preset::Aisaq),

@@ -38,12 +38,14 @@ pub fn ids_bytes(n: usize) -> u64 {
     8 * n as u64
 }
 
-/// Bytes of a layout's maps (a shuffled layout holds node → position and
-/// position → node; the ID layout none).
+/// Bytes of a layout's maps (a shuffled layout or a page graph holds node →
+/// position and position → node; the ID layout none).
 pub fn layout_map_bytes(layout: LayoutKind, n: usize, geo: &PageGeometry) -> u64 {
     match layout.placement() {
         Placement::Id => 0,
-        Placement::Shuffled => 4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64),
+        Placement::Shuffled | Placement::PageGraph => {
+            4 * (n as u64 + geo.n_blocks * geo.records_per_block as u64)
+        }
     }
 }
 

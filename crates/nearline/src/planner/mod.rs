@@ -493,6 +493,23 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     };
     let geo = if pq_coded {
         PageGeometry::with_pq_codes(page_size, vec_bytes, r, record_pq, f.n)?
+    } else if layout.placement() == Placement::PageGraph {
+        let g = PageGeometry::page_graph(page_size, vec_bytes, r, f.n)?;
+        d.push(Decision::new(
+            "page_graph",
+            format!(
+                "{} records a page, {} out-edges a page",
+                g.records_per_block,
+                g.page_degree()
+            ),
+            format!(
+                "PageANN: a page is one graph node, so its records share one list of edges to \
+                 other pages; the most records a {page_size}-byte page holds while their lists \
+                 still give it at least R={r} edges ({} records of {} per record)",
+                g.records_per_block, g.max_degree
+            ),
+        ));
+        g
     } else {
         PageGeometry::with_regions(page_size, vec_bytes, r, packed, code_dims, code_bits, f.n)?
     };
@@ -528,7 +545,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         records_per_block: geo.records_per_block,
         l: pd.l,
         width: search_width,
-        sigma: (layout.placement() == Placement::Shuffled).then_some(pd.sigma),
+        sigma: rules::block_sigma(layout.placement(), pd.sigma),
         packed,
         refine: default_refine(
             pd.cache == preset::CacheKind::Adjacency || packed > 0,
@@ -577,6 +594,13 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         rules::update_reserve(write_ratio)
     };
     let in_place_refusal = rules::in_place_refusal(layout, pd.cache);
+    let static_layout = rules::update_refusal(layout);
+    if let (Some(u), Some(why)) = (opts.update, &static_layout) {
+        return Err(Error::arg(format!(
+            "update=\"{}\" is not possible for this index: {why}",
+            u.name()
+        )));
+    }
     let update = match opts.update {
         Some(crate::format::UpdateMode::InPlace) => {
             if let Some(why) = &in_place_refusal {
@@ -593,6 +617,14 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
                  searches merge no delta",
             ));
             crate::format::UpdateMode::InPlace
+        }
+        None if static_layout.is_some() => {
+            d.push(Decision::new(
+                "update_strategy",
+                "none",
+                static_layout.clone().unwrap_or_default(),
+            ));
+            crate::format::UpdateMode::OutOfPlace
         }
         Some(crate::format::UpdateMode::OutOfPlace) | None => {
             d.push(Decision::new(
@@ -747,7 +779,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         let shape_s = QueryShape {
             block_size: geo_s.block_size,
             records_per_block: geo_s.records_per_block,
-            sigma: (alt.placement() == Placement::Shuffled).then_some(pd.sigma),
+            sigma: rules::block_sigma(alt.placement(), pd.sigma),
             packed: 0,
             ..shape_r
         };
@@ -1247,7 +1279,7 @@ fn query_shape(m: &Manifest, geo: &PageGeometry, pd: &preset::PresetDefaults) ->
         records_per_block: geo.records_per_block,
         l,
         width,
-        sigma: (m.layout.kind.placement() == Placement::Shuffled).then_some(sigma),
+        sigma: rules::block_sigma(m.layout.kind.placement(), sigma),
         packed: m.layout.packed,
         refine: default_refine(
             m.layout.packed > 0 || m.has(Section::Adjacency),

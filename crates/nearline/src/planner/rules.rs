@@ -177,12 +177,32 @@ pub enum PageKind {
     Replicas,
 }
 
+/// σ of the block search a default search on `placement` runs (`None`: it
+/// runs none): the preset's on shuffled blocks; 1 on a page graph, whose
+/// page is one node (every record expanded, or the page's edges are not).
+pub fn block_sigma(placement: crate::format::Placement, preset_sigma: f32) -> Option<f32> {
+    use crate::format::Placement;
+    match placement {
+        Placement::Id => None,
+        Placement::Shuffled => Some(preset_sigma),
+        Placement::PageGraph => Some(1.0),
+    }
+}
+
 /// The page policy of a search. `Auto`: Starling's block search on a
 /// shuffled layout, whose pages hold a node's neighbours; Gorgeous'
 /// replicas on a replicated layout, whose records carry neighbours' lists;
 /// the target records on the ID layout. Replicas on a layout that packs no
 /// lists is an error.
 pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, String)> {
+    if layout == LayoutKind::PAGE_GRAPH && !matches!(choice, PageChoice::Auto | PageChoice::Block) {
+        return Err(Error::arg(format!(
+            "page_search=\"{}\" does not apply to a page_graph layout: a page is one graph \
+             node whose edges are spread over its records, so every record of a page read is \
+             expanded (block search; use \"block\" or \"auto\")",
+            choice.name()
+        )));
+    }
     Ok(match choice {
         PageChoice::Targets => (PageKind::Targets, "asked for".into()),
         PageChoice::Block if layout.records().carries_codes() => {
@@ -205,6 +225,10 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
             LayoutKind::SHUFFLED => (
                 PageKind::Block,
                 "Starling: a shuffled page holds the node's neighbours".into(),
+            ),
+            LayoutKind::PAGE_GRAPH => (
+                PageKind::Block,
+                "PageANN: a page is one graph node, every record of it expanded (sigma 1)".into(),
             ),
             LayoutKind::Replicated => (
                 PageKind::Replicas,
@@ -531,6 +555,20 @@ pub fn resolve_entry(
     Ok(resolved)
 }
 
+/// Why a graph index of layout `layout` takes no updates at all (`None`:
+/// it takes them, in place or out of place).
+pub fn update_refusal(layout: crate::format::LayoutKind) -> Option<String> {
+    (layout.placement() == crate::format::Placement::PageGraph).then(|| {
+        format!(
+            "its layout is {:?}: a page's records hold the page's edges to other pages, not \
+             their own lists, so neither an in-place write nor a merge can place a vector in \
+             it (PageANN is static); build with layout=\"shuffled\" (preset starling) to \
+             update",
+            layout.name()
+        )
+    })
+}
+
 /// Why a graph index of layout `layout` with cache `cache` cannot be
 /// updated in place (`None`: it can).
 pub fn in_place_refusal(
@@ -546,6 +584,9 @@ pub fn in_place_refusal(
             layout.name(),
             layout.records()
         ));
+    }
+    if let Some(why) = update_refusal(layout) {
+        return Some(why);
     }
     if layout.placement() != Placement::Id {
         return Some(format!(

@@ -259,7 +259,16 @@ fn plan_search_with(
     };
     let (page_kind, why) = rules::choose_page(opts.page_search, f.layout)?;
     let block = page_kind == rules::PageKind::Block;
-    let sigma = opts.sigma.unwrap_or(pd.sigma);
+    let sigma = match (opts.sigma, f.layout.placement()) {
+        (Some(s), crate::format::Placement::PageGraph) if s != 1.0 => {
+            return Err(Error::arg(format!(
+                "sigma={s} does not apply to a page_graph layout: a page is one graph node, so \
+                 every record of a page read is expanded (sigma 1)"
+            )))
+        }
+        (_, crate::format::Placement::PageGraph) => 1.0,
+        (s, _) => s.unwrap_or(pd.sigma),
+    };
     if opts.filter_ratio.is_some() && page_kind != rules::PageKind::Replicas {
         return Err(Error::arg(
             "filter_ratio applies to page_search=\"replicas\" (a replicated layout) only",

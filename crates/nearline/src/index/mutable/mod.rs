@@ -180,6 +180,10 @@ impl GraphSlot {
                  insert, delete or checkpoint",
             ));
         }
+        let kind = self.current()?.manifest.layout.kind;
+        if let Some(why) = crate::planner::rules::update_refusal(kind) {
+            return Err(Error::arg(format!("this index takes no updates: {why}")));
+        }
         if let Some(why) = self.broken.lock().map_err(|_| poisoned())?.as_ref() {
             return Err(Error::Engine(format!(
                 "an in-place write failed after its update was logged ({why}); close and reopen \
