@@ -61,7 +61,7 @@ def test_auto_build_searches_at_recall_and_records_the_preset(tmp_path, data64):
 def test_a_layout_names_its_composition(data64):
     base, _ = data64
     for layout, preset in (("id", "diskann"), ("shuffled", "starling"), ("replicated", "gorgeous"),
-                           ("coded", "alayalaser"), ("pq_coded", "aisaq")):
+                           ("coded", "alayalaser"), ("pq_coded", "aisaq"), ("page_graph", "pageann")):
         p, _ = _chosen(nearline.plan(base, layout=layout, memory_budget=1.0, R=32, threads=2))
         assert p["value"] == preset, layout
 
