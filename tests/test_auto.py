@@ -7,7 +7,7 @@ import pytest
 
 import nearline
 from nearline import cli
-from conftest import clustered, exact_knn
+from conftest import clustered, exact_knn, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,25 @@ def test_every_list_in_the_budget_picks_gorgeous_else_starling(data64):
     # Half of it does not hold every list: several records share a page.
     half, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2))
     assert half["value"] == "starling" and "holds 10 plain records" in half["rule"]
-    assert set(lost) == {"gorgeous", "alayalaser"}
+    assert set(lost) == {"gorgeous", "alayalaser", "pageann"}
     assert "cannot hold every adjacency list" in lost["gorgeous"]
     assert "shuffling co-locates" in lost["alayalaser"]
+    assert "write_ratio=0" in lost["pageann"]
+
+
+def test_a_static_collection_gets_a_page_graph(tmp_path, data64):
+    base, _ = data64
+    # write_ratio=0 declares the collection static: at 64-d a page graph packs 15 records a
+    # page against 10 plain ones, so auto keeps pageann; any other hint keeps starling.
+    fixed, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2, write_ratio=0))
+    assert fixed["value"] == "pageann" and "15 page-graph records against 10 plain" in fixed["rule"]
+    moving, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2, write_ratio=0.1))
+    assert moving["value"] == "starling" and "write_ratio=0" in lost["pageann"]
+    f = tmp_path / "base.fbin"
+    nearline.write_vectors(f, base)
+    r = run_cli("plan", str(f), "--memory-budget", "0.5", "--R", "32", "--write-ratio", "0")
+    assert r.returncode == 0, r.stderr
+    assert "auto: PageANN" in r.stdout
 
 
 def test_a_candidate_beyond_the_budget_loses_with_the_planners_reason():

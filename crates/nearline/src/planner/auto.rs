@@ -21,11 +21,17 @@
 //!    page a shuffle co-locates nothing, and codes in the records free the
 //!    memory PQ takes. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
 //!    128-d (five records a page) 0.97× the `diskann` preset.
-//! 3. **Several records per page → `starling`.** Paper: block shuffling
+//! 3. **A static collection whose page graph packs more records →
+//!    `pageann`.** Paper: the page graph wins at low dimension, where a
+//!    page holds many records. Here: on 1M × 128 (7 page-graph records a
+//!    page against 5 plain) 1.60× `starling` at recall 0.95 with 10% of the
+//!    raw bytes and 1.08× at 20%. It takes no updates, so it fires only on
+//!    the hint `write_ratio=0`; without it `starling` is kept.
+//! 4. **Several records per page → `starling`.** Paper: block shuffling
 //!    pays when a page holds several records (its finding that layouts use
 //!    a small share of each read). Here: 1M × 128 at 20% 1.06× the `diskann`
 //!    preset; wordnet at 10% 1.16×, at 5% 1.32× (recall 0.90).
-//! 4. **Otherwise → `diskann`** (one record a page with the ip or cosine
+//! 5. **Otherwise → `diskann`** (one record a page with the ip or cosine
 //!    metric, which the coded layout does not support). The PQ-coded
 //!    layout (`aisaq`) is not a rule: on 100k × 768 with cosine at 5% of
 //!    the raw bytes the `diskann` preset was 2.2× it at recall 0.95 (its
@@ -36,9 +42,9 @@
 //! preset's default budget (what a build naming that preset would get; a
 //! fixed budget would change the baseline's own PQ rule). An explicit
 //! `layout` names its composition: the preset whose layout it
-//! is. PageANN and DGAI (the paper's other layouts) are not built yet, so
-//! no rule can choose them, and AiSAQ has no rule (above); the partition index (`spfresh`) is the
-//! user's choice (`preset="spfresh"`), never `auto`'s.
+//! is. DGAI is not built yet, so no rule can choose it, and AiSAQ has no
+//! rule (above); the partition index (`spfresh`) is the user's choice
+//! (`preset="spfresh"`), never `auto`'s.
 
 use super::options::{BuildOptions, PresetChoice};
 use super::{plan_named, DataFacts, Decision, PlannedBuild};
@@ -76,6 +82,12 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
             Preset::Alayalaser,
             "AlayaLaser: one record a page (a shuffle co-locates nothing), so the neighbour \
              codes ride in the records and the memory PQ would take serves the cache",
+        ),
+        (
+            Preset::Pageann,
+            "PageANN: the collection is static and a page graph packs more records a page \
+             than plain records with a list each, so a read brings more vectors and one list \
+             of the page's edges",
         ),
         (
             Preset::Starling,
@@ -148,6 +160,33 @@ fn fires(
             } else {
                 Ok(format!(
                     "a {}-byte page holds one plain record",
+                    plan.page_size
+                ))
+            }
+        }
+        Preset::Pageann => {
+            if opts.write_ratio != Some(0.0) {
+                return Err(
+                    "no write_ratio=0 hint: a page graph takes no updates, so it is chosen \
+                     only for a collection declared static"
+                        .into(),
+                );
+            }
+            let rpp =
+                plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
+            let pg = PageGeometry::page_graph(plan.page_size, f.dim * f.dtype.size(), plan.r, f.n)
+                .map_err(|e| e.to_string())?
+                .records_per_block;
+            if rpp > 1 && pg > rpp {
+                Ok(format!(
+                    "write_ratio=0 and a {}-byte page holds {pg} page-graph records against \
+                     {rpp} plain ones",
+                    plan.page_size
+                ))
+            } else {
+                Err(format!(
+                    "a {}-byte page holds {pg} page-graph records and {rpp} plain ones: a page \
+                     graph packs no more",
                     plan.page_size
                 ))
             }
@@ -299,6 +338,47 @@ mod tests {
         assert!(wrong.is_empty(), "(dim, budget, got, want): {wrong:?}");
     }
 
+    /// A collection declared static (`write_ratio=0`) gets the page graph
+    /// where it packs more records a page than plain records; without the
+    /// hint, or where it packs no more, the other rules decide.
+    #[test]
+    fn a_static_collection_gets_a_page_graph_where_it_packs_more() {
+        let fixed = |b: f64| BuildOptions {
+            write_ratio: Some(0.0),
+            ..auto(b)
+        };
+        for (dim, b, want) in [
+            (50, 0.2, Preset::Pageann),
+            (128, 0.2, Preset::Pageann),
+            (128, 0.05, Preset::Pageann),
+            // 384-d: two records a page either way (gorgeous at 20%).
+            (384, 0.05, Preset::Starling),
+            (384, 0.2, Preset::Gorgeous),
+            // One record a page: alayalaser.
+            (768, 0.05, Preset::Alayalaser),
+        ] {
+            let p = plan_build(&fixed(b), &facts(100_000, dim)).unwrap();
+            assert_eq!(p.plan.preset, want, "{dim}-d at {b}");
+        }
+        let p = plan_build(&auto(0.2), &facts(100_000, 128)).unwrap();
+        assert_eq!(p.plan.preset, Preset::Starling);
+        let lost = p
+            .decisions
+            .iter()
+            .find(|d| d.what == "candidate" && d.value == "pageann")
+            .expect("pageann lost");
+        assert!(lost.rule.contains("write_ratio=0"), "{}", lost.rule);
+        let p = plan_build(
+            &BuildOptions {
+                write_ratio: Some(0.1),
+                ..auto(0.2)
+            },
+            &facts(100_000, 128),
+        )
+        .unwrap();
+        assert_eq!(p.plan.preset, Preset::Starling);
+    }
+
     #[test]
     fn every_lost_candidate_says_why() {
         // 768-d at 5%: the lists do not fit (gorgeous loses), one record a
@@ -333,7 +413,7 @@ mod tests {
                 .filter(|d| d.what == "candidate")
                 .map(|d| d.value.as_str())
                 .collect();
-            assert_eq!(lost, ["gorgeous", "alayalaser", "starling"]);
+            assert_eq!(lost, ["gorgeous", "alayalaser", "pageann", "starling"]);
         }
     }
 

@@ -539,7 +539,9 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         n: f.n,
         dim: f.dim,
         esz,
-        r,
+        // A record's list bound: R, or a page graph's share of its page's
+        // edges (the open plans with the manifest's, the same).
+        r: geo.max_degree,
         pq_m: m,
         block_size: geo.block_size,
         records_per_block: geo.records_per_block,
