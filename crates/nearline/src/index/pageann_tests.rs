@@ -3,7 +3,7 @@
 //! against exact neighbours, a page read used whole, `check` over pages,
 //! damage, and what the layout refuses.
 
-use super::test_data::{build_error, clustered, recall_of};
+use super::test_data::{build_error, clustered, manifest_of, open_uncached, recall_of};
 use super::*;
 use crate::format::{LayoutKind, Placement, Preset, Section};
 use crate::planner::{PageChoice, PresetChoice};
@@ -31,10 +31,6 @@ fn build_with(dir: &Path, o: &BuildOptions) -> Vec<f32> {
 /// `nq` queries from the clusters of the built set.
 fn queries(nq: usize) -> Vec<f32> {
     clustered(N + nq, DIM, 3)[N * DIM..].to_vec()
-}
-
-fn manifest_of(dir: &Path) -> Manifest {
-    crate::io::files::read_manifest(dir).unwrap()
 }
 
 #[test]
@@ -110,14 +106,7 @@ fn a_page_read_is_one_node() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("p");
     build_with(&dir, &opts(Preset::Pageann));
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            cache_nodes: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_uncached(&dir);
     let o = SearchOptions {
         l: Some(40),
         ..SearchOptions::new(10)
@@ -192,14 +181,7 @@ fn damage_to_a_page_graph_is_detected() {
     let mut bad = good.clone();
     bad[crate::format::PAGE_HEADER_BYTES + 40] ^= 0x08;
     std::fs::write(&pages, &bad).unwrap();
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            cache_nodes: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_uncached(&dir);
     let report = idx.check_json().unwrap();
     assert!(report["problem_count"].as_u64().unwrap() >= 1, "{report}");
     drop(idx);

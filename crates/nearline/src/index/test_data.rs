@@ -65,6 +65,23 @@ pub fn open_with_budget(dir: &Path, bytes: u64) -> Index {
     .unwrap()
 }
 
+/// `dir` opened with no node cache (every record a search uses is read).
+pub fn open_uncached(dir: &Path) -> Index {
+    Index::open(
+        dir,
+        &super::OpenOptions {
+            cache_nodes: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The manifest of the index at `dir`.
+pub fn manifest_of(dir: &Path) -> crate::format::Manifest {
+    crate::io::files::read_manifest(dir).unwrap()
+}
+
 /// Recall@k of a search of `queries` (`dim` columns) against the exact
 /// neighbours in `data`.
 pub fn recall_of(
