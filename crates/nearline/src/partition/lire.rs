@@ -5,12 +5,12 @@
 //!   deleted entries first; if it is still over the limit, cut it in two by
 //!   balanced 2-means, replace its head by the two halves' vectors nearest
 //!   their means (heads are data vectors, as at build), then
-//!   **reassign** along the paper's two necessary conditions: a vector of
-//!   the new postings nearer the old head than its new centroid moves when
-//!   its posting is no longer among its `replicas` nearest heads; a vector
-//!   of the `reassign_k` postings nearest the old head (read all at once)
-//!   that is nearer a new centroid than both the old head and its own
-//!   posting's head moves when a new head is now its nearest.
+//!   **reassign**: a vector of the new postings moves unless its nearest
+//!   head holds it (see [`Inner::reassign`]); a vector of the `reassign_k`
+//!   postings nearest the old head or either new head (read all at once,
+//!   each once) that is nearer a new centroid than both the old head and
+//!   its own posting's head (the paper's condition) moves when a new head
+//!   is now its nearest.
 //! * **Merge** a posting whose live entries fell below the merge threshold:
 //!   its live vectors move to their nearest other postings, then it and its
 //!   head go away.
@@ -365,21 +365,34 @@ impl Inner {
             .into_iter()
             .flat_map(|(slot, grp)| grp.iter().map(move |e| (slot, *e)))
             .collect();
+        // The postings around the old head and around each new one: a new
+        // head is a member of the split posting, and an elongated posting
+        // puts it far from the old head, beside postings the old head's
+        // neighbourhood does not reach (measured: a new head whose 2nd and
+        // 5th nearest postings held a vector it was now nearest to, those
+        // postings 80th and 90th from the old head of 114).
         let near: Vec<u32> = {
             let heads = read(&self.heads);
             let mut sc = SearchScratch::new();
-            heads
-                .search(
-                    &mut sc,
-                    &old_head,
-                    self.params.reassign_k + 2,
-                    (self.params.reassign_k + 2).max(64),
-                )
-                .into_iter()
-                .map(|x| x.1)
-                .filter(|&q| q != a && q != b)
-                .take(self.params.reassign_k)
-                .collect()
+            let mut seen = HashSet::new();
+            let mut near = Vec::new();
+            for centre in [&old_head[..], &cents[0], &cents[1]] {
+                near.extend(
+                    heads
+                        .search(
+                            &mut sc,
+                            centre,
+                            self.params.reassign_k + 2,
+                            (self.params.reassign_k + 2).max(64),
+                        )
+                        .into_iter()
+                        .map(|x| x.1)
+                        .filter(|&q| q != a && q != b)
+                        .take(self.params.reassign_k)
+                        .filter(|&q| seen.insert(q)),
+                );
+            }
+            near
         };
         let mut nbr: Vec<Live> = Vec::new();
         let around: Vec<(u32, Arc<PostingRef>, Vec<f32>)> = {
