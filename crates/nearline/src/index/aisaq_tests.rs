@@ -3,7 +3,9 @@
 //! memory, the preset end to end, updates that re-encode the records, and
 //! damage to the new parts of the format.
 
-use super::test_data::{build_error, clustered, open_with_budget, recall_against, recall_of};
+use super::test_data::{
+    build_error, clustered, manifest_of, open_uncached, open_with_budget, recall_against, recall_of,
+};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
@@ -39,10 +41,6 @@ fn build_aisaq(dir: &Path, o: &BuildOptions, metric: crate::distance::Metric) ->
 /// its centres first, so a longer draw extends the same set).
 fn queries(nq: usize) -> Vec<f32> {
     clustered(N + nq, DIM, 1)[N * DIM..].to_vec()
-}
-
-fn manifest_of(dir: &Path) -> Manifest {
-    crate::io::files::read_manifest(dir).unwrap()
 }
 
 #[test]
@@ -319,14 +317,7 @@ fn damage_to_the_codes_is_detected() {
     let mut b = good.clone();
     b[crate::format::PAGE_HEADER_BYTES + geo.codes_offset() + 3] ^= 0x10;
     std::fs::write(&pages, &b).unwrap();
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            cache_nodes: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_uncached(&dir);
     let report = idx.check_json().unwrap();
     assert!(report["problem_count"].as_u64().unwrap() >= 1, "{report}");
     drop(idx);

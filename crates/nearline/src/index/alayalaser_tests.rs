@@ -2,7 +2,7 @@
 //! codes scored from the expanded record), the PCA-space storage that keeps
 //! distances exact, the in-degree cache, and the preset end to end.
 
-use super::test_data::{build_error, clustered, exact_knn, l2};
+use super::test_data::{build_error, clustered, exact_knn, l2, open_uncached};
 use super::*;
 use crate::format::{LayoutKind, Preset, Section};
 use crate::layout::{AnyLayout, IdLayout, RecordReader};
@@ -238,14 +238,7 @@ fn a_damaged_code_region_is_detected() {
     let mut b = std::fs::read(&pages).unwrap();
     b[at] ^= 0x10;
     std::fs::write(&pages, &b).unwrap();
-    let idx = Index::open(
-        &dir,
-        &OpenOptions {
-            cache_nodes: Some(0),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let idx = open_uncached(&dir);
     let data = clustered(N, DIM, 1);
     let q = &data[..DIM];
     let o = SearchOptions {
