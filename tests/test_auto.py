@@ -56,10 +56,16 @@ def test_a_static_collection_gets_a_page_graph(tmp_path, data64):
 def test_a_candidate_beyond_the_budget_loses_with_the_planners_reason():
     base, _ = clustered(20000, 32, seed=5)
     # 0.3 of 2.56 MB: neither starling's maps nor gorgeous' lists fit.
-    chosen, lost = _chosen(nearline.plan(base, memory_budget=0.3, R=32, threads=2))
+    # Cosine: the coded layout (l2 only) is out, so every rule is tried.
+    chosen, lost = _chosen(nearline.plan(base, memory_budget=0.3, R=32, threads=2, metric="cosine"))
     assert chosen["value"] == "diskann"
     assert "below what the starling preset" in lost["starling"]
     assert "below what the gorgeous preset" in lost["gorgeous"]
+    assert "l2 metric only" in lost["alayalaser"]
+    # With l2 the baseline's codes would be too short to rank: the codes go
+    # in the records.
+    chosen, _ = _chosen(nearline.plan(base, memory_budget=0.3, R=32, threads=2))
+    assert chosen["value"] == "alayalaser" and "that rank well enough" in chosen["rule"]
 
 
 def test_auto_build_searches_at_recall_and_records_the_preset(tmp_path, data64):

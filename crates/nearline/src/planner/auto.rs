@@ -17,10 +17,17 @@
 //!    list beside PQ codes of at least one byte per
 //!    [`GORGEOUS_DIMS_PER_PQ_BYTE`] dimensions (coarser codes rank too
 //!    poorly for the refine stage: wordnet at 5% left 26 bytes, recall 0.79).
-//! 2. **One record per page, l2 → `alayalaser`.** Paper: with one record a
-//!    page a shuffle co-locates nothing, and codes in the records free the
-//!    memory PQ takes. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
-//!    128-d (five records a page) 0.97× the `diskann` preset.
+//! 2. **One record per page, or PQ codes too short to rank, l2 →
+//!    `alayalaser`.** Paper: with one record a page a shuffle co-locates
+//!    nothing, and codes in the records free the memory PQ takes; where
+//!    memory per vector is too small for useful PQ codes, the codes belong
+//!    in the records. Here: 2.03× diskannpy at recall 0.99 on 768-d; at
+//!    128-d (five records a page) 0.97× the `diskann` preset. On 100k × 50
+//!    at 5% of the raw bytes the `diskann` preset's 4-byte codes (the most
+//!    any composition with codes in RAM gets there) reached recall 0.49 at
+//!    the largest L the budget serves, alayalaser 0.975 at L 20; so it also
+//!    fires when the `diskann` preset's codes would be shorter than
+//!    [`MIN_RANKING_PQ_BYTES`].
 //! 3. **A static collection whose page graph packs more records →
 //!    `pageann`.** Paper: the page graph wins at low dimension, where a
 //!    page holds many records. Here: on 1M × 128 (7 page-graph records a
@@ -58,6 +65,13 @@ use crate::{Error, Result};
 /// 5% of wordnet the 26 bytes the lists left did not pass (recall 0.79).
 pub const GORGEOUS_DIMS_PER_PQ_BYTE: usize = 4;
 
+/// PQ codes in RAM shorter than this rank too coarsely to steer a search:
+/// on 100k × 50 the `diskann` preset's 4-byte codes reached recall 0.49 at
+/// L 100 and diskannpy's 9-byte codes 0.94 at L 200, where 16-byte codes
+/// (`starling` at 20%) reached 0.96 at L 30 (docs/benchmarks.md, "Every
+/// preset on 100k × 50").
+pub const MIN_RANKING_PQ_BYTES: usize = 16;
+
 /// The candidates in the order the rules try them, each with the rule's
 /// one-line reason.
 fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
@@ -80,8 +94,9 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
         ),
         (
             Preset::Alayalaser,
-            "AlayaLaser: one record a page (a shuffle co-locates nothing), so the neighbour \
-             codes ride in the records and the memory PQ would take serves the cache",
+            "AlayaLaser: one record a page (a shuffle co-locates nothing) or PQ codes in RAM \
+             too short to rank, so the neighbour codes ride in the records and the memory PQ \
+             would take serves the cache",
         ),
         (
             Preset::Pageann,
@@ -153,10 +168,27 @@ fn fires(
                     opts.metric
                 ))
             } else if rpp > 1 {
-                Err(format!(
-                    "a {}-byte page holds {rpp} plain records: shuffling co-locates neighbours",
-                    plan.page_size
-                ))
+                // The most PQ any composition with codes in RAM gets: the
+                // baseline's (no maps, no navigation graph).
+                let base = BuildOptions {
+                    preset: PresetChoice::Named(Preset::Diskann),
+                    ..opts.clone()
+                };
+                match plan_named(&base, f) {
+                    Ok(b) if b.plan.pq_bytes >= MIN_RANKING_PQ_BYTES => Err(format!(
+                        "a {}-byte page holds {rpp} plain records (shuffling co-locates \
+                         neighbours) and the budget leaves PQ codes of up to {} bytes in RAM",
+                        plan.page_size, b.plan.pq_bytes
+                    )),
+                    Ok(b) => Ok(format!(
+                        "the budget leaves PQ codes of at most {} bytes in RAM, fewer than the \
+                         {MIN_RANKING_PQ_BYTES} that rank well enough to steer a search",
+                        b.plan.pq_bytes
+                    )),
+                    Err(e) => Ok(format!(
+                        "no composition with PQ codes in RAM fits the budget ({e})"
+                    )),
+                }
             } else {
                 Ok(format!(
                     "a {}-byte page holds one plain record",
@@ -293,11 +325,11 @@ mod tests {
     /// 20% and 40% of the raw bytes, as the rules in this module's doc say.
     #[test]
     fn auto_picks_what_the_rules_say() {
-        use Preset::{Alayalaser as A, Diskann as D, Gorgeous as G, Starling as S};
-        // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): the shuffled layout's maps
-        // (800 kB) leave too little for starling, so the baseline is kept.
+        use Preset::{Alayalaser as A, Gorgeous as G, Starling as S};
+        // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): the `diskann` preset's
+        // codes would be 4 bytes, so the codes go in the records.
         let table: [(usize, [Preset; 3]); 5] = [
-            (50, [D, S, S]),
+            (50, [A, S, S]),
             (128, [S, S, G]),
             (384, [S, G, G]),
             (768, [A, G, G]),
@@ -341,6 +373,32 @@ mod tests {
     /// A collection declared static (`write_ratio=0`) gets the page graph
     /// where it packs more records a page than plain records; without the
     /// hint, or where it packs no more, the other rules decide.
+    /// Where even the baseline's PQ codes would be too short to rank, the
+    /// codes go in the records (l2); with cosine the coded layout is out
+    /// and the baseline stays.
+    #[test]
+    fn codes_too_short_to_rank_put_the_codes_in_the_records() {
+        let f = facts(100_000, 50);
+        let p = plan_build(&auto(0.05), &f).unwrap();
+        assert_eq!(p.plan.preset, Preset::Alayalaser);
+        let why = &p
+            .decisions
+            .iter()
+            .find(|d| d.what == "preset")
+            .unwrap()
+            .rule;
+        assert!(why.contains("PQ codes of at most 4 bytes"), "{why}");
+        // At 20% the baseline keeps 33 bytes: the rule does not fire.
+        let p = plan_build(&auto(0.2), &f).unwrap();
+        assert_eq!(p.plan.preset, Preset::Starling);
+        let cos = BuildOptions {
+            metric: Metric::Cosine,
+            ..auto(0.05)
+        };
+        let p = plan_build(&cos, &f).unwrap();
+        assert_eq!(p.plan.preset, Preset::Diskann);
+    }
+
     #[test]
     fn a_static_collection_gets_a_page_graph_where_it_packs_more() {
         let fixed = |b: f64| BuildOptions {
