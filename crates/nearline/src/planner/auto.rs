@@ -314,6 +314,15 @@ mod tests {
         }
     }
 
+    /// The rule the plan gives for its preset.
+    fn preset_rule(p: &PlannedBuild) -> &str {
+        &p.decisions
+            .iter()
+            .find(|d| d.what == "preset")
+            .unwrap()
+            .rule
+    }
+
     fn auto(budget: f64) -> BuildOptions {
         BuildOptions {
             memory_budget: Some(Budget::Fraction(budget)),
@@ -357,12 +366,7 @@ mod tests {
                     "{dim}-d at {b}: {held} bytes planned in {} of {budget}",
                     p.memory.budget
                 );
-                let why = &p
-                    .decisions
-                    .iter()
-                    .find(|d| d.what == "preset")
-                    .unwrap()
-                    .rule;
+                let why = preset_rule(&p);
                 assert!(why.starts_with("auto: "), "{why}");
             }
         }
@@ -370,9 +374,6 @@ mod tests {
         assert!(wrong.is_empty(), "(dim, budget, got, want): {wrong:?}");
     }
 
-    /// A collection declared static (`write_ratio=0`) gets the page graph
-    /// where it packs more records a page than plain records; without the
-    /// hint, or where it packs no more, the other rules decide.
     /// Where even the baseline's PQ codes would be too short to rank, the
     /// codes go in the records (l2); with cosine the coded layout is out
     /// and the baseline stays.
@@ -381,12 +382,7 @@ mod tests {
         let f = facts(100_000, 50);
         let p = plan_build(&auto(0.05), &f).unwrap();
         assert_eq!(p.plan.preset, Preset::Alayalaser);
-        let why = &p
-            .decisions
-            .iter()
-            .find(|d| d.what == "preset")
-            .unwrap()
-            .rule;
+        let why = preset_rule(&p);
         assert!(why.contains("PQ codes of at most 4 bytes"), "{why}");
         // At 20% the baseline keeps 33 bytes: the rule does not fire.
         let p = plan_build(&auto(0.2), &f).unwrap();
@@ -399,6 +395,9 @@ mod tests {
         assert_eq!(p.plan.preset, Preset::Diskann);
     }
 
+    /// A collection declared static (`write_ratio=0`) gets the page graph
+    /// where it packs more records a page than plain records; without the
+    /// hint, or where it packs no more, the other rules decide.
     #[test]
     fn a_static_collection_gets_a_page_graph_where_it_packs_more() {
         let fixed = |b: f64| BuildOptions {
