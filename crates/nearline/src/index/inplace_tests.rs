@@ -685,3 +685,36 @@ fn a_writable_in_place_open_excludes_other_opens() {
     w.delete(&[100]).unwrap();
     check_ok(&w);
 }
+
+/// An index updated in place opens its PQ table to grow, in a mapping held
+/// in whole huge pages however small the table: the open plan counts it as
+/// held, so the cache gets what is left and the open stays within its
+/// budget (a 6.9 MB table held as 8.4 MB once overran a 13.8 MB budget).
+#[test]
+fn the_open_plan_counts_a_growable_pq_table_as_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let all = clustered(N, DIM, 17);
+    let (ip_dir, oop_dir) = (tmp.path().join("ip"), tmp.path().join("oop"));
+    build(&ip_dir, Preset::Diskann, &all, N, Some(UpdateMode::InPlace));
+    build(&oop_dir, Preset::Diskann, &all, N, None);
+    let huge = 2u64 << 20;
+    for (dir, growable) in [(&ip_dir, true), (&oop_dir, false)] {
+        let m = crate::io::files::read_manifest(dir).unwrap();
+        let bare = (N * m.spec.pq_bytes) as u64;
+        assert!(bare < huge, "{bare}");
+        // A budget whose cache could hold every record several times over
+        // if the table were counted at its bare size.
+        let budget = 3 * huge;
+        let idx = super::test_data::open_with_budget(dir, budget);
+        let info = idx.info();
+        let mem = &info["memory"];
+        let want = if growable { huge } else { bare };
+        assert_eq!(mem["pq_codes"], want, "{growable}: {mem}");
+        assert_eq!(mem["plan"]["pq_codes"], want, "{growable}: {mem}");
+        assert_eq!(mem["within_budget"], true, "{growable}: {mem}");
+        assert!(
+            mem["total"].as_u64().unwrap() <= budget,
+            "{growable}: {mem}"
+        );
+    }
+}

@@ -18,8 +18,16 @@ use serde::Serialize;
 /// Bytes of the PQ codes of `n` vectors of `m` bytes, as held (in whole
 /// huge pages when the table is large; see `util::huge`).
 pub fn pq_codes_bytes(n: usize, m: usize) -> u64 {
+    pq_codes_held(n, m, false)
+}
+
+/// [`pq_codes_bytes`] for a table opened to grow (an index updated in
+/// place): such a table always lives in a mapping advised for huge pages
+/// (`HugeBytes::growable`), so it is held in whole huge pages whatever its
+/// size.
+pub fn pq_codes_held(n: usize, m: usize, growable: bool) -> u64 {
     let len = n as u64 * m as u64;
-    if len < HUGE_MIN_BYTES as u64 {
+    if len < HUGE_MIN_BYTES as u64 && !growable {
         len
     } else {
         len.div_ceil(HUGE_PAGE as u64) * HUGE_PAGE as u64
@@ -402,17 +410,18 @@ pub fn split_at_build(
     default_budget: u64,
     pq_share: f64,
     reserve: f64,
+    growable: bool,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
     let t = threads as u64;
-    let need = |m: usize, q: usize| {
-        fixed.total() + codebook_bytes(dim, m) + pq_codes_bytes(n, m) + t * worker(q, m)
-    };
+    let codes = |m: usize| pq_codes_held(n, m, growable);
+    let need =
+        |m: usize, q: usize| fixed.total() + codebook_bytes(dim, m) + codes(m) + t * worker(q, m);
     let m_min = pq_bytes.unwrap_or(1);
     let min = Minimum {
         total: need(m_min, 1),
-        codes: pq_codes_bytes(n, m_min),
+        codes: codes(m_min),
         codebook: codebook_bytes(dim, m_min),
         scratch: t * worker(1, m_min),
         threads,
@@ -468,7 +477,7 @@ pub fn split_at_build(
             m
         }
         (None, None) => {
-            let left = avail.saturating_sub(need(1, q) - pq_codes_bytes(n, 1));
+            let left = avail.saturating_sub(need(1, q) - codes(1));
             let left = (left as f64 * pq_share.clamp(0.0, 1.0)) as u64;
             let mut m = super::rules::pq_bytes_for_budget(n, dim, left);
             // The codebook grows by 4 bytes a chunk, the workers' tables by
@@ -507,7 +516,7 @@ pub fn split_at_build(
     ));
     let mut plan = MemoryPlan {
         budget,
-        pq_codes: pq_codes_bytes(n, m),
+        pq_codes: codes(m),
         pq_codebook: codebook_bytes(dim, m),
         ids: fixed.ids,
         layout_map: fixed.layout_map,
@@ -544,12 +553,13 @@ pub fn split_at_open(
     worker: WorkerCost<'_>,
     cache_nodes: Option<usize>,
     grow: bool,
+    growable_codes: bool,
     adjacency: Option<f64>,
     in_degree: bool,
     geo: &PageGeometry,
     decisions: &mut Vec<Decision>,
 ) -> Result<(usize, MemoryPlan)> {
-    let codes = pq_codes_bytes(n, m);
+    let codes = pq_codes_held(n, m, growable_codes);
     // Saturating: what the manifest's sizes sum to may exceed any budget.
     let base = fixed.total().saturating_add(codebook).saturating_add(codes);
     let mut budget = budget;
@@ -724,6 +734,10 @@ mod tests {
     #[test]
     fn codes_round_to_huge_pages_only_when_large() {
         assert_eq!(pq_codes_bytes(1000, 8), 8000);
+        // A table opened to grow is mapped, so held in huge pages, whatever its size.
+        assert_eq!(pq_codes_held(1000, 8, true), HUGE_PAGE as u64);
+        assert_eq!(pq_codes_held(30_000, 229, true), 4 * HUGE_PAGE as u64);
+        assert_eq!(pq_codes_held(0, 8, true), 0);
         let big = pq_codes_bytes(1_000_000, 32);
         assert_eq!(big % HUGE_PAGE as u64, 0);
         assert!(big >= 32_000_000 && big < 32_000_000 + HUGE_PAGE as u64);
@@ -750,7 +764,8 @@ mod tests {
         let raw = 100_000 * 512;
         let split = |budget: Option<u64>, d: &mut Vec<Decision>| {
             split_at_build(
-                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, 1.0, 0.0, &geo, d,
+                "test", 100_000, 128, raw, &fixed, 2, &worker, None, budget, 10, 1.0, 0.0, false,
+                &geo, d,
             )
         };
         let (m, plan) = split(Some(6_400_000), &mut d).unwrap();
@@ -807,6 +822,7 @@ mod tests {
                     &worker,
                     None,
                     false,
+                    false,
                     None,
                     false,
                     &geo,
@@ -827,7 +843,7 @@ mod tests {
         let open = |budget, threads, cache, d: &mut Vec<Decision>| {
             split_at_open(
                 "test", budget, 1, 100_000, 16, 1000, &fixed, threads, 8, &worker, cache, false,
-                None, false, &geo, d,
+                false, None, false, &geo, d,
             )
         };
         // Room for eight one-query workers: all eight cores, a cache.

@@ -719,6 +719,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             worker,
             None,
             budget_given.is_none(),
+            false,
             None,
             in_degree,
             &geo,
@@ -743,6 +744,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             default_budget,
             if select_pq { PQ_SHARE_ADJACENCY } else { 1.0 },
             reserve,
+            update == crate::format::UpdateMode::InPlace,
             &geo,
             &mut d,
         )?
@@ -1114,7 +1116,11 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
             // Before format 1.3 the recorded budget sized the PQ codes only.
             let floor = fixed.total()
                 + codebook
-                + memory::pq_codes_bytes(m.n, resident_m)
+                + memory::pq_codes_held(
+                    m.n,
+                    resident_m,
+                    m.spec.update == crate::format::UpdateMode::InPlace,
+                )
                 + opts.threads.unwrap_or(cores) as u64 * worker(1, pq_m);
             let b = m.spec.memory_budget.max(floor);
             let why = if m.format_minor < crate::format::manifest::CHECKSUM_MINOR {
@@ -1170,6 +1176,8 @@ pub fn plan_open(opts: &OpenOptions, m: &Manifest) -> Result<OpenPlan> {
         &worker,
         opts.cache_nodes,
         budget_auto,
+        // An index updated in place opens its PQ table to grow (`load_pq`).
+        m.spec.update == crate::format::UpdateMode::InPlace,
         adjacency,
         cache == preset::CacheKind::InDegree,
         &geo,
