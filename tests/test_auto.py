@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import nearline
@@ -78,6 +79,40 @@ def test_auto_build_searches_at_recall_and_records_the_preset(tmp_path, data64):
     # The index records what auto chose; it reopens as that preset.
     with nearline.open(tmp_path / "a.index") as idx:
         assert idx.info()["preset"] == "starling"
+
+
+def test_a_build_measures_how_well_pq_ranks_its_data(tmp_path):
+    # 20k × 128 Gaussian noise at 15% of the raw bytes: by size starling's 16-byte codes
+    # would do (the plan reads no data), but the build measures how well they rank this
+    # data (no structure for PQ to use: recall@10 ~0.2) and puts the codes in the records.
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((20000, 128)).astype(np.float32)
+    queries = rng.standard_normal((100, 128)).astype(np.float32)
+    planned, lost = _chosen(nearline.plan(base, memory_budget=0.15, R=32, threads=2))
+    assert planned["value"] == "starling" and "a build measures" in lost["alayalaser"]
+    f = tmp_path / "noise.fbin"
+    nearline.write_vectors(f, base)
+    r = run_cli("build", str(f), str(tmp_path / "a.index"), "--memory-budget", "0.15", "--R", "32",
+                "--build-L", "64", "--threads", "2", "-q")
+    assert r.returncode == 0, r.stderr
+    assert "preset=alayalaser" in r.stdout and "recall@10" in r.stdout, r.stdout
+    with nearline.open(tmp_path / "a.index") as idx:
+        info = idx.info()
+        rule = info["build"]["auto_rule"]
+        assert info["preset"] == "alayalaser" and info["memory"]["within_budget"]
+        assert "starling composition" in rule and "below the 0.63" in rule, rule
+        ids, _ = idx.search(queries, k=10, L=100)
+    # Noise is hard for any graph: what counts is that the build's choice finds more of
+    # the true neighbours than the plan's choice at the same budget and L.
+    truth = exact_knn(base, queries, 10)
+    with nearline.build(base, tmp_path / "s.index", preset="starling", memory_budget=0.15, R=32,
+                        build_L=64, threads=2) as s:
+        sids, _ = s.search(queries, k=10, L=100)
+    got, plan_s = nearline.recall(ids, truth, 10), nearline.recall(sids, truth, 10)
+    assert got > plan_s + 0.1, (got, plan_s)
+    # A named preset records no rule.
+    with nearline.build(base[:2000], tmp_path / "b.index", preset="diskann", R=16, threads=2) as idx:
+        assert "auto_rule" not in idx.info()["build"]
 
 
 def test_a_layout_names_its_composition(data64):

@@ -173,6 +173,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         extra += f" OR(G)={info['overlap_ratio']:.4f}"
     print(f"built {args.out}: n={info.get('n')} dim={info.get('dim')} metric={info.get('metric')} "
           f"preset={info.get('preset')} R={info.get('R')} pq_bytes={info.get('pq_bytes')}{extra} in {elapsed:.1f} s")
+    rule = (info.get("build") or {}).get("auto_rule")
+    if rule:
+        print(f"preset: {rule}")
     return 0
 
 
@@ -517,6 +520,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         # preset="auto" (the default): what the planner's rules chose (`nearline plan` says why).
         if info.get("preset"):
             rows.append(("preset (auto's choice)", f"{info['preset']}, layout {(info.get('layout') or {}).get('kind')}"))
+            rule = (info.get("build") or {}).get("auto_rule")
+            if rule:
+                rows.append(("why", rule))
         mem = info.get("memory") or {}
         if "budget" in mem:
             rows.append(("memory budget", f"{_human_bytes(mem['budget'])} (within budget: {mem.get('within_budget')})"))

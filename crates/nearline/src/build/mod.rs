@@ -52,6 +52,9 @@ pub struct BuildPlan {
     pub pq_bytes: usize,
     /// The build chooses the PQ bytes on a sample (Gorgeous).
     pub pq_selection: Option<pq::PqSelection>,
+    /// With `preset="auto"`: the rule that chose the preset (recorded in
+    /// the manifest).
+    pub auto_rule: Option<String>,
     pub page_size: usize,
     pub threads: usize,
     pub seed: u64,
@@ -415,6 +418,7 @@ fn phases<T: Element>(
                 entry_clusters: plan.entry_clusters,
                 disk_budget: plan.disk_budget.unwrap_or(0),
                 update: plan.update,
+                auto_rule: plan.auto_rule.clone(),
             },
             dtype: T::DTYPE,
             metric: plan.metric,

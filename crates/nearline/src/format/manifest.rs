@@ -156,6 +156,11 @@ pub struct BuildSpec {
     /// How the index takes updates (absent: out of place; format 1.9).
     #[serde(default, skip_serializing_if = "UpdateMode::is_out_of_place")]
     pub update: UpdateMode,
+    /// With `preset="auto"`: the rule that chose the preset, and what the
+    /// build measured for it (absent: a named preset, or an index built
+    /// before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_rule: Option<String>,
 }
 
 /// How a graph index takes inserts and deletes.

@@ -83,7 +83,23 @@ fn build_inner<T: Element>(
         dim: data.dim(),
         dtype: T::DTYPE,
     };
-    let planned = planner::plan_build(opts, &facts)?;
+    // `auto` asks how well PQ codes rank this data before it keeps them
+    // in RAM (measured once per size on a sample).
+    let memo = std::cell::RefCell::new(std::collections::HashMap::new());
+    let probe = |m: usize| -> Result<Option<f64>> {
+        if let Some(r) = memo.borrow().get(&m) {
+            return Ok(*r);
+        }
+        let r = crate::build::pq::ranking_recall(&data, m, opts.metric, opts.seed, cancel)?;
+        memo.borrow_mut().insert(m, r);
+        Ok(r)
+    };
+    let probe: planner::RankingProbe<'_> = &probe;
+    let planned = planner::plan_build_probed(
+        opts,
+        &facts,
+        (opts.preset == crate::planner::PresetChoice::Auto).then_some(probe),
+    )?;
     crate::build::run(
         data,
         dir,

@@ -25,9 +25,16 @@
 //!    128-d (five records a page) 0.97× the `diskann` preset. On 100k × 50
 //!    at 5% of the raw bytes the `diskann` preset's 4-byte codes (the most
 //!    any composition with codes in RAM gets there) reached recall 0.49 at
-//!    the largest L the budget serves, alayalaser 0.975 at L 20; so it also
-//!    fires when the `diskann` preset's codes would be shorter than
-//!    [`MIN_RANKING_PQ_BYTES`].
+//!    the largest L the budget serves, alayalaser 0.975 at L 20. So with
+//!    several records a page it also fires when the PQ codes of the
+//!    composition the later rules would choose rank the data too poorly:
+//!    a build measures it (PQ recall@10 on a sample of its data, below
+//!    [`MIN_PQ_RANKING_RECALL`]); a plan without the data judges by size
+//!    (below [`MIN_RANKING_PQ_BYTES`]). How well codes of a size rank
+//!    depends on the data, not the bytes per dimension: 16 bytes rank
+//!    100k × 50 synthetic vectors at 0.566 (`alayalaser` 1.07–1.21×
+//!    `starling`), 41 bytes rank wordnet's 384-d embeddings at 0.704
+//!    (`starling` 1.06× `alayalaser`).
 //! 3. **A static collection whose page graph packs more records →
 //!    `pageann`.** Paper: the page graph wins at low dimension, where a
 //!    page holds many records. Here: on 1M × 128 (7 page-graph records a
@@ -71,6 +78,15 @@ pub const GORGEOUS_DIMS_PER_PQ_BYTE: usize = 4;
 /// (`starling` at 20%) reached 0.96 at L 30 (docs/benchmarks.md, "Every
 /// preset on 100k × 50").
 pub const MIN_RANKING_PQ_BYTES: usize = 16;
+
+/// PQ codes whose own ranking finds fewer than this share of a sample's
+/// exact 10 nearest neighbours in its top 10 steer a search worse than the
+/// codes in the records: measured on 100k × 50 at 20% of the raw bytes,
+/// where `starling`'s 16-byte codes rank at 0.566 and `alayalaser` is
+/// 1.07–1.21× it, and on wordnet at 5%, where `starling`'s 41-byte codes
+/// rank at 0.704 and it is 1.06× `alayalaser` (docs/benchmarks.md, "The
+/// automatic planner"); the threshold is their midpoint.
+pub const MIN_PQ_RANKING_RECALL: f64 = 0.63;
 
 /// The candidates in the order the rules try them, each with the rule's
 /// one-line reason.
@@ -168,27 +184,12 @@ fn fires(
                     opts.metric
                 ))
             } else if rpp > 1 {
-                // The most PQ any composition with codes in RAM gets: the
-                // baseline's (no maps, no navigation graph).
-                let base = BuildOptions {
-                    preset: PresetChoice::Named(Preset::Diskann),
-                    ..opts.clone()
-                };
-                match plan_named(&base, f) {
-                    Ok(b) if b.plan.pq_bytes >= MIN_RANKING_PQ_BYTES => Err(format!(
-                        "a {}-byte page holds {rpp} plain records (shuffling co-locates \
-                         neighbours) and the budget leaves PQ codes of up to {} bytes in RAM",
-                        plan.page_size, b.plan.pq_bytes
-                    )),
-                    Ok(b) => Ok(format!(
-                        "the budget leaves PQ codes of at most {} bytes in RAM, fewer than the \
-                         {MIN_RANKING_PQ_BYTES} that rank well enough to steer a search",
-                        b.plan.pq_bytes
-                    )),
-                    Err(e) => Ok(format!(
-                        "no composition with PQ codes in RAM fits the budget ({e})"
-                    )),
-                }
+                // Decided against the composition the later rules would
+                // choose (`plan_auto`).
+                Err(format!(
+                    "a {}-byte page holds {rpp} plain records (shuffling co-locates neighbours)",
+                    plan.page_size
+                ))
             } else {
                 Ok(format!(
                     "a {}-byte page holds one plain record",
@@ -242,15 +243,39 @@ fn fires(
     }
 }
 
+/// How well PQ codes of a given size rank the data being built (PQ
+/// recall@10 on a sample, `build::pq::ranking_recall`); `Ok(None)` when
+/// the data is too small to tell.
+pub type RankingProbe<'a> = &'a dyn Fn(usize) -> Result<Option<f64>>;
+
 /// Plans a build with `preset = "auto"`: the first candidate whose plan
-/// succeeds and whose rule fires.
-pub(super) fn plan_auto(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
+/// succeeds and whose rule fires. `probe`: the build's measure of how well
+/// PQ codes rank its data (a plan without the data has none and judges PQ
+/// codes by their size).
+pub(super) fn plan_auto(
+    opts: &BuildOptions,
+    f: &DataFacts,
+    probe: Option<RankingProbe<'_>>,
+) -> Result<PlannedBuild> {
     debug_assert_eq!(opts.preset, PresetChoice::Auto);
     let list = candidates(opts);
     let forced = list.len() == 1;
     let mut lost: Vec<Decision> = Vec::new();
+    pick(&list, forced, opts, f, probe, &mut lost)
+}
+
+/// The first of `list` whose plan succeeds and whose rule fires, after
+/// the candidates in `lost`.
+fn pick(
+    list: &[(Preset, &'static str)],
+    forced: bool,
+    opts: &BuildOptions,
+    f: &DataFacts,
+    probe: Option<RankingProbe<'_>>,
+    lost: &mut Vec<Decision>,
+) -> Result<PlannedBuild> {
     let mut last_err: Option<Error> = None;
-    for (preset, reason) in list {
+    for (i, &(preset, reason)) in list.iter().enumerate() {
         let o = BuildOptions {
             preset: PresetChoice::Named(preset),
             ..opts.clone()
@@ -269,11 +294,111 @@ pub(super) fn plan_auto(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBui
             fires(preset, opts, f, &planned)
         };
         match why {
-            Ok(why) => return Ok(with_auto_decisions(planned, preset, reason, why, lost)),
+            Ok(why) => {
+                return Ok(with_auto_decisions(
+                    planned,
+                    preset,
+                    reason,
+                    why,
+                    std::mem::take(lost),
+                ))
+            }
+            Err(why) if preset == Preset::Alayalaser && opts.metric == Metric::L2 && !forced => {
+                // Several records a page: the codes go in the records only
+                // if the PQ codes of the composition the later rules would
+                // choose rank this data too poorly to steer a search.
+                let mut rest_lost = Vec::new();
+                let rest = pick(&list[i + 1..], false, opts, f, probe, &mut rest_lost);
+                let verdict = match &rest {
+                    Ok(next) => pq_ranks_poorly(next, probe)?,
+                    Err(e) => Some(format!(
+                        "no composition with PQ codes in RAM fits the budget ({e})"
+                    )),
+                };
+                match (verdict, rest) {
+                    (Some(poor), _) => {
+                        return Ok(with_auto_decisions(
+                            planned,
+                            preset,
+                            reason,
+                            poor,
+                            std::mem::take(lost),
+                        ))
+                    }
+                    (None, Ok(next)) => {
+                        let ranks = pq_ranking_note(&next, probe)?;
+                        lost.push(Decision::new(
+                            "candidate",
+                            preset,
+                            format!("lost: {why}, and {ranks}"),
+                        ));
+                        lost.append(&mut rest_lost);
+                        return Ok(splice_lost(next, std::mem::take(lost)));
+                    }
+                    (None, Err(e)) => return Err(e),
+                }
+            }
             Err(why) => lost.push(Decision::new("candidate", preset, format!("lost: {why}"))),
         }
     }
     Err(last_err.unwrap_or_else(|| Error::arg("no composition fits this build")))
+}
+
+/// `Some(why)` when the PQ codes of plan `p` rank the data too poorly to
+/// steer a search: by `probe` where the build measured it (PQ recall@10
+/// below [`MIN_PQ_RANKING_RECALL`]), else by their size (below
+/// [`MIN_RANKING_PQ_BYTES`]).
+fn pq_ranks_poorly(p: &PlannedBuild, probe: Option<RankingProbe<'_>>) -> Result<Option<String>> {
+    let m = p.plan.pq_bytes;
+    let preset = p.plan.preset;
+    if let Some(probe) = probe {
+        if let Some(r) = probe(m)? {
+            return Ok((r < MIN_PQ_RANKING_RECALL).then(|| {
+                format!(
+                    "the {preset} composition the other rules would choose keeps PQ codes of {m} \
+                     bytes, which rank this data at recall@10 {r:.3} on a sample, below the \
+                     {MIN_PQ_RANKING_RECALL} that steers a search"
+                )
+            }));
+        }
+    }
+    Ok((m < MIN_RANKING_PQ_BYTES).then(|| {
+        format!(
+            "the {preset} composition the other rules would choose keeps PQ codes of {m} bytes, \
+             fewer than the {MIN_RANKING_PQ_BYTES} that rank well enough to steer a search"
+        )
+    }))
+}
+
+/// Why plan `p`'s PQ codes rank well enough (the complement of
+/// [`pq_ranks_poorly`]).
+fn pq_ranking_note(p: &PlannedBuild, probe: Option<RankingProbe<'_>>) -> Result<String> {
+    let m = p.plan.pq_bytes;
+    if let Some(probe) = probe {
+        if let Some(r) = probe(m)? {
+            return Ok(format!(
+                "the {} composition's PQ codes of {m} bytes rank this data at recall@10 {r:.3} \
+                 on a sample (at least {MIN_PQ_RANKING_RECALL})",
+                p.plan.preset
+            ));
+        }
+    }
+    Ok(format!(
+        "the {} composition's PQ codes of {m} bytes are long enough to rank (at least \
+         {MIN_RANKING_PQ_BYTES}; a build measures their ranking on the data)",
+        p.plan.preset
+    ))
+}
+
+/// `p` with `lost` inserted right after its preset decision.
+fn splice_lost(mut p: PlannedBuild, lost: Vec<Decision>) -> PlannedBuild {
+    let at = p
+        .decisions
+        .iter()
+        .position(|d| d.what == "preset")
+        .map_or(0, |i| i + 1);
+    p.decisions.splice(at..at, lost);
+    p
 }
 
 /// `p` with its preset decision saying why `auto` chose it, after the
@@ -286,22 +411,18 @@ fn with_auto_decisions(
     lost: Vec<Decision>,
 ) -> PlannedBuild {
     let rule = format!("auto: {reason} ({why})");
+    p.plan.auto_rule = Some(rule.clone());
     match p.decisions.iter_mut().find(|d| d.what == "preset") {
         Some(d) => d.rule = rule,
         None => p.decisions.insert(0, Decision::new("preset", preset, rule)),
     }
-    let at = p
-        .decisions
-        .iter()
-        .position(|d| d.what == "preset")
-        .map_or(0, |i| i + 1);
-    p.decisions.splice(at..at, lost);
-    p
+    splice_lost(p, lost)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::BuildPlan;
     use crate::elem::DType;
     use crate::planner::plan_build;
     use crate::util::budget::Budget;
@@ -335,11 +456,12 @@ mod tests {
     #[test]
     fn auto_picks_what_the_rules_say() {
         use Preset::{Alayalaser as A, Gorgeous as G, Starling as S};
-        // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): the `diskann` preset's
-        // codes would be 4 bytes, so the codes go in the records.
+        // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): starling does not fit
+        // and the `diskann` preset's codes would be 4 bytes; 128-d at 5%:
+        // starling's codes would be 5 bytes. So the codes go in the records.
         let table: [(usize, [Preset; 3]); 5] = [
             (50, [A, S, S]),
-            (128, [S, S, G]),
+            (128, [A, S, G]),
             (384, [S, G, G]),
             (768, [A, G, G]),
             (1536, [A, G, G]),
@@ -383,7 +505,12 @@ mod tests {
         let p = plan_build(&auto(0.05), &f).unwrap();
         assert_eq!(p.plan.preset, Preset::Alayalaser);
         let why = preset_rule(&p);
-        assert!(why.contains("PQ codes of at most 4 bytes"), "{why}");
+        assert!(
+            why.contains(
+                "the diskann composition the other rules would choose keeps PQ codes of 4 bytes"
+            ),
+            "{why}"
+        );
         // At 20% the baseline keeps 33 bytes: the rule does not fire.
         let p = plan_build(&auto(0.2), &f).unwrap();
         assert_eq!(p.plan.preset, Preset::Starling);
@@ -393,6 +520,63 @@ mod tests {
         };
         let p = plan_build(&cos, &f).unwrap();
         assert_eq!(p.plan.preset, Preset::Diskann);
+    }
+
+    /// Where the build measured how well PQ codes rank its data, that
+    /// measure decides instead of their size: 50-d at 20% keeps 16-byte
+    /// codes (long enough by size) for `starling`, which rank a sample of
+    /// the synthetic set at 0.566 (wordnet's 41-byte codes: 0.704).
+    #[test]
+    fn a_measured_ranking_decides_where_the_build_has_one() {
+        let f = facts(100_000, 50);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let with = |r: f64| {
+            let probe = |m: usize| -> Result<Option<f64>> {
+                asked.borrow_mut().push(m);
+                Ok(Some(r))
+            };
+            crate::planner::plan_build_probed(&auto(0.2), &f, Some(&probe)).unwrap()
+        };
+        let p = with(0.55);
+        assert_eq!(p.plan.preset, Preset::Alayalaser);
+        let why = preset_rule(&p);
+        // The build records the rule in its manifest.
+        assert_eq!(p.plan.auto_rule.as_deref(), Some(why));
+        assert!(
+            why.contains("PQ codes of 16 bytes") && why.contains("recall@10 0.550"),
+            "{why}"
+        );
+        // Asked for the PQ size of the composition it would otherwise keep.
+        assert_eq!(asked.borrow().as_slice(), &[16]);
+        let p = with(0.7);
+        assert_eq!(p.plan.preset, Preset::Starling);
+        let lost = p
+            .decisions
+            .iter()
+            .find(|d| d.what == "candidate" && d.value == "alayalaser")
+            .unwrap();
+        assert!(lost.rule.contains("recall@10 0.700"), "{}", lost.rule);
+        // A sample too small to tell: the size decides (16 bytes: starling).
+        let none = |_m: usize| -> Result<Option<f64>> { Ok(None) };
+        let p = crate::planner::plan_build_probed(&auto(0.2), &f, Some(&none)).unwrap();
+        assert_eq!(p.plan.preset, Preset::Starling);
+        // A failing probe fails the plan.
+        let bad = |_m: usize| -> Result<Option<f64>> { Err(Error::arg("probe failed")) };
+        let e = crate::planner::plan_build_probed(&auto(0.2), &f, Some(&bad)).unwrap_err();
+        assert!(e.to_string().contains("probe failed"), "{e}");
+        // The coded layout is l2 only: cosine never asks.
+        let cos = BuildOptions {
+            metric: Metric::Cosine,
+            ..auto(0.2)
+        };
+        asked.borrow_mut().clear();
+        let probe = |m: usize| -> Result<Option<f64>> {
+            asked.borrow_mut().push(m);
+            Ok(Some(0.1))
+        };
+        let p = crate::planner::plan_build_probed(&cos, &f, Some(&probe)).unwrap();
+        assert_ne!(p.plan.preset, Preset::Alayalaser);
+        assert!(asked.borrow().is_empty());
     }
 
     /// A collection declared static (`write_ratio=0`) gets the page graph
@@ -407,7 +591,8 @@ mod tests {
         for (dim, b, want) in [
             (50, 0.2, Preset::Pageann),
             (128, 0.2, Preset::Pageann),
-            (128, 0.05, Preset::Pageann),
+            // At 5% the page graph's codes would be 8 bytes: too short to rank.
+            (128, 0.05, Preset::Alayalaser),
             // 384-d: two records a page either way (gorgeous at 20%).
             (384, 0.05, Preset::Starling),
             (384, 0.2, Preset::Gorgeous),
@@ -536,7 +721,15 @@ mod tests {
         // 128-d: the lists (14 MB) do not fit gorgeous' default 20% (10.2
         // MB); five records a page.
         assert_eq!(p.plan.preset, Preset::Starling);
-        assert_eq!(p.plan, want);
+        // The same plan, with the rule that chose it.
+        assert!(p.plan.auto_rule.is_some() && want.auto_rule.is_none());
+        assert_eq!(
+            BuildPlan {
+                auto_rule: None,
+                ..p.plan.clone()
+            },
+            want
+        );
         assert!(p.plan.memory_budget_auto);
     }
 

@@ -9,6 +9,7 @@
 //! Build and search execute plans; neither consults the planner.
 
 mod auto;
+pub use auto::RankingProbe;
 pub mod memory;
 pub mod options;
 pub mod partition;
@@ -261,9 +262,20 @@ fn check_build(opts: &BuildOptions, f: &DataFacts) -> Result<()> {
 
 /// Plans a build of `opts` over data described by `f`.
 pub fn plan_build(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
+    plan_build_probed(opts, f, None)
+}
+
+/// [`plan_build`] where the build can measure how well PQ codes rank its
+/// data (`preset="auto"` asks before it keeps PQ codes in RAM; see
+/// `auto::RankingProbe`).
+pub fn plan_build_probed(
+    opts: &BuildOptions,
+    f: &DataFacts,
+    probe: Option<auto::RankingProbe<'_>>,
+) -> Result<PlannedBuild> {
     check_build(opts, f)?;
     match opts.preset {
-        PresetChoice::Auto => auto::plan_auto(opts, f),
+        PresetChoice::Auto => auto::plan_auto(opts, f, probe),
         PresetChoice::Named(_) => plan_named(opts, f),
     }
 }
@@ -903,6 +915,7 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
         saturate: opts.saturate.unwrap_or(false),
         pq_bytes,
         pq_selection,
+        auto_rule: None,
         page_size,
         threads,
         seed: opts.seed,
