@@ -66,6 +66,18 @@ fn built_in_place(seed: u64, n0: usize) -> (tempfile::TempDir, Vec<f32>, Index) 
     (tmp, all, idx)
 }
 
+/// `diskann` indexes of the same `N` clustered vectors (seed `seed`), one
+/// built in place (`ip`) and one out of place (`oop`), in a temporary
+/// directory: the directory and the two index paths.
+fn built_both_ways(seed: u64) -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let all = clustered(N, DIM, seed);
+    let (ip_dir, oop_dir) = (tmp.path().join("ip"), tmp.path().join("oop"));
+    build(&ip_dir, Preset::Diskann, &all, N, Some(UpdateMode::InPlace));
+    build(&oop_dir, Preset::Diskann, &all, N, None);
+    (tmp, ip_dir, oop_dir)
+}
+
 /// Recall@10 at L 64 against the live set (see `test_data::recall_on_live`).
 fn measure(idx: &Index, live: &BTreeMap<u64, Vec<f32>>, queries: &[f32]) -> f64 {
     recall_on_live(idx, live, queries, DIM, true)
@@ -582,11 +594,7 @@ fn the_sweep_frees_deleted_slots_once_no_edge_leads_to_them() {
 fn the_pq_table_grows_in_place_and_a_copy_is_counted() {
     use crate::index::graph::{load_pq, GraphIndex};
     use crate::io::EngineKind;
-    let tmp = tempfile::tempdir().unwrap();
-    let all = clustered(N, DIM, 5);
-    let (ip_dir, oop_dir) = (tmp.path().join("ip"), tmp.path().join("oop"));
-    build(&ip_dir, Preset::Diskann, &all, N, Some(UpdateMode::InPlace));
-    build(&oop_dir, Preset::Diskann, &all, N, None);
+    let (_tmp, ip_dir, oop_dir) = built_both_ways(5);
     let m = crate::io::files::read_manifest(&ip_dir).unwrap();
     let len = N * m.spec.pq_bytes;
     let p = load_pq(&ip_dir, &m).unwrap();
@@ -692,11 +700,7 @@ fn a_writable_in_place_open_excludes_other_opens() {
 /// budget (a 6.9 MB table held as 8.4 MB once overran a 13.8 MB budget).
 #[test]
 fn the_open_plan_counts_a_growable_pq_table_as_held() {
-    let tmp = tempfile::tempdir().unwrap();
-    let all = clustered(N, DIM, 17);
-    let (ip_dir, oop_dir) = (tmp.path().join("ip"), tmp.path().join("oop"));
-    build(&ip_dir, Preset::Diskann, &all, N, Some(UpdateMode::InPlace));
-    build(&oop_dir, Preset::Diskann, &all, N, None);
+    let (_tmp, ip_dir, oop_dir) = built_both_ways(17);
     let huge = 2u64 << 20;
     for (dir, growable) in [(&ip_dir, true), (&oop_dir, false)] {
         let m = crate::io::files::read_manifest(dir).unwrap();

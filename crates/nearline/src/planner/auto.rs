@@ -293,16 +293,8 @@ fn pick(
         } else {
             fires(preset, opts, f, &planned)
         };
-        match why {
-            Ok(why) => {
-                return Ok(with_auto_decisions(
-                    planned,
-                    preset,
-                    reason,
-                    why,
-                    std::mem::take(lost),
-                ))
-            }
+        let fired = match why {
+            Ok(why) => Some(why),
             Err(why) if preset == Preset::Alayalaser && opts.metric == Metric::L2 && !forced => {
                 // Several records a page: the codes go in the records only
                 // if the PQ codes of the composition the later rules would
@@ -316,15 +308,7 @@ fn pick(
                     )),
                 };
                 match (verdict, rest) {
-                    (Some(poor), _) => {
-                        return Ok(with_auto_decisions(
-                            planned,
-                            preset,
-                            reason,
-                            poor,
-                            std::mem::take(lost),
-                        ))
-                    }
+                    (Some(poor), _) => Some(poor),
                     (None, Ok(next)) => {
                         let ranks = pq_ranking_note(&next, probe)?;
                         lost.push(Decision::new(
@@ -338,7 +322,14 @@ fn pick(
                     (None, Err(e)) => return Err(e),
                 }
             }
-            Err(why) => lost.push(Decision::new("candidate", preset, format!("lost: {why}"))),
+            Err(why) => {
+                lost.push(Decision::new("candidate", preset, format!("lost: {why}")));
+                None
+            }
+        };
+        if let Some(why) = fired {
+            let lost = std::mem::take(lost);
+            return Ok(with_auto_decisions(planned, preset, reason, why, lost));
         }
     }
     Err(last_err.unwrap_or_else(|| Error::arg("no composition fits this build")))
