@@ -21,6 +21,7 @@ pub mod node;
 pub use adjacency::{AdjacencyCache, AdjacencyContents};
 pub use node::NodeCache;
 
+use crate::format::page::PageGeometry;
 use crate::format::Manifest;
 use crate::layout::AnyLayout;
 use crate::{Error, Result};
@@ -176,6 +177,34 @@ impl AnyCache {
         match self {
             AnyCache::Bfs(c) => c.evict_to(max_bytes),
             AnyCache::Adjacency(c) => c.evict_to(max_bytes),
+        }
+    }
+
+    /// Loads a BFS cache anew over the graph as it is now (`n` nodes), in
+    /// at most `max_bytes` (see [`NodeCache::reload_bfs`]); other caches
+    /// keep what they hold. Returns the bytes held.
+    pub fn reload(
+        &mut self,
+        max_bytes: u64,
+        loaded: usize,
+        src: &CacheSource<'_>,
+        n: usize,
+    ) -> Result<u64> {
+        match self {
+            AnyCache::Bfs(c) => c.reload_bfs(max_bytes, loaded, src, n),
+            AnyCache::Adjacency(c) => Ok(Cache::memory_bytes(c) as u64),
+        }
+    }
+
+    /// The most a [`AnyCache::reload`] of `max_bytes` holds besides the
+    /// entries it loads.
+    pub fn reload_scratch(&self, max_bytes: u64, geo: &PageGeometry) -> u64 {
+        match self {
+            AnyCache::Bfs(_) => {
+                NodeCache::bfs_scratch_bytes(NodeCache::capacity_for(geo, max_bytes))
+                    + RESIZE_SCRATCH
+            }
+            AnyCache::Adjacency(_) => 0,
         }
     }
 

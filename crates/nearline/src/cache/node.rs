@@ -128,6 +128,12 @@ impl NodeCache {
             }
             let rec: RecordView<'_> = reader.record(v)?;
             for &u in rec.neighbours {
+                // Nodes queued past the first `max_nodes` are never taken:
+                // the queue and the seen set stay within the cache's size
+                // (see [`NodeCache::bfs_scratch_bytes`]).
+                if seen.len() >= max_nodes {
+                    break;
+                }
                 if (u as usize) < n && seen.insert(u, ()).is_none() {
                     queue.push_back(u);
                 }
@@ -135,6 +141,19 @@ impl NodeCache {
             cache.push(v, reader.raw_record(v)?);
         }
         Ok(cache)
+    }
+
+    /// The most a breadth-first load of `nodes` records holds besides
+    /// them: its seen set (a hash table of at most `nodes` ids, grown by
+    /// doubling) and its queue (at most `nodes` ids, grown by doubling).
+    pub fn bfs_scratch_bytes(nodes: usize) -> u64 {
+        if nodes == 0 {
+            return 0;
+        }
+        let cap = (nodes as u64).saturating_mul(2).next_power_of_two();
+        // Table: a slot and a control byte per bucket (buckets up to 8/7 ×
+        // the capacity, a power of two); queue: 4 bytes per slot.
+        cap.saturating_mul(2).saturating_mul(4 + 1) + cap.saturating_mul(4) + 128
     }
 
     /// Loads the records of the first `max_nodes` nodes of `order` (an
@@ -232,6 +251,43 @@ impl NodeCache {
         let words = &mut self.words[i * self.record_words..(i + 1) * self.record_words];
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(words);
         bytes[..record.len()].copy_from_slice(record);
+    }
+
+    /// Loads anew, breadth-first from `start` over the page file as it is
+    /// now (`n` nodes), as many records as fit in `max_bytes` (at most
+    /// `loaded`): the BFS cache of a graph updated in place, whose records
+    /// near the start changed since the cache was loaded. The old records
+    /// are dropped first, so the cache never holds both. A cache of
+    /// another policy keeps what it holds. Returns the bytes held; on an
+    /// error the cache is left empty.
+    pub fn reload_bfs(
+        &mut self,
+        max_bytes: u64,
+        loaded: usize,
+        src: &CacheSource<'_>,
+        n: usize,
+    ) -> Result<u64> {
+        if self.policy != "bfs" || self.slots.is_empty() {
+            return Ok(self.memory());
+        }
+        *self = NodeCache::empty();
+        let geo = src.layout.geometry();
+        let nodes = Self::most_within(geo, max_bytes, loaded);
+        if nodes > 0 {
+            *self = NodeCache::load_bfs(src.pages, src.layout, n, src.manifest.medoid, nodes)?;
+        }
+        Ok(self.memory())
+    }
+
+    /// The nodes held, in the policy's order (tests and tools).
+    pub fn nodes(&self) -> Vec<u32> {
+        let mut out = vec![0u32; self.live];
+        for (&v, &i) in self.slots.iter() {
+            if (i as usize) < self.live {
+                out[i as usize] = v;
+            }
+        }
+        out
     }
 
     /// Bytes of the id map (what the cache holds with every record given up).

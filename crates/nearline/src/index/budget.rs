@@ -30,6 +30,17 @@ pub trait Holdings {
     /// The cache takes back entries while it holds at most `max_bytes`;
     /// returns the bytes it holds.
     fn regrow_cache(&self, max_bytes: u64) -> Result<u64>;
+    /// The cache drops what it holds and loads anew, over the index as it
+    /// is now, at most `max_bytes` (a BFS cache of a graph updated in
+    /// place); returns the bytes it holds. A cache with nothing to reload
+    /// keeps what it holds.
+    fn reload_cache(&self, _max_bytes: u64) -> Result<u64> {
+        self.evict_cache(u64::MAX)
+    }
+    /// What a reload of `max_bytes` holds besides the entries it loads.
+    fn reload_scratch(&self, _max_bytes: u64) -> u64 {
+        0
+    }
 }
 
 /// The idle workers a batch would take, and taking them.
@@ -300,6 +311,58 @@ impl Ledger {
         Ok(())
     }
 
+    /// Reloads the cache over the index as it is now (an index updated in
+    /// place: a BFS cache loaded at open holds, after enough churn, records
+    /// that are no longer near the start). It waits for a resize under
+    /// way, and reloads at most what the cache holds now: the old entries
+    /// go before the load, and what the load holds besides its entries is
+    /// counted while it runs, out of the cache's own size where the budget
+    /// has no room beside it. A failure is recorded as a regrowth's is
+    /// (`regrow_error`); the cache is then empty, and a later search's end
+    /// regrows it.
+    pub fn reload_cache(&self, h: &dyn Holdings) {
+        let Ok(mut st) = self.lock() else {
+            return;
+        };
+        while st.busy {
+            st = match self.changed.wait(st) {
+                Ok(s) => s,
+                Err(_) => return,
+            };
+        }
+        let held = st.view.cache;
+        if held == 0 {
+            return;
+        }
+        let scratch = h.reload_scratch(held);
+        let room = if st.view.binding {
+            st.view.budget.saturating_sub(st.used(h.idle_bytes()))
+        } else {
+            u64::MAX
+        };
+        let target = held.min(held.saturating_add(room).saturating_sub(scratch));
+        if target == 0 {
+            return;
+        }
+        st.busy = true;
+        st.view.cache = 0;
+        st.growing = target + scratch;
+        st.note_peak(h.idle_bytes());
+        drop(st);
+        let r = h.reload_cache(target);
+        let Ok(mut st) = self.lock() else {
+            return;
+        };
+        st.busy = false;
+        st.growing = 0;
+        match r {
+            Ok(b) => st.view.cache = b,
+            Err(e) => st.view.regrow_error = Some(e.to_string()),
+        }
+        st.note_peak(h.idle_bytes());
+        self.changed.notify_all();
+    }
+
     /// Gives back `bytes` of what [`Ledger::grow_fixed`] took: the cache's
     /// plan gets back what it gave, and the cache takes the room back while
     /// the budget has it.
@@ -436,7 +499,23 @@ mod tests {
             self.check();
             Ok(held)
         }
+        /// Drops every entry, then loads with `RELOAD_SCRATCH` bytes held
+        /// beside the entries while it runs (counted in `workers` then).
+        fn reload_cache(&self, max: u64) -> Result<u64> {
+            self.cache.store(0, Ordering::SeqCst);
+            let held = self.full.min(max / 100 * 100);
+            self.cache.store(held, Ordering::SeqCst);
+            self.workers.fetch_add(RELOAD_SCRATCH, Ordering::SeqCst);
+            self.check();
+            self.workers.fetch_sub(RELOAD_SCRATCH, Ordering::SeqCst);
+            Ok(held)
+        }
+        fn reload_scratch(&self, _max: u64) -> u64 {
+            RELOAD_SCRATCH
+        }
     }
+
+    const RELOAD_SCRATCH: u64 = 500;
 
     /// A batch that would take up to `want` bytes of idle workers.
     struct FakeClaim<'a> {
@@ -464,6 +543,33 @@ mod tests {
             want,
             taken: 0,
         }
+    }
+
+    #[test]
+    fn a_reload_holds_its_scratch_within_the_budget() {
+        // Budget 10,000: fixed 2,000, cache 6,000, 2,000 free.
+        let fake = Fake::new(6_000, 8_000);
+        let ledger = Ledger::new(10_000, true, 2_000, 6_000, 0);
+        // Room for the load's scratch beside the whole cache.
+        ledger.reload_cache(&fake);
+        assert_eq!(ledger.view().cache, 6_000);
+        // A search holds 1,800 of the 2,000: the reload loads 300 less.
+        ledger.admit(1_800, &fake, &mut claim(&fake, 0)).unwrap();
+        fake.workers.fetch_add(1_800, Ordering::SeqCst);
+        ledger.reload_cache(&fake);
+        assert_eq!(ledger.view().cache, 5_700);
+        assert_eq!(fake.over.load(Ordering::SeqCst), 0);
+        fake.workers.fetch_sub(1_800, Ordering::SeqCst);
+        // The search's end takes the room back.
+        ledger.release(1_800, &fake, &mut || ());
+        let v = ledger.view();
+        assert_eq!(v.cache, 6_000);
+        assert!(v.peak <= 10_000, "peak {}", v.peak);
+        // Nothing held: nothing to reload.
+        let empty = Fake::new(0, 8_000);
+        let ledger = Ledger::new(10_000, true, 2_000, 0, 0);
+        ledger.reload_cache(&empty);
+        assert_eq!(ledger.view().cache, 0);
     }
 
     #[test]

@@ -211,6 +211,21 @@ impl<T: Element> Holdings for Held<'_, T> {
         }
         c.regrow(max_bytes, self.loaded, &self.src)
     }
+
+    fn reload_cache(&self, max_bytes: u64) -> Result<u64> {
+        let mut c = self.e.data.cache.write()?;
+        if self.retired || self.replaced() {
+            return Ok(c.memory_bytes() as u64);
+        }
+        c.reload(max_bytes, self.loaded, &self.src, self.e.data.n)
+    }
+
+    fn reload_scratch(&self, max_bytes: u64) -> u64 {
+        match self.e.data.cache.read() {
+            Ok(c) => c.reload_scratch(max_bytes, &self.e.data.geo),
+            Err(_) => 0,
+        }
+    }
 }
 
 impl GraphIndex {
@@ -440,6 +455,14 @@ impl GraphIndex {
             e,
             self.ledger.grow_fixed(bytes, &self.held(e))
         )
+    }
+
+    /// Loads the node cache anew over the graph as it is now, within what
+    /// it holds (an in-place checkpoint: the BFS cache loaded at open
+    /// drifts from the start's neighbourhood as nodes near it are deleted
+    /// and their slots reused). Searches wait for the cache while it loads.
+    pub fn reload_cache(&self) {
+        with_engine!(&self.engine, e, self.ledger.reload_cache(&self.held(e)))
     }
 
     /// Gives back `bytes` the update layer held.

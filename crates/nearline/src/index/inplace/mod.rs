@@ -21,7 +21,9 @@
 //! written: replaying the log after a crash writes them again, so a torn
 //! or lost page write is repaired (physical redo). A checkpoint syncs the
 //! page file, writes the ids and the PQ codes as new section files, moves
-//! the manifest forward and drops the log before it.
+//! the manifest forward and drops the log before it; the BFS node cache is
+//! then loaded anew over the graph as it stands
+//! (`GraphIndex::reload_cache`).
 //!
 //! **Concurrency.** An update computes its patch while searches run (under
 //! the state's read hold, the writer lock keeping other updates out), and

@@ -240,6 +240,14 @@ impl GraphSlot {
             Ok(())
         })?;
         wal.truncate_before(seq + 1)?;
+        // The BFS cache follows the graph: nodes near the start were
+        // deleted and their slots taken by vectors from anywhere.
+        self.state
+            .read()
+            .map_err(|_| poisoned())?
+            .open
+            .g
+            .reload_cache();
         Ok(seq)
     }
 
