@@ -96,6 +96,45 @@ const SELECT_QUERIES: usize = 200;
 const SELECT_K: usize = 10;
 /// Rows converted and encoded per chunk of the ranking pass.
 const SELECT_CHUNK: usize = 8192;
+/// Fewest ranked rows a ranking sample measures on (fewer: no measurement).
+const MIN_RANK_ROWS: usize = 2_000;
+/// Candidates a query's exact-neighbour scan keeps before it trims them to
+/// the nearest `SELECT_K`.
+const TRUTH_KEEP: usize = 64;
+
+/// Bytes a ranking sample of `rows` ranked rows and `train` training rows
+/// of dimension `dim` holds at most while it measures codes of up to `m`
+/// bytes on `threads` threads: the training and query rows as f32, a chunk
+/// of rows being converted, the ranked rows' ids and codes, the queries'
+/// neighbour scans, and each thread's ranking of every row with its lookup
+/// table.
+fn ranking_bytes(rows: usize, train: usize, dim: usize, m: usize, threads: usize) -> u64 {
+    let (rows, train, dim, m) = (rows as u64, train as u64, dim as u64, m as u64);
+    let queries = SELECT_QUERIES as u64;
+    let f32s = (train + queries + (SELECT_CHUNK as u64).min(rows)) * dim * 4;
+    let ranked = rows * (8 + m);
+    let scans = queries * TRUTH_KEEP as u64 * 16 * 2;
+    let per_thread = threads.max(1) as u64 * (rows * 16 + m * PQ_CENTROIDS as u64 * 4);
+    f32s + ranked + scans + per_thread
+}
+
+/// The (ranked rows, training rows) of a ranking sample over `n` rows that
+/// holds at most `max_bytes` measuring codes of up to `m` bytes: up to
+/// 250,000 and 20,000, halved together until they fit; `None` when fewer
+/// than 2,000 ranked rows would.
+fn ranking_shape(n: usize, dim: usize, m: usize, max_bytes: u64) -> Option<(usize, usize)> {
+    let threads = rayon::current_num_threads();
+    let mut rows = n.min(SELECT_RANK_ROWS);
+    let mut train = SELECT_TRAIN_ROWS.min(rows);
+    while ranking_bytes(rows, train, dim, m, threads) > max_bytes {
+        if rows / 2 < MIN_RANK_ROWS.min(n) {
+            return None;
+        }
+        rows /= 2;
+        train = (train / 2).max(1);
+    }
+    Some((rows, train))
+}
 
 /// What the PQ phase produced.
 pub struct PqOutput {
@@ -193,19 +232,22 @@ struct RankingSample {
 }
 
 impl RankingSample {
+    /// A sample of `rank_rows` ranked rows (all of them when that is the
+    /// data's size) and `train_rows` training rows (see [`ranking_shape`]).
     /// `None` when the data is too small to hold one query and its
     /// neighbours.
     fn new<T: Element>(
         data: &Matrix<T>,
         metric: Metric,
         seed: u64,
+        (rank_rows, train_rows): (usize, usize),
         cancel: &AtomicBool,
     ) -> Result<Option<Self>> {
         use rayon::prelude::*;
         let (n, dim) = (data.n(), data.dim());
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5051_5f53_454c_4543);
-        let rank_ids: Option<Vec<usize>> = (n > SELECT_RANK_ROWS).then(|| {
-            let mut v = sample(&mut rng, n, SELECT_RANK_ROWS).into_vec();
+        let rank_ids: Option<Vec<usize>> = (n > rank_rows).then(|| {
+            let mut v = sample(&mut rng, n, rank_rows).into_vec();
             v.sort_unstable();
             v
         });
@@ -215,7 +257,7 @@ impl RankingSample {
             return Ok(None);
         }
         let row_of = |i: usize| rank_ids.as_ref().map_or(i, |ids| ids[i]);
-        let train_rows = SELECT_TRAIN_ROWS.min(rows);
+        let train_rows = train_rows.clamp(1, rows);
         let mut train_idx: Vec<usize> = sample(&mut rng, rows, train_rows).into_vec();
         train_idx.sort_unstable();
         let train: Vec<f32> = train_idx
@@ -239,6 +281,10 @@ impl RankingSample {
                 for (j, row) in buf.chunks_exact(dim).enumerate() {
                     if start + j != queries[qi] {
                         best.push((metric.distance(q, row), start + j));
+                    }
+                    if best.len() >= TRUTH_KEEP {
+                        best.select_nth_unstable_by(SELECT_K - 1, |a, b| a.0.total_cmp(&b.0));
+                        best.truncate(SELECT_K);
                     }
                 }
                 if best.len() > SELECT_K {
@@ -309,17 +355,24 @@ impl RankingSample {
 /// How well PQ codes of `m` bytes rank `data`: the mean fraction of 200
 /// sample rows' exact 10 nearest neighbours that the codes' own ranking
 /// puts in its top 10 (PQ recall@10, over the data or an even sample of
-/// up to 250,000 rows; the codebook trained on 20,000). `None` when the
-/// data is too small to measure it. What `preset="auto"` asks before it
-/// trusts PQ codes in RAM to steer a search (`planner::auto`).
+/// up to 250,000 rows; the codebook trained on 20,000), holding at most
+/// `max_bytes` (a smaller sample where the defaults would hold more; see
+/// [`ranking_shape`]). `None` when the data is too small to measure it or
+/// `max_bytes` too small to hold a sample of 2,000 rows. What
+/// `preset="auto"` asks before it trusts PQ codes in RAM to steer a search
+/// (`planner::auto`).
 pub fn ranking_recall<T: Element>(
     data: &Matrix<T>,
     m: usize,
     metric: Metric,
     seed: u64,
+    max_bytes: u64,
     cancel: &AtomicBool,
 ) -> Result<Option<f64>> {
-    let Some(s) = RankingSample::new(data, metric, seed, cancel)? else {
+    let Some(shape) = ranking_shape(data.n(), data.dim(), m, max_bytes) else {
+        return Ok(None);
+    };
+    let Some(s) = RankingSample::new(data, metric, seed, shape, cancel)? else {
         return Ok(None);
     };
     let r = s.recall(data, m, SELECT_K, metric, seed, cancel)?;
@@ -335,7 +388,12 @@ fn select<T: Element>(
     cancel: &AtomicBool,
 ) -> Result<(usize, Vec<PqTrial>)> {
     let n = data.n();
-    let Some(s) = RankingSample::new(data, plan.metric, plan.seed, cancel)? else {
+    // Half the build budget, as the training sample takes.
+    let max_bytes = plan.build_memory_budget.map_or(u64::MAX, |b| b / 2);
+    let Some(shape) = ranking_shape(n, data.dim(), plan.pq_bytes, max_bytes) else {
+        return Ok((plan.pq_bytes, Vec::new()));
+    };
+    let Some(s) = RankingSample::new(data, plan.metric, plan.seed, shape, cancel)? else {
         return Ok((plan.pq_bytes, Vec::new()));
     };
     // The candidates at the ranked set's density.
@@ -417,7 +475,7 @@ mod tests {
         let data = Matrix::from_vec(clustered(n, dim, 3), n, dim).unwrap();
         let cancel = AtomicBool::new(false);
         let at = |m: usize| {
-            ranking_recall(&data, m, Metric::L2, 7, &cancel)
+            ranking_recall(&data, m, Metric::L2, 7, u64::MAX, &cancel)
                 .unwrap()
                 .unwrap()
         };
@@ -427,7 +485,38 @@ mod tests {
         assert!(fine > 0.9 && fine > coarse, "{coarse} {fine}");
         let tiny = Matrix::from_vec(clustered(8, dim, 3), 8, dim).unwrap();
         assert_eq!(
-            ranking_recall(&tiny, 4, Metric::L2, 7, &cancel).unwrap(),
+            ranking_recall(&tiny, 4, Metric::L2, 7, u64::MAX, &cancel).unwrap(),
+            None
+        );
+    }
+
+    /// The ranking sample holds what it is given: the defaults where they
+    /// fit, both sizes halved where they do not, no sample where 2,000
+    /// ranked rows do not fit.
+    #[test]
+    fn a_ranking_sample_holds_at_most_its_bytes() {
+        let threads = rayon::current_num_threads();
+        let (dim, m) = (384, 64);
+        let full = ranking_shape(1_000_000, dim, m, u64::MAX).unwrap();
+        assert_eq!(full, (SELECT_RANK_ROWS, SELECT_TRAIN_ROWS));
+        let need = ranking_bytes(full.0, full.1, dim, m, threads);
+        let (rows, train) = ranking_shape(1_000_000, dim, m, need / 3).unwrap();
+        assert!(rows < full.0 && train < full.1, "{rows} {train}");
+        assert!(ranking_bytes(rows, train, dim, m, threads) <= need / 3);
+        assert_eq!(ranking_shape(1_000_000, dim, m, 1 << 20), None);
+        // Small data: every row ranked, within the bytes.
+        assert_eq!(ranking_shape(3000, 16, 8, 64 << 20), Some((3000, 3000)));
+        // A measurement within a small budget still ranks (fewer rows).
+        let (n, dim) = (6000, 16);
+        let data = Matrix::from_vec(clustered(n, dim, 3), n, dim).unwrap();
+        let cancel = AtomicBool::new(false);
+        let small = ranking_bytes(3000, 3000, dim, 16, threads);
+        let r = ranking_recall(&data, 16, Metric::L2, 7, small, &cancel)
+            .unwrap()
+            .unwrap();
+        assert!(r > 0.9, "{r}");
+        assert_eq!(
+            ranking_recall(&data, 16, Metric::L2, 7, 4096, &cancel).unwrap(),
             None
         );
     }

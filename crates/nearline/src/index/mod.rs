@@ -84,13 +84,25 @@ fn build_inner<T: Element>(
         dtype: T::DTYPE,
     };
     // `auto` asks how well PQ codes rank this data before it keeps them
-    // in RAM (measured once per size on a sample).
+    // in RAM (measured once per size on a sample that holds at most half
+    // the build budget, as the PQ training sample does).
+    let raw = data.n() as u64 * data.dim() as u64 * T::DTYPE.size() as u64;
+    let probe_bytes = opts
+        .build_memory_budget
+        .map_or(u64::MAX, |b| b.resolve(raw) / 2);
     let memo = std::cell::RefCell::new(std::collections::HashMap::new());
     let probe = |m: usize| -> Result<Option<f64>> {
         if let Some(r) = memo.borrow().get(&m) {
             return Ok(*r);
         }
-        let r = crate::build::pq::ranking_recall(&data, m, opts.metric, opts.seed, cancel)?;
+        let r = crate::build::pq::ranking_recall(
+            &data,
+            m,
+            opts.metric,
+            opts.seed,
+            probe_bytes,
+            cancel,
+        )?;
         memo.borrow_mut().insert(m, r);
         Ok(r)
     };
