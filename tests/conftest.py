@@ -110,6 +110,23 @@ def budget_index(tmp_path_factory, budget_data):
     return get
 
 
+def recall(ids: np.ndarray, truth: np.ndarray, k: int | None = None) -> float:
+    """Mean recall@k of the rows of ``ids`` against the exact neighbours ``truth`` (k: the width of
+    ``truth``); the one recall every test measures with."""
+    k = truth.shape[1] if k is None else k
+    return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(np.asarray(ids).tolist(),
+                                                                          np.asarray(truth).tolist())]))
+
+
+def build_preset(preset: str, base, path, **kw):
+    """``nearline.build`` of ``preset`` at R 32 on 2 threads, overwriting, quietly; ``kw`` overrides."""
+    import nearline
+
+    opts = dict(preset=preset, R=32, threads=2, overwrite=True, progress=False)
+    opts.update(kw)
+    return nearline.build(base, path, **opts)
+
+
 def recall_on_live(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np.ndarray, k: int = 10,
                    full: bool = False) -> float:
     """Recall@k at L 64 of ``idx`` against the exact neighbours among the live vectors; asserts that
@@ -119,4 +136,4 @@ def recall_on_live(idx, live_ids: np.ndarray, live_vecs: np.ndarray, queries: np
     assert all(int(i) in live for i in ids.ravel() if full or i >= 0), \
         "a search returned an id that is not live" + (" (or too few)" if full else "")
     truth = live_ids[exact_knn(live_vecs, queries, k)]
-    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), truth.tolist())]))
+    return recall(ids, truth, k)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn, run_cli
+from conftest import build_preset, clustered, exact_knn, recall, run_cli
 
 # Observed on 4000 × 48 (R 32, the preset's budget): recall@10 0.998–1.000 at L 100 for
 # each metric; the bar sits below with room for platform noise.
@@ -19,9 +19,7 @@ RECALL_L100 = 0.95
 
 
 def _build(base, path, **kw):
-    opts = dict(preset="aisaq", R=32, threads=2, overwrite=True, progress=False)
-    opts.update(kw)
-    return nearline.build(base, path, **opts)
+    return build_preset("aisaq", base, path, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +34,6 @@ def index48(tmp_path_factory, data48):
     return path
 
 
-def _recall(ids, truth):
-    return float(np.mean([len(set(a) & set(b)) / truth.shape[1] for a, b in zip(ids.tolist(), truth.tolist())]))
-
-
 @pytest.mark.parametrize("metric", ["l2", "cosine", "ip"])
 def test_recall_with_no_codes_in_memory(tmp_path, data48, metric):
     base, queries = data48
@@ -51,7 +45,7 @@ def test_recall_with_no_codes_in_memory(tmp_path, data48, metric):
         assert mem["pq_codes"] == 0 and mem["pq_codebook"] > 0 and mem["within_budget"]
         ids, d = idx.search(queries, 10, L=100)
         truth = exact_knn(base, queries, 10, metric)
-        assert _recall(ids, truth) >= RECALL_L100
+        assert recall(ids, truth) >= RECALL_L100
         if metric == "l2":
             assert np.all(np.diff(d, axis=1) >= 0)
         assert idx.check()["problems"] == []
@@ -100,7 +94,7 @@ def test_updates_keep_the_codes_in_step(tmp_path):
         ids, _ = idx.search(queries, 10, L=100)
         assert not np.isin(ids, gone).any()
         truth = live[exact_knn(base[live], queries, 10)]
-        assert _recall(ids, truth) >= RECALL_L100
+        assert recall(ids, truth) >= RECALL_L100
 
 
 def test_damage_is_detected(tmp_path, index48, data48):

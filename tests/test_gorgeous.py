@@ -9,11 +9,7 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn, run_cli
-
-
-def _recall(ids: np.ndarray, truth: np.ndarray, k: int) -> float:
-    return float(np.mean([len(set(a[:k]) & set(b[:k])) / k for a, b in zip(ids, truth)]))
+from conftest import clustered, exact_knn, recall, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -58,17 +54,17 @@ def test_two_stage_search_finds_the_neighbours(gorgeous, data):
         assert idx.info()["cache"]["policy"] == "adjacency"
         assert idx.info()["cache"]["lists"] == len(base)
         ids, _, st = idx.search(queries, 10, return_stats=True)
-        assert _recall(ids, truth, 10) >= 0.9
+        assert recall(ids, truth, 10) >= 0.9
         assert st["adjacency_hits"].sum() + st["cache_hits"].sum() > 0
         assert np.all(st["reads"] == st["refine_reads"])
         # A larger refine ratio reads more and finds at least as much.
         ids2, _, st2 = idx.search(queries, 10, refine_ratio=1.0, return_stats=True)
         assert st2["refine_reads"].mean() >= st["refine_reads"].mean()
-        assert _recall(ids2, truth, 10) >= _recall(ids, truth, 10) - 0.01
+        assert recall(ids2, truth, 10) >= recall(ids, truth, 10) - 0.01
     # Without a cache the replicated pages carry the traversal.
     with nearline.open(gorgeous, cache="bfs", cache_nodes=0) as idx:
         ids, _, st = idx.search(queries, 10, return_stats=True)
-        assert _recall(ids, truth, 10) >= 0.9
+        assert recall(ids, truth, 10) >= 0.9
         assert st["replica_hits"].sum() > 0
         assert np.all(st["refine_reads"] <= st["reads"])
 
@@ -143,7 +139,7 @@ def test_every_list_in_memory_gets_a_shuffled_layout(tmp_path, data):
         assert info["layout"]["kind"] == "shuffled" and "replication" not in info["layout"]
         assert info["cache"]["policy"] == "adjacency" and info["cache"]["lists"] == len(base)
         ids, _, st = idx.search(queries, 10, return_stats=True)
-        assert _recall(ids, truth, 10) >= 0.9
+        assert recall(ids, truth, 10) >= 0.9
         # The whole graph is in memory: only the refine stage reads.
         assert st["refine_reads"].sum() > 0
         assert np.array_equal(st["reads"], st["refine_reads"])

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import clustered, exact_knn, run_cli
+from conftest import build_preset, clustered, exact_knn, recall, run_cli
 
 # Observed on 4000 × 32 (R 32, the preset's budget): recall@10 0.99+ at L 100; the bar
 # sits below with room for platform noise.
@@ -18,9 +18,7 @@ RECALL_L100 = 0.95
 
 
 def _build(base, path, **kw):
-    opts = dict(preset="pageann", R=32, threads=2, overwrite=True, progress=False)
-    opts.update(kw)
-    return nearline.build(base, path, **opts)
+    return build_preset("pageann", base, path, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +33,6 @@ def index32(tmp_path_factory, data32):
     return path
 
 
-def _recall(ids, truth):
-    return float(np.mean([len(set(a) & set(b)) / truth.shape[1] for a, b in zip(ids.tolist(), truth.tolist())]))
-
-
 def test_recall_and_the_page_graph(index32, data32):
     base, queries = data32
     with nearline.open(index32) as idx:
@@ -51,7 +45,7 @@ def test_recall_and_the_page_graph(index32, data32):
         assert lay["page_graph"]["page_degree"] == 58
         assert info["memory"]["within_budget"]
         ids, d = idx.search(queries, 10, L=100)
-        assert _recall(ids, exact_knn(base, queries, 10)) >= RECALL_L100
+        assert recall(ids, exact_knn(base, queries, 10)) >= RECALL_L100
         assert np.all(np.diff(d, axis=1) >= 0)
         report = idx.check()
         assert report["problems"] == [] and report["unreachable"] == 0

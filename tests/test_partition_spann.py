@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import nearline
-from conftest import anisotropic, exact_knn, run_cli
+from conftest import anisotropic, exact_knn, recall, run_cli
 
 N, DIM = 4000, 32
 
@@ -25,10 +25,6 @@ def index_path(tmp_path_factory, data):
     path = tmp_path_factory.mktemp("spann") / "a.index"
     nearline.build(base, path, preset="spfresh", threads=2, seed=0).close()
     return path
-
-
-def _recall(found: np.ndarray, truth: np.ndarray) -> float:
-    return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, truth)]))
 
 
 def test_boundary_vectors_are_replicated_and_reported(index_path, data):
@@ -57,7 +53,7 @@ def test_recall_against_exact_neighbours(index_path, data):
     truth = exact_knn(base, queries, 10)
     with nearline.open(index_path, read_only=True) as idx:
         ids, _ = idx.search(queries, 10, nprobe=16)
-    assert _recall(ids, truth) >= 0.95
+    assert recall(ids, truth) >= 0.95
 
 
 def test_one_replica_a_vector_when_asked(tmp_path, data):
@@ -127,7 +123,7 @@ def test_the_default_nprobe_is_calibrated_to_the_recall_target(tmp_path, data):
             # on queries that are not in the index.
             ids, _, st = idx.search(queries, 10, return_stats=True)
             assert set(np.asarray(st["hops"]).tolist()) == {cal["nprobe"]}
-            assert _recall(ids, truth) >= target
+            assert recall(ids, truth) >= target
             chosen[target] = cal["nprobe"]
     assert chosen[0.9] < chosen[0.99], chosen
 
