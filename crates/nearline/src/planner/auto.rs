@@ -309,8 +309,18 @@ fn pick(
                 };
                 match (verdict, rest) {
                     (Some(poor), _) => Some(poor),
-                    (None, Ok(next)) => {
+                    (None, Ok(mut next)) => {
                         let ranks = pq_ranking_note(&next, probe)?;
+                        // The rule the build records says what it measured
+                        // for the codes it kept, as it does when they lose.
+                        if let Some(rule) = next.plan.auto_rule.as_mut() {
+                            rule.push_str(&format!("; {ranks}"));
+                            let kept = rule.clone();
+                            if let Some(d) = next.decisions.iter_mut().find(|d| d.what == "preset")
+                            {
+                                d.rule = kept;
+                            }
+                        }
                         lost.push(Decision::new(
                             "candidate",
                             preset,
@@ -547,6 +557,13 @@ mod tests {
             .find(|d| d.what == "candidate" && d.value == "alayalaser")
             .unwrap();
         assert!(lost.rule.contains("recall@10 0.700"), "{}", lost.rule);
+        // The rule the build records for the codes it kept says so too.
+        let kept = p.plan.auto_rule.as_deref().unwrap();
+        assert_eq!(kept, preset_rule(&p));
+        assert!(
+            kept.contains("several records") && kept.contains("recall@10 0.700"),
+            "{kept}"
+        );
         // A sample too small to tell: the size decides (16 bytes: starling).
         let none = |_m: usize| -> Result<Option<f64>> { Ok(None) };
         let p = crate::planner::plan_build_probed(&auto(0.2), &f, Some(&none)).unwrap();
