@@ -349,14 +349,19 @@ impl Ledger {
         st.growing = target + scratch;
         st.note_peak(h.idle_bytes());
         drop(st);
-        let r = h.reload_cache(target);
+        self.end_growth(h, h.reload_cache(target));
+    }
+
+    /// Ends a regrowth or reload under way whose cache now holds `r`
+    /// bytes (or failed with it: the error is recorded).
+    fn end_growth(&self, h: &dyn Holdings, r: Result<u64>) {
         let Ok(mut st) = self.lock() else {
             return;
         };
         st.busy = false;
         st.growing = 0;
         match r {
-            Ok(b) => st.view.cache = b,
+            Ok(held) => st.view.cache = held,
             Err(e) => st.view.regrow_error = Some(e.to_string()),
         }
         st.note_peak(h.idle_bytes());
@@ -426,18 +431,7 @@ impl Ledger {
         // What the workers freed goes back to the kernel before the cache
         // takes the room again.
         crate::util::return_freed_memory();
-        let r = h.regrow_cache(target);
-        let Ok(mut st) = self.lock() else {
-            return;
-        };
-        st.busy = false;
-        st.growing = 0;
-        match r {
-            Ok(held) => st.view.cache = held,
-            Err(e) => st.view.regrow_error = Some(e.to_string()),
-        }
-        st.note_peak(h.idle_bytes());
-        self.changed.notify_all();
+        self.end_growth(h, h.regrow_cache(target));
     }
 }
 
