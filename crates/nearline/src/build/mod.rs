@@ -443,6 +443,7 @@ fn phases<T: Element>(
                     explained_variance: c.pca.explained_variance_ratio(),
                 }),
                 page_graph: placed.page_graph,
+                vector_blocks: placed.geo.vector_blocks,
             },
             wal_sequence: 0,
             next_auto_id: 0,

@@ -72,6 +72,8 @@ pub fn run<T: Element>(
             )));
         }
         PageGeometry::with_pq_codes(plan.page_size, vec_bytes, plan.r, m, n)?
+    } else if plan.layout.records() == RecordFormat::Decoupled {
+        PageGeometry::decoupled(plan.page_size, vec_bytes, plan.r, n)?
     } else if plan.layout.placement() == Placement::PageGraph {
         // A page's records share its out-edges: at least R of them.
         PageGeometry::page_graph(plan.page_size, vec_bytes, plan.r, n)?

@@ -360,10 +360,10 @@ impl AdjacencyCache {
                 if i < from || i >= to {
                     continue;
                 }
-                let rec = reader.record(v as u32)?;
+                let x = reader.vector(v as u32)?;
                 let dst: &mut [u8] =
                     bytemuck::cast_slice_mut(&mut self.vectors[i * vec_words..(i + 1) * vec_words]);
-                dst[..vec_bytes].copy_from_slice(rec.vector);
+                dst[..vec_bytes].copy_from_slice(x);
             }
             Ok(())
         })();

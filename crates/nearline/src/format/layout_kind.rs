@@ -6,13 +6,15 @@
 //! builds and reads can exist: plain records take either placement, while
 //! the formats that carry other nodes' data (replicated lists, neighbour
 //! codes) are laid out in ID order, because a builder chooses what a record
-//! carries from the records around it in ID order. Code that asks "where is
+//! carries from the records around it in ID order; decoupled records (DGAI)
+//! are in ID order too, their vector pages following the same order. Code that asks "where is
 //! node v" matches on [`LayoutKind::placement`]; code that asks "what does a
 //! record hold" matches on [`LayoutKind::records`]; neither has to list the
 //! other component's cases.
 //!
 //! Manifests and the APIs name a layout by one word (`id`, `shuffled`,
-//! `page_graph`, `replicated`, `coded`, `pq_coded`), as before the split.
+//! `page_graph`, `replicated`, `coded`, `pq_coded`, `decoupled`), as before
+//! the split.
 
 use crate::{Error, Result};
 
@@ -49,6 +51,10 @@ crate::util::vocabulary! {
         /// AiSAQ's PQ-coded records: each carries its neighbours' PQ codes
         /// (format 1.8); only the PQ codebook is held in memory.
         PqCoded = "pq_coded",
+        /// DGAI's decoupled records: a record holds the adjacency list
+        /// only (topology pages), and the vectors lie in pages of their
+        /// own after them, read for the final re-rank (format 1.10).
+        Decoupled = "decoupled",
     }
 }
 
@@ -85,6 +91,8 @@ pub enum LayoutKind {
     Coded,
     /// Records carrying neighbours' PQ codes (AiSAQ), in ID order.
     PqCoded,
+    /// Topology records and separate vector pages (DGAI), in ID order.
+    Decoupled,
 }
 
 impl LayoutKind {
@@ -102,6 +110,7 @@ impl LayoutKind {
         LayoutKind::Replicated,
         LayoutKind::Coded,
         LayoutKind::PqCoded,
+        LayoutKind::Decoupled,
     ];
 
     /// The layout of records of format `records` at `placement`; an error
@@ -112,6 +121,12 @@ impl LayoutKind {
             (RecordFormat::Replicated, Placement::Id) => Ok(LayoutKind::Replicated),
             (RecordFormat::Coded, Placement::Id) => Ok(LayoutKind::Coded),
             (RecordFormat::PqCoded, Placement::Id) => Ok(LayoutKind::PqCoded),
+            (RecordFormat::Decoupled, Placement::Id) => Ok(LayoutKind::Decoupled),
+            (RecordFormat::Decoupled, p) => Err(Error::arg(format!(
+                "decoupled records are laid out in ID order (their vector pages follow the \
+                 topology pages' order; a {p} placement of the topology pages is not built), \
+                 so placement {p} does not apply to them; use placement id"
+            ))),
             (r, p) => Err(Error::arg(format!(
                 "{r} records are laid out in ID order (what a record carries is chosen from \
                  its ID-order neighbours), so placement {p} does not apply to them; use \
@@ -124,7 +139,10 @@ impl LayoutKind {
     pub fn placement(self) -> Placement {
         match self {
             LayoutKind::Plain(p) => p,
-            LayoutKind::Replicated | LayoutKind::Coded | LayoutKind::PqCoded => Placement::Id,
+            LayoutKind::Replicated
+            | LayoutKind::Coded
+            | LayoutKind::PqCoded
+            | LayoutKind::Decoupled => Placement::Id,
         }
     }
 
@@ -135,6 +153,7 @@ impl LayoutKind {
             LayoutKind::Replicated => RecordFormat::Replicated,
             LayoutKind::Coded => RecordFormat::Coded,
             LayoutKind::PqCoded => RecordFormat::PqCoded,
+            LayoutKind::Decoupled => RecordFormat::Decoupled,
         }
     }
 
@@ -147,6 +166,7 @@ impl LayoutKind {
             LayoutKind::Replicated => "replicated",
             LayoutKind::Coded => "coded",
             LayoutKind::PqCoded => "pq_coded",
+            LayoutKind::Decoupled => "decoupled",
         }
     }
 
@@ -237,7 +257,7 @@ mod tests {
         let e = LayoutKind::parse("zigzag").expect_err("unknown");
         assert!(
             e.to_string()
-                .contains("id, shuffled, page_graph, replicated, coded, pq_coded"),
+                .contains("id, shuffled, page_graph, replicated, coded, pq_coded, decoupled"),
             "{e}"
         );
         assert!(serde_json::from_str::<LayoutKind>("\"zigzag\"").is_err());

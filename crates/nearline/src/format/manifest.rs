@@ -38,8 +38,10 @@ pub const FORMAT_MAJOR: u32 = 1;
 /// graph index updated in place (the build spec's `update`, log records
 /// of page images, tombstones as the external id 2**64-1); 1.10: page-graph
 /// layouts (PageANN: the `page_graph` placement, page layout id 6, the
-/// layout's `page_graph` summary) and the `pageann` preset.
-pub const FORMAT_MINOR: u32 = 10;
+/// layout's `page_graph` summary) and the `pageann` preset; 1.11:
+/// decoupled layouts (DGAI: topology records and vector pages, layout id 7,
+/// vector page kind 2, the layout's `vector_blocks`) and the `dgai` preset.
+pub const FORMAT_MINOR: u32 = 11;
 /// First minor version whose manifests carry a checksum.
 pub const CHECKSUM_MINOR: u32 = 3;
 /// The `format` field every manifest carries.
@@ -85,6 +87,10 @@ crate::util::vocabulary! {
         /// over pages), navigation graph, each page read and expanded as
         /// one node (format 1.10).
         Pageann = "pageann",
+        /// DGAI: decoupled topology records and vector pages, PQ codes in
+        /// memory to route, the vectors read for the final re-rank only
+        /// (format 1.11).
+        Dgai = "dgai",
         /// SPFresh: a partition index (SPANN postings, in-memory head
         /// graph) updated in place by LIRE, with a write-ahead log.
         Spfresh = "spfresh",
@@ -249,6 +255,10 @@ pub struct LayoutInfo {
     /// How a page graph's edges were chosen (format 1.10).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_graph: Option<PageGraphInfo>,
+    /// Vector pages after the `n_blocks` record blocks (a decoupled
+    /// layout, format 1.11; absent: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub vector_blocks: u64,
 }
 
 /// A page graph's edges (PageANN): each page's out-edges lead to other
@@ -563,7 +573,9 @@ impl Manifest {
                 l.kind, l.packed
             ));
         }
-        let geo = if l.kind.records() == RecordFormat::PqCoded {
+        let geo = if l.kind.records() == RecordFormat::Decoupled {
+            super::page::PageGeometry::decoupled(l.page_size, vector_bytes, l.max_degree, self.n)
+        } else if l.kind.records() == RecordFormat::PqCoded {
             super::page::PageGeometry::with_pq_codes(
                 l.page_size,
                 vector_bytes,
@@ -587,17 +599,21 @@ impl Manifest {
             || geo.block_size != l.block_size
             || geo.records_per_block != l.records_per_block
             || geo.n_blocks != l.n_blocks
+            || geo.vector_blocks != l.vector_blocks
         {
             return bad(format!(
-                "layout fields disagree with dim={} dtype={} R={} n={}: manifest says record {} B, block {} B, {} per block, {} blocks; expected {} B, {} B, {}, {}",
-                self.dim, self.dtype, l.max_degree, self.n, l.record_size, l.block_size, l.records_per_block, l.n_blocks,
-                geo.record_size, geo.block_size, geo.records_per_block, geo.n_blocks
+                "layout fields disagree with dim={} dtype={} R={} n={}: manifest says record {} B, block {} B, {} per block, {} blocks, {} vector blocks; expected {} B, {} B, {}, {}, {}",
+                self.dim, self.dtype, l.max_degree, self.n, l.record_size, l.block_size, l.records_per_block, l.n_blocks, l.vector_blocks,
+                geo.record_size, geo.block_size, geo.records_per_block, geo.n_blocks, geo.vector_blocks
             ));
         }
         // No file is longer than `i64::MAX` bytes (`off_t`): a node count
         // that makes the page file longer is damage, and every size derived
         // from it (the planner's memory split) stays far from overflowing.
-        let page_file = l.n_blocks.checked_mul(l.block_size as u64);
+        let page_file = l
+            .n_blocks
+            .checked_add(l.vector_blocks)
+            .and_then(|b| b.checked_mul(l.block_size as u64));
         if page_file.is_none_or(|b| b > i64::MAX as u64) {
             return bad(format!(
                 "fields \"n\" = {} and \"layout.block_size\" = {} make a page file of {} blocks, longer than any file can be",

@@ -47,6 +47,11 @@ pub const LAYOUT_PQ_CODED: u8 = 5;
 /// Layout id of a page graph (PageANN): records placed through the
 /// id→location section, each carrying its share of its page's out-edges.
 pub const LAYOUT_PAGE_GRAPH: u8 = 6;
+/// Layout id of a decoupled layout (DGAI): topology records (adjacency
+/// lists only) in ID order, then the vectors in pages of their own.
+pub const LAYOUT_DECOUPLED: u8 = 7;
+/// Page kind: vectors only (a decoupled layout's vector pages).
+pub const KIND_VECTORS: u8 = 2;
 /// Floats of per-neighbour factors a coded record stores (the estimator's
 /// `add` and `rescale`; the error scale is not needed to route).
 pub const CODE_FACTORS: usize = 2;
@@ -83,6 +88,14 @@ pub struct PageGeometry {
     /// [`LAYOUT_SHUFFLED`] or [`LAYOUT_REPLICATED`]); a block of another
     /// layout is refused.
     pub layout_id: u8,
+    /// Bytes of each vector in a decoupled layout's vector pages (DGAI; 0
+    /// for layouts whose records hold their vectors). The records then
+    /// hold no vector (`vector_bytes` is 0).
+    pub split_vector_bytes: usize,
+    /// Vectors a vector page holds (0 without vector pages).
+    pub vectors_per_block: usize,
+    /// Vector pages, after the `n_blocks` record blocks (0 without).
+    pub vector_blocks: u64,
 }
 
 impl PageGeometry {
@@ -278,6 +291,9 @@ impl PageGeometry {
             code_dims,
             code_bits: if code_dims > 0 { code_bits } else { 0 },
             pq_code,
+            split_vector_bytes: 0,
+            vectors_per_block: 0,
+            vector_blocks: 0,
             layout_id: if packed > 0 {
                 LAYOUT_REPLICATED
             } else if code_dims > 0 {
@@ -314,6 +330,131 @@ impl PageGeometry {
         }
         let geo = Self::new(page_size, vector_bytes, degree_at(rpb).max(1), n)?;
         Ok(geo.with_layout_id(LAYOUT_PAGE_GRAPH))
+    }
+
+    /// Geometry of a decoupled layout (DGAI): records of an adjacency
+    /// list only (at most `max_degree` ids), then `n` vectors of
+    /// `vector_bytes` in pages of their own, each vector 4-byte aligned.
+    /// Both kinds of page share one block size: one page, or whole pages
+    /// when a vector does not fit one.
+    pub fn decoupled(
+        page_size: usize,
+        vector_bytes: usize,
+        max_degree: usize,
+        n: usize,
+    ) -> crate::Result<Self> {
+        if vector_bytes == 0 {
+            return Err(crate::Error::arg(
+                "a decoupled layout stores vectors of at least one byte",
+            ));
+        }
+        let topo = Self::new(page_size, 0, max_degree, n)?;
+        let too_large = || {
+            crate::Error::arg(format!(
+                "a vector of {vector_bytes} bytes is too large for a vector page"
+            ))
+        };
+        let stride = vector_bytes
+            .checked_next_multiple_of(4)
+            .ok_or_else(too_large)?;
+        let need = stride
+            .checked_add(PAGE_HEADER_BYTES)
+            .ok_or_else(too_large)?;
+        let block_size = need
+            .checked_next_multiple_of(page_size)
+            .ok_or_else(too_large)?
+            .max(topo.block_size);
+        let rpb = ((block_size - PAGE_HEADER_BYTES) / topo.record_size).min(u16::MAX as usize);
+        let vpb = ((block_size - PAGE_HEADER_BYTES) / stride).min(u16::MAX as usize);
+        Ok(PageGeometry {
+            block_size,
+            records_per_block: rpb,
+            n_blocks: (n as u64).div_ceil(rpb as u64),
+            split_vector_bytes: vector_bytes,
+            vectors_per_block: vpb,
+            vector_blocks: (n as u64).div_ceil(vpb as u64),
+            layout_id: LAYOUT_DECOUPLED,
+            ..topo
+        })
+    }
+
+    /// Whether the vectors lie in vector pages of their own (a decoupled
+    /// layout) rather than in the records.
+    #[inline]
+    pub fn decoupled_vectors(&self) -> bool {
+        self.vector_blocks > 0
+    }
+
+    /// Bytes of a stored vector, wherever it lies.
+    #[inline]
+    pub fn stored_vector_bytes(&self) -> usize {
+        if self.decoupled_vectors() {
+            self.split_vector_bytes
+        } else {
+            self.vector_bytes
+        }
+    }
+
+    /// Bytes between consecutive vectors of a vector page.
+    #[inline]
+    fn vector_stride(&self) -> usize {
+        self.split_vector_bytes.next_multiple_of(4)
+    }
+
+    /// Block and slot of node `v`'s vector in a decoupled layout's vector
+    /// pages (which follow the `n_blocks` record blocks).
+    #[inline]
+    pub fn vector_location(&self, v: u32) -> (u64, usize) {
+        let vpb = self.vectors_per_block.max(1) as u64;
+        let v = v as u64;
+        (self.n_blocks + v / vpb, (v % vpb) as usize)
+    }
+
+    /// The vector at `slot` of a verified vector page.
+    #[inline]
+    pub fn vector_at<'a>(&self, block: &'a [u8], slot: usize) -> Result<&'a [u8], String> {
+        if slot >= self.vectors_per_block {
+            return Err(format!(
+                "vector slot {slot} lies past the {} a vector page holds",
+                self.vectors_per_block
+            ));
+        }
+        let start = PAGE_HEADER_BYTES + slot * self.vector_stride();
+        block
+            .get(start..start + self.split_vector_bytes)
+            .ok_or_else(|| format!("vector slot {slot} lies past the end of its block"))
+    }
+
+    /// Writes vector page `block_no` holding `vectors` (at most
+    /// `vectors_per_block`, each `split_vector_bytes`) and seals it.
+    pub fn write_vector_block<'v>(
+        &self,
+        block: &mut [u8],
+        block_no: u64,
+        vectors: impl ExactSizeIterator<Item = &'v [u8]>,
+    ) -> Result<(), String> {
+        let count = vectors.len();
+        if count > self.vectors_per_block || block.len() < self.block_size {
+            return Err(format!(
+                "{count} vectors do not fit a vector page of {}",
+                self.vectors_per_block
+            ));
+        }
+        block.fill(0);
+        let stride = self.vector_stride();
+        for (i, x) in vectors.enumerate() {
+            if x.len() != self.split_vector_bytes {
+                return Err(format!(
+                    "a vector of {} bytes, the layout stores {}",
+                    x.len(),
+                    self.split_vector_bytes
+                ));
+            }
+            let at = PAGE_HEADER_BYTES + i * stride;
+            block[at..at + x.len()].copy_from_slice(x);
+        }
+        seal_block_of_kind(block, block_no, count, self.layout_id, KIND_VECTORS);
+        Ok(())
     }
 
     /// Out-edges a full page of a page graph holds.
@@ -449,7 +590,9 @@ impl PageGeometry {
     /// Size of the page file (saturating: a damaged manifest's node count
     /// can make it exceed `u64`, and no file is that long).
     pub fn file_bytes(&self) -> u64 {
-        self.n_blocks.saturating_mul(self.block_size as u64)
+        self.n_blocks
+            .saturating_add(self.vector_blocks)
+            .saturating_mul(self.block_size as u64)
     }
 
     /// The record at `slot` of a verified block.
@@ -601,8 +744,13 @@ pub fn block_crc(block: &[u8]) -> u32 {
 /// `n_records` records and seals it with its CRC (the records must already
 /// be in place).
 pub fn seal_block(block: &mut [u8], block_no: u64, n_records: usize, layout_id: u8) {
+    seal_block_of_kind(block, block_no, n_records, layout_id, KIND_GRAPH)
+}
+
+/// As [`seal_block`], for a block of page kind `kind`.
+fn seal_block_of_kind(block: &mut [u8], block_no: u64, n_records: usize, layout_id: u8, kind: u8) {
     block[0..4].copy_from_slice(&PAGE_MAGIC);
-    block[4] = KIND_GRAPH;
+    block[4] = kind;
     block[5] = layout_id;
     block[6..8].copy_from_slice(&(n_records as u16).to_le_bytes());
     block[8..12].copy_from_slice(&(block_no as u32).to_le_bytes());
@@ -627,9 +775,15 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
             &block[0..4]
         ));
     }
-    if block[4] != KIND_GRAPH || block[5] != geo.layout_id {
+    // A decoupled layout's blocks past its record blocks are vector pages.
+    let (kind, fit) = if geo.decoupled_vectors() && block_no >= geo.n_blocks {
+        (KIND_VECTORS, geo.vectors_per_block)
+    } else {
+        (KIND_GRAPH, geo.records_per_block)
+    };
+    if block[4] != kind || block[5] != geo.layout_id {
         return Err(format!(
-            "block {block_no} has page kind {} layout {}, expected {KIND_GRAPH} and {}",
+            "block {block_no} has page kind {} layout {}, expected {kind} and {}",
             block[4], block[5], geo.layout_id
         ));
     }
@@ -638,10 +792,9 @@ pub fn verify_block(block: &[u8], block_no: u64, geo: &PageGeometry) -> Result<(
         return Err(format!("block {block_no} claims to be block {stored_no}"));
     }
     let nrec = u16::from_le_bytes([block[6], block[7]]) as usize;
-    if nrec > geo.records_per_block {
+    if nrec > fit {
         return Err(format!(
-            "block {block_no} claims {nrec} records, at most {} fit",
-            geo.records_per_block
+            "block {block_no} claims {nrec} records, at most {fit} fit"
         ));
     }
     let stored = u32::from_le_bytes([block[12], block[13], block[14], block[15]]);
@@ -671,6 +824,76 @@ mod tests {
         assert_eq!(g.block_size, 8192);
         assert!(PageGeometry::new(3000, 16, 4, 1).is_err());
         assert!(PageGeometry::new(4096, 16, 0, 1).is_err());
+    }
+
+    #[test]
+    fn a_decoupled_geometry_splits_lists_from_vectors() {
+        // 384-d f32, R 64: 260-byte topology records, 15 a page; two
+        // 1536-byte vectors a vector page, after the record blocks.
+        let g = PageGeometry::decoupled(4096, 1536, 64, 1000).unwrap();
+        assert_eq!((g.record_size, g.records_per_block), (260, 15));
+        assert_eq!((g.vector_bytes, g.stored_vector_bytes()), (0, 1536));
+        assert_eq!(
+            (g.n_blocks, g.vectors_per_block, g.vector_blocks),
+            (67, 2, 500)
+        );
+        assert_eq!(g.layout_id, LAYOUT_DECOUPLED);
+        assert_eq!(g.file_bytes(), (67 + 500) * 4096);
+        assert_eq!(g.vector_location(5), (67 + 2, 1));
+        // A vector past a page: both kinds of block take two pages, and a
+        // topology block then holds twice the lists.
+        let g = PageGeometry::decoupled(4096, 6144, 64, 10).unwrap();
+        assert_eq!((g.block_size, g.vectors_per_block), (8192, 1));
+        assert_eq!(g.records_per_block, (8192 - PAGE_HEADER_BYTES) / 260);
+        // Odd vector sizes are padded to 4 bytes in the vector page.
+        let g = PageGeometry::decoupled(4096, 50, 8, 100).unwrap();
+        assert_eq!(g.vectors_per_block, (4096 - PAGE_HEADER_BYTES) / 52);
+        assert!(PageGeometry::decoupled(4096, 0, 8, 100).is_err());
+        assert!(PageGeometry::decoupled(4096, 16, 0, 100).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn vector_pages_round_trip_and_detect_damage(
+            vector_bytes in 1usize..9000,
+            r in 1usize..80,
+            n in 1usize..300,
+            flip in 0usize..8192,
+        ) {
+            let g = PageGeometry::decoupled(4096, vector_bytes, r, n).unwrap();
+            proptest::prop_assert!(g.records_per_block >= 1 && g.vectors_per_block >= 1);
+            proptest::prop_assert_eq!(
+                g.vector_blocks,
+                (n as u64).div_ceil(g.vectors_per_block as u64)
+            );
+            let row = |v: usize| -> Vec<u8> {
+                (0..vector_bytes).map(|i| (v * 31 + i * 7) as u8).collect()
+            };
+            let mut block = vec![0u8; g.block_size];
+            for i in 0..g.vector_blocks {
+                let b = g.n_blocks + i;
+                let first = i as usize * g.vectors_per_block;
+                let rows: Vec<Vec<u8>> =
+                    (first..(first + g.vectors_per_block).min(n)).map(row).collect();
+                g.write_vector_block(&mut block, b, rows.iter().map(|x| x.as_slice()))
+                    .unwrap();
+                proptest::prop_assert!(verify_block(&block, b, &g).is_ok());
+                // A vector page is not a record page, nor another block.
+                proptest::prop_assert!(verify_block(&block, b + 1, &g).is_err());
+                if b > 0 {
+                    proptest::prop_assert!(verify_block(&block, g.n_blocks - 1, &g).is_err());
+                }
+                for (j, x) in rows.iter().enumerate() {
+                    let v = (first + j) as u32;
+                    proptest::prop_assert_eq!(g.vector_location(v), (b, j));
+                    proptest::prop_assert_eq!(g.vector_at(&block, j).unwrap(), x.as_slice());
+                }
+                let mut bad = block.clone();
+                bad[flip % g.block_size] ^= 0x01;
+                proptest::prop_assert!(verify_block(&bad, b, &g).is_err());
+            }
+            proptest::prop_assert!(g.vector_at(&block, g.vectors_per_block).is_err());
+        }
     }
 
     #[test]

@@ -113,6 +113,25 @@ pub fn graph(slot: &GraphSlot) -> Result<serde_json::Value> {
             }
         }
     }
+    // A decoupled layout's vector pages: each read back and verified,
+    // holding exactly its share of the nodes' vectors.
+    for i in 0..geo.vector_blocks {
+        let b = geo.n_blocks + i;
+        let block = reader.read(geo.block_offset(b))?;
+        if let Err(e) = verify_block(block, b, &geo) {
+            note(format!("vector block {b}: {e}"), &mut problems);
+            continue;
+        }
+        let first = (i as usize).saturating_mul(geo.vectors_per_block);
+        let want = n.saturating_sub(first).min(geo.vectors_per_block);
+        let held = crate::format::page::block_records(block);
+        if held != want {
+            note(
+                format!("vector block {b} holds {held} vectors, expected {want}"),
+                &mut problems,
+            );
+        }
+    }
     if stale_codes > 0 {
         note(
             format!(

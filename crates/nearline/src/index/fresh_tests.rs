@@ -223,6 +223,11 @@ fn alayalaser_preset_updates_out_of_place() {
 }
 
 #[test]
+fn dgai_preset_updates_out_of_place() {
+    round_trip(Preset::Dgai);
+}
+
+#[test]
 fn bad_updates_are_refused_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("idx");

@@ -258,7 +258,7 @@ impl GraphIndex {
                     "page file has {} bytes, expected {} ({} blocks of {} bytes): truncated or replaced",
                     meta.len(),
                     geo.file_bytes(),
-                    geo.n_blocks,
+                    geo.n_blocks + geo.vector_blocks,
                     geo.block_size
                 ),
             ));
@@ -268,7 +268,9 @@ impl GraphIndex {
         let scorer = match m.layout.kind.records() {
             RecordFormat::Coded => AnyScorer::Coded(load_coded(dir, m)?),
             RecordFormat::PqCoded => AnyScorer::PqRecord(load_pq_record(dir, m)?),
-            RecordFormat::Plain | RecordFormat::Replicated => AnyScorer::Pq(load_pq(dir, m)?),
+            RecordFormat::Plain | RecordFormat::Replicated | RecordFormat::Decoupled => {
+                AnyScorer::Pq(load_pq(dir, m)?)
+            }
         };
         let ids = if m.has(Section::Ids) {
             let path = section_path(dir, m, Section::Ids);

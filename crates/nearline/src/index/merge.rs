@@ -216,6 +216,30 @@ fn merge_typed<T: Element>(
             format!("the page file holds {seen} records; the manifest says {n_old}"),
         ));
     }
+    // A decoupled layout's vectors lie in the vector pages after them.
+    for i in 0..geo.vector_blocks {
+        crate::build::check_cancel(job.cancel)?;
+        let b = geo.n_blocks + i;
+        let block = reader.read(geo.block_offset(b))?;
+        verify_block(block, b, &geo).map_err(|e| Error::corrupt(&pages, e))?;
+        let first = i as usize * geo.vectors_per_block;
+        for slot in 0..geo.vectors_per_block {
+            let v = first + slot;
+            if v >= n_old {
+                break;
+            }
+            let x = geo
+                .vector_at(block, slot)
+                .map_err(|e| Error::corrupt(&pages, format!("vector of node {v}: {e}")))?;
+            for (k, c) in x
+                .chunks_exact(std::mem::size_of::<T>())
+                .take(dim)
+                .enumerate()
+            {
+                rows[v * dim + k] = bytemuck::pod_read_unaligned::<T>(c);
+            }
+        }
+    }
     drop(reader);
     // The inserts, as the records store them.
     let mut t = vec![0f32; dim];

@@ -866,7 +866,11 @@ fn user_distance(metric: Metric, d: f32) -> f32 {
 /// against plain records (`space_amplification`).
 fn layout_info(m: &Manifest) -> serde_json::Value {
     let mut v = serde_json::to_value(&m.layout).unwrap_or_default();
-    let pages = m.layout.n_blocks.saturating_mul(m.layout.block_size as u64);
+    let pages = m
+        .layout
+        .n_blocks
+        .saturating_add(m.layout.vector_blocks)
+        .saturating_mul(m.layout.block_size as u64);
     let raw = (m.n as u64).saturating_mul((m.dim * m.dtype.size()) as u64);
     if let Some(o) = v.as_object_mut() {
         // The layout's two components (`format::layout_kind`).
@@ -897,6 +901,8 @@ mod aisaq_tests;
 mod alayalaser_tests;
 #[cfg(test)]
 mod budget_tests;
+#[cfg(test)]
+mod dgai_tests;
 #[cfg(test)]
 mod fresh_tests;
 #[cfg(test)]

@@ -56,6 +56,30 @@ pub trait Layout: Send + Sync {
         self.geometry().decode(block, slot)
     }
 
+    /// Block and slot of node `v`'s vector: its record's, or (a decoupled
+    /// layout, DGAI) its place in the vector pages.
+    #[inline]
+    fn locate_vector(&self, v: u32) -> (u64, usize) {
+        let geo = self.geometry();
+        if geo.decoupled_vectors() {
+            geo.vector_location(v)
+        } else {
+            self.locate(v)
+        }
+    }
+
+    /// The vector at `slot` of a verified block read for
+    /// [`Layout::locate_vector`].
+    #[inline]
+    fn vector<'a>(&self, block: &'a [u8], slot: usize) -> std::result::Result<&'a [u8], String> {
+        let geo = self.geometry();
+        if geo.decoupled_vectors() {
+            geo.vector_at(block, slot)
+        } else {
+            self.record(block, slot).map(|r| r.vector)
+        }
+    }
+
     /// The neighbours' adjacency lists the record at `slot` of a verified
     /// block carries (graph-replicated layouts; none otherwise).
     #[inline]
@@ -287,6 +311,7 @@ impl AnyLayout {
             AnyLayout::Id(l) if l.geo.packed > 0 => LayoutKind::Replicated,
             AnyLayout::Id(l) if l.geo.pq_code > 0 => LayoutKind::PqCoded,
             AnyLayout::Id(l) if l.geo.codes > 0 => LayoutKind::Coded,
+            AnyLayout::Id(l) if l.geo.decoupled_vectors() => LayoutKind::Decoupled,
             AnyLayout::Id(_) => LayoutKind::ID,
             AnyLayout::Shuffled(l) => LayoutKind::Plain(l.placement()),
         }
@@ -329,6 +354,21 @@ impl RecordReader {
         let rec = self.raw_record(v)?;
         geo.decode_record(rec)
             .map_err(|m| Error::corrupt(&path, format!("node {v}: {m}")))
+    }
+
+    /// The stored vector of node `v`: its record's, or (a decoupled
+    /// layout) the one its vector page holds.
+    pub fn vector(&mut self, v: u32) -> Result<&[u8]> {
+        let geo = *self.layout.geometry();
+        if !geo.decoupled_vectors() {
+            return self.record(v).map(|r| r.vector);
+        }
+        let path = self.blocks.path().to_path_buf();
+        let (b, slot) = geo.vector_location(v);
+        let block = self.blocks.read(geo.block_offset(b))?;
+        verify_block(block, b, &geo).map_err(|m| Error::corrupt(&path, m))?;
+        geo.vector_at(block, slot)
+            .map_err(|m| Error::corrupt(&path, format!("vector of node {v}: {m}")))
     }
 
     /// The bytes of node `v`'s record as stored (its block read and

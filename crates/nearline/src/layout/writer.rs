@@ -26,7 +26,9 @@ const BLOCKS_PER_CHUNK: usize = 1024;
 /// `packing` (a graph-replicated layout) each record also carries the
 /// adjacency lists of the neighbours the packing names.
 /// With a `coder` (a coded layout) each record's code region is written
-/// by it after the record (node id, the record's bytes).
+/// by it after the record (node id, the record's bytes). A decoupled
+/// layout (DGAI) writes records of adjacency lists only, then the vectors
+/// in ID order into the vector pages that follow them.
 pub fn write_pages<T: Element>(
     path: &Path,
     layout: &AnyLayout,
@@ -60,6 +62,7 @@ pub fn write_pages<T: Element>(
     let mut starts: Vec<usize> = Vec::new();
     let mut rows: Vec<T> = Vec::new();
     let shuffled = matches!(layout, AnyLayout::Shuffled(_));
+    let decoupled = geo.decoupled_vectors();
     let mut first_block = 0u64;
     while first_block < geo.n_blocks {
         if cancel.load(Ordering::Relaxed) {
@@ -87,7 +90,9 @@ pub fn write_pages<T: Element>(
                 let members = starts[i]..starts[i + 1];
                 for (slot, j) in members.clone().enumerate() {
                     let v = nodes[j];
-                    let vector: &[T] = if shuffled {
+                    let vector: &[T] = if decoupled {
+                        &[]
+                    } else if shuffled {
                         &rows[j * dim..(j + 1) * dim]
                     } else {
                         data.row(v as usize)
@@ -108,15 +113,56 @@ pub fn write_pages<T: Element>(
                 Ok(())
             })?;
         out.write_all(chunk).map_err(|e| Error::io(path, e))?;
-        if !shuffled {
+        if !shuffled && !decoupled {
             let row_end = ((first_block as usize + nb) * rpb).min(n);
             data.release_rows(first_block as usize * rpb, row_end);
         }
         first_block += nb as u64;
     }
+    if decoupled {
+        write_vector_pages(&mut out, path, &geo, data, cancel)?;
+    }
     let file = out
         .into_inner()
         .map_err(|e| Error::io(path, e.into_error()))?;
     file.sync_all().map_err(|e| Error::io(path, e))?;
+    Ok(())
+}
+
+/// Writes a decoupled layout's vector pages: `data`'s rows in ID order,
+/// `vectors_per_block` a page, numbered after the record blocks (rows of a
+/// memory-mapped `data` are released as they are written).
+fn write_vector_pages<T: Element>(
+    out: &mut impl Write,
+    path: &Path,
+    geo: &PageGeometry,
+    data: &Matrix<T>,
+    cancel: &AtomicBool,
+) -> Result<()> {
+    let n = data.n();
+    let vpb = geo.vectors_per_block;
+    let mut buf = vec![0u8; BLOCKS_PER_CHUNK * geo.block_size];
+    let mut first = 0u64;
+    while first < geo.vector_blocks {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(Error::Cancelled);
+        }
+        let nb = ((geo.vector_blocks - first) as usize).min(BLOCKS_PER_CHUNK);
+        let chunk = &mut buf[..nb * geo.block_size];
+        chunk
+            .par_chunks_mut(geo.block_size)
+            .enumerate()
+            .try_for_each(|(i, block)| -> Result<()> {
+                let start = (first as usize + i) * vpb;
+                let end = (start + vpb).min(n);
+                let rows = (start..end).map(|v| bytemuck::cast_slice::<T, u8>(data.row(v)));
+                geo.write_vector_block(block, geo.n_blocks + first + i as u64, rows)
+                    .map_err(|e| Error::Engine(format!("vector page: {e}")))
+            })?;
+        out.write_all(chunk).map_err(|e| Error::io(path, e))?;
+        let row_end = ((first as usize + nb) * vpb).min(n);
+        data.release_rows(first as usize * vpb, row_end);
+        first += nb as u64;
+    }
     Ok(())
 }

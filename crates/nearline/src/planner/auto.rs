@@ -99,6 +99,7 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
             LayoutKind::Replicated => Preset::Gorgeous,
             LayoutKind::Coded => Preset::Alayalaser,
             LayoutKind::PqCoded => Preset::Aisaq,
+            LayoutKind::Decoupled => Preset::Dgai,
         };
         return vec![(p, "the composition whose layout was asked for")];
     }
@@ -693,6 +694,7 @@ mod tests {
             (LayoutKind::Replicated, Preset::Gorgeous),
             (LayoutKind::Coded, Preset::Alayalaser),
             (LayoutKind::PqCoded, Preset::Aisaq),
+            (LayoutKind::Decoupled, Preset::Dgai),
         ] {
             let o = BuildOptions {
                 layout: Some(layout),

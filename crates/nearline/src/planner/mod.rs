@@ -399,6 +399,8 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
             // (A coded layout's 1-bit records: the smallest it can write.)
             let plain = if pq_coded {
                 PageGeometry::with_pq_codes(page_size, vec_bytes, r, record_pq, f.n)?
+            } else if layout.records() == RecordFormat::Decoupled {
+                PageGeometry::decoupled(page_size, vec_bytes, r, f.n)?
             } else {
                 PageGeometry::with_codes(page_size, vec_bytes, r, code_dims, 1, f.n)?
             }
@@ -505,6 +507,22 @@ fn plan_named(opts: &BuildOptions, f: &DataFacts) -> Result<PlannedBuild> {
     };
     let geo = if pq_coded {
         PageGeometry::with_pq_codes(page_size, vec_bytes, r, record_pq, f.n)?
+    } else if layout.records() == RecordFormat::Decoupled {
+        let g = PageGeometry::decoupled(page_size, vec_bytes, r, f.n)?;
+        d.push(Decision::new(
+            "decoupled",
+            format!(
+                "{} lists a topology page, {} vectors a vector page",
+                g.records_per_block, g.vectors_per_block
+            ),
+            format!(
+                "DGAI: the traversal reads topology pages (adjacency lists only, {} of R={r} \
+                 a {}-byte page) and scores neighbours with the PQ codes in memory; the \
+                 vectors lie in pages of their own, read only for the final re-rank",
+                g.records_per_block, g.block_size
+            ),
+        ));
+        g
     } else if layout.placement() == Placement::PageGraph {
         let g = PageGeometry::page_graph(page_size, vec_bytes, r, f.n)?;
         d.push(Decision::new(
@@ -986,6 +1004,14 @@ pub struct OpenPlan {
 
 /// The geometry of an index's page file, from its manifest.
 pub fn geometry(m: &Manifest) -> Result<PageGeometry> {
+    if m.layout.kind.records() == RecordFormat::Decoupled {
+        return PageGeometry::decoupled(
+            m.layout.page_size,
+            m.dim * m.dtype.size(),
+            m.layout.max_degree,
+            m.n,
+        );
+    }
     if m.layout.kind.records() == RecordFormat::PqCoded {
         return PageGeometry::with_pq_codes(
             m.layout.page_size,
@@ -1220,6 +1246,9 @@ fn update_decisions(plan: &OpenPlan, m: &Manifest) -> Vec<Decision> {
         }
         RecordFormat::Coded | RecordFormat::PqCoded => {
             " (its records carry other nodes' codes, which a merge re-encodes with the pages)"
+        }
+        RecordFormat::Decoupled => {
+            " (its vector pages follow the topology pages, and a merge writes both anew)"
         }
         RecordFormat::Plain => "",
     };

@@ -203,6 +203,17 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
             budget_fraction: 0.05,
             ..BASE
         },
+        // DGAI: topology records (adjacency lists only, many a page) and
+        // the vectors in pages of their own; the traversal reads topology
+        // pages and routes by the PQ codes in memory, and the refine stage
+        // reads the vectors of the best candidates only (DGAI's pruning of
+        // vector-page reads), at the default refine ratio. The cache holds
+        // topology records, so a budget caches many more nodes than whole
+        // records would.
+        Preset::Dgai => PresetDefaults {
+            layout: LayoutKind::Decoupled,
+            ..BASE
+        },
         // SPFresh builds a partition index, planned by `planner::partition`;
         // a graph plan never starts from it (`plan_build` refuses it).
         Preset::Spfresh => BASE,

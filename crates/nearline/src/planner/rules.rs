@@ -212,6 +212,13 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
                  be scored (use \"targets\" or \"auto\")"
             )))
         }
+        PageChoice::Block if layout.records() == RecordFormat::Decoupled => {
+            return Err(Error::arg(
+                "page_search=\"block\" does not apply to a decoupled layout: block search ranks \
+                 a page's other records by their vectors, and a topology record holds none (use \
+                 \"targets\" or \"auto\")",
+            ))
+        }
         PageChoice::Block => (PageKind::Block, "asked for".into()),
         PageChoice::Replicas if layout.records() != RecordFormat::Replicated => {
             return Err(Error::arg(format!(
@@ -246,6 +253,10 @@ pub fn choose_page(choice: PageChoice, layout: LayoutKind) -> Result<(PageKind, 
                 PageKind::Targets,
                 "AiSAQ: one record per read, its neighbours scored from their PQ codes in it"
                     .into(),
+            ),
+            LayoutKind::Decoupled => (
+                PageKind::Targets,
+                "DGAI: a topology page in ID order holds unrelated nodes' lists".into(),
             ),
         },
     })
@@ -576,6 +587,14 @@ pub fn in_place_refusal(
     cache: crate::planner::preset::CacheKind,
 ) -> Option<String> {
     use crate::format::Placement;
+    if layout.records() == RecordFormat::Decoupled {
+        return Some(format!(
+            "its layout is {:?}: its vector pages follow the topology pages, so an in-place \
+             insert has no room to append a record (DGAI's in-place updates, topology records \
+             patched apart from the vectors, are not built); it is updated out of place",
+            layout.name()
+        ));
+    }
     if layout.records() != RecordFormat::Plain {
         return Some(format!(
             "its layout is {:?}: its {} records carry other nodes' data (replicated lists or \

@@ -283,9 +283,11 @@ fn plan_search_with(
     };
     d.push("page_search", page.name(), || why);
     // Two-stage search when the traversal may expand nodes without their
-    // vectors (an adjacency cache, lists carried by replicated pages).
-    let two_stage =
-        f.cache == preset::CacheKind::Adjacency || page_kind == rules::PageKind::Replicas;
+    // vectors (an adjacency cache, lists carried by replicated pages,
+    // decoupled topology records).
+    let two_stage = f.cache == preset::CacheKind::Adjacency
+        || page_kind == rules::PageKind::Replicas
+        || f.layout.records() == crate::format::RecordFormat::Decoupled;
     let refine_ratio = match (opts.refine_ratio, two_stage) {
         (Some(r), _) if !r.is_finite() || r <= 0.0 || r > 1.0 => {
             return Err(Error::arg(format!(
@@ -295,7 +297,7 @@ fn plan_search_with(
         (Some(_), false) => {
             return Err(Error::arg(
                 "refine_ratio applies to two-stage searches: an index opened with \
-                 cache=\"adjacency\" or built with a replicated layout",
+                 cache=\"adjacency\" or built with a replicated or decoupled layout",
             ))
         }
         (r, true) => Some(r.unwrap_or(pd.refine_ratio)),

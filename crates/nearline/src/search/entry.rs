@@ -76,13 +76,12 @@ pub fn load_sampled_entries<T: Element>(
     ids.sort_unstable();
     let geo = layout.geometry();
     let mut reader = RecordReader::open(path, layout)?;
-    let dim = geo.vector_bytes / std::mem::size_of::<T>();
+    let dim = geo.stored_vector_bytes() / std::mem::size_of::<T>();
     let mut vecs: Vec<T> = Vec::with_capacity(count * dim);
     for &v in &ids {
-        let rec = reader.record(v)?;
+        let x = reader.vector(v)?;
         vecs.extend(
-            rec.vector
-                .chunks_exact(std::mem::size_of::<T>())
+            x.chunks_exact(std::mem::size_of::<T>())
                 .map(bytemuck::pod_read_unaligned::<T>),
         );
     }

@@ -297,6 +297,12 @@ impl<T: Element> Query<T> {
         codes: &[u8],
     ) -> Result<()> {
         if !S::IN_RECORD {
+            if vector.is_empty() {
+                // A decoupled layout's topology record (DGAI): the vector
+                // lies in a vector page, read by the refine stage.
+                self.unrefined.insert(v, ());
+                return self.expand(env, v, neighbours);
+            }
             self.exact(env, v, vector)?;
             return self.expand(env, v, neighbours);
         }
@@ -649,7 +655,13 @@ impl<T: Element> Query<T> {
         dist: f32,
         tag: u32,
     ) -> Result<bool> {
-        let (b, _) = env.layout.locate(v);
+        // The refine stage reads vectors: a decoupled layout keeps them
+        // apart from the records.
+        let (b, _) = if tag == REFINE_TAG {
+            env.layout.locate_vector(v)
+        } else {
+            env.layout.locate(v)
+        };
         for t in 0..self.targets.len() {
             let r = self.targets[t].read;
             let read = self.reads[r as usize];

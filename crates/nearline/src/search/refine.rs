@@ -68,12 +68,18 @@ pub fn on_page<T: Element, L: Layout, S: Scorer, C: Cache>(
     let geo = env.layout.geometry();
     q.stats.page_records += env.layout.block_records(page) as u32;
     for &v in targets {
-        let (_, slot) = env.layout.locate(v);
-        let rec = q.record(env, page, v, slot)?;
-        q.stats.used_bytes += geo.record_size as u64;
+        let (_, slot) = env.layout.locate_vector(v);
+        let vector = env.layout.vector(page, slot).map_err(|m| {
+            crate::Error::corrupt(&env.data.pages_path, format!("vector of node {v}: {m}"))
+        })?;
+        q.stats.used_bytes += if geo.decoupled_vectors() {
+            vector.len()
+        } else {
+            geo.record_size
+        } as u64;
         q.stats.used_records += 1;
         q.stats.refined += 1;
-        q.exact(env, v, rec.vector)?;
+        q.exact(env, v, vector)?;
     }
     q.refining = q.refining.saturating_sub(1);
     q.need = refine_need(env, q);
