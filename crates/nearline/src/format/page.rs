@@ -19,7 +19,10 @@
 //! [2 × f32 factors per slot]`, slot i coding neighbour i of the list; a
 //! PQ-coded record (AiSAQ) carries `[R slots × m bytes]`, slot i the PQ
 //! code of neighbour i. Records never straddle a page; a record larger
-//! than a page occupies a block of whole consecutive pages.
+//! than a page occupies a block of whole consecutive pages. A decoupled
+//! layout's record (DGAI) holds no vector (`[u32 degree][u32 × R]`); its
+//! vectors follow the record blocks in vector pages (page kind 2), in ID
+//! order, each 4-byte aligned.
 
 #[cfg(target_endian = "big")]
 compile_error!("nearline's index format is little-endian; big-endian targets are not supported");

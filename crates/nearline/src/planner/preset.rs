@@ -207,11 +207,16 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // the vectors in pages of their own; the traversal reads topology
         // pages and routes by the PQ codes in memory, and the refine stage
         // reads the vectors of the best candidates only (DGAI's pruning of
-        // vector-page reads), at the default refine ratio. The cache holds
-        // topology records, so a budget caches many more nodes than whole
-        // records would.
+        // vector-page reads), at the default refine ratio. Memory is
+        // planned as Gorgeous plans it (DGAI's cache keeps hot topology in
+        // memory): the PQ codes take at most half of what the structures
+        // leave, the build keeps the smallest size that ranks well, and an
+        // adjacency-first cache holds the lists (then vectors), so the
+        // hops it holds read nothing.
         Preset::Dgai => PresetDefaults {
             layout: LayoutKind::Decoupled,
+            cache: CacheKind::Adjacency,
+            adjacency: true,
             ..BASE
         },
         // SPFresh builds a partition index, planned by `planner::partition`;
@@ -289,6 +294,17 @@ mod tests {
         assert_eq!(
             (d.adaptive_beam, d.early_dispatch, d.executor),
             (true, Some(0.5), PresetExecutor::Beam)
+        );
+        let d = defaults(Preset::Dgai);
+        assert_eq!(
+            (d.layout, d.cache, d.adjacency, d.refine_ratio, d.executor),
+            (
+                LayoutKind::Decoupled,
+                CacheKind::Adjacency,
+                true,
+                DEFAULT_REFINE_RATIO,
+                PresetExecutor::ByRule
+            )
         );
         let d = defaults(Preset::Aisaq);
         assert_eq!(
