@@ -17,7 +17,7 @@ DIM = 16
 BUILD = dict(R=24, build_L=48, threads=2, memory_budget="4MB")
 
 
-@pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser", "aisaq"])
+@pytest.mark.parametrize("preset", ["diskann", "starling", "gorgeous", "alayalaser", "aisaq", "dgai"])
 def test_graph_presets_take_inserts_and_deletes(tmp_path, preset):
     base, queries = clustered(2500, DIM, seed=21, queries=60)
     n0 = 2000
@@ -220,3 +220,38 @@ def test_a_write_ratio_leaves_the_delta_room_under_a_tight_budget(tmp_path):
     for bad, err in ((1.5, ValueError), (-0.2, ValueError), ("half", TypeError)):
         with pytest.raises(err, match="write_ratio"):
             nearline.plan(base[:10_000], write_ratio=bad, **opts)
+
+
+def test_update_workload_bench_smoke(tmp_path):
+    """benches/update_workload.py end to end at a tiny size: every system sees the same stream,
+    each point keeps the live set, and the ratios are the summaries' ratios."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "uw.json"
+    cmd = [sys.executable, str(root / "benches" / "update_workload.py"), "--data", "synthetic:3000:16",
+           "--systems", "spfresh,dgai:out_of_place", "--memory-budget", "4000000", "--epochs", "2",
+           "--rate", "0.02", "--measure-every", "1", "--queries", "50", "--nprobe", "8", "--L", "32",
+           "--threads", "1", "--workdir", str(tmp_path / "w"), "--out", str(out)]
+    env = dict(os.environ, PYTHONPATH=str(root / "python"))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert [s["system"]["name"] for s in res["systems"]] == ["spfresh", "dgai:out_of_place"]
+    for s in res["systems"]:
+        assert [p["epoch"] for p in s["points"]] == [0, 1, 2] and len(s["epochs"]) == 2
+        for p in s["points"] + [s["fresh"]]:
+            # 75% of the set built; each epoch deletes as many as it inserts.
+            assert p["live"] == 2250 and p["problems"] == [] and p["within_budget"], p
+            assert p["recall"] > 0.5 and p["disk_bytes"] > 0
+    a, b = (s["summary"] for s in res["systems"])
+    ratio = res["ratios"]["dgai:out_of_place/spfresh"]
+    assert ratio["inserts_per_s"] == pytest.approx(b["inserts_per_s"] / a["inserts_per_s"])
+    assert ratio["disk_bytes_end"] == pytest.approx(b["disk_bytes_end"] / a["disk_bytes_end"])
+    bad = subprocess.run([*cmd[:2], "--data", "synthetic:3000:16", "--systems", "dgai:sideways",
+                          "--workdir", str(tmp_path / "x"), "--out", str(tmp_path / "x.json")],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert bad.returncode != 0 and "PRESET:STRATEGY" in bad.stderr
