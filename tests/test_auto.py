@@ -118,7 +118,8 @@ def test_a_build_measures_how_well_pq_ranks_its_data(tmp_path):
 def test_a_layout_names_its_composition(data64):
     base, _ = data64
     for layout, preset in (("id", "diskann"), ("shuffled", "starling"), ("replicated", "gorgeous"),
-                           ("coded", "alayalaser"), ("pq_coded", "aisaq"), ("page_graph", "pageann")):
+                           ("coded", "alayalaser"), ("pq_coded", "aisaq"), ("page_graph", "pageann"),
+                           ("decoupled", "dgai")):
         p, _ = _chosen(nearline.plan(base, layout=layout, memory_budget=1.0, R=32, threads=2))
         assert p["value"] == preset, layout
 

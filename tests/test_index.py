@@ -167,7 +167,7 @@ def test_build_from_file_and_info(tmp_path, small_data):
     assert info["preset"] == "diskann" and info["pq_bytes"] == 8
     # 1.1 added the optional entry sections, 1.2 shuffled layouts, 1.3 typed
     # names and the manifest's checksum.
-    assert info["format_version"] == "1.10"
+    assert info["format_version"] == "1.11"
     mem = info["memory"]
     assert mem["pq_codes"] == 5000 * 8
     assert mem["total"] >= mem["pq_codes"] + mem["cache"] > 0
@@ -607,7 +607,7 @@ def test_entry_info_memory_and_recall(entry_index, small_data):
         assert mem["total"] - mem["worker_scratch"] <= budget
         assert info["entry"]["kind"] == entry and info["entry"]["has_nav"] and info["entry"]["has_centroids"]
         assert info["build"]["nav_sample"] == 0.02 and info["build"]["entry_clusters"] == 40
-        assert info["format_version"] == "1.10"
+        assert info["format_version"] == "1.11"
         # Reads compared without a node cache: the BFS cache around the medoid
         # favours searches that start there.
         uncached = nearline.open(entry_index, entry=entry, cache_nodes=0)
