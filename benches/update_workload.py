@@ -4,8 +4,8 @@ index in place and out of place, under any graph preset (e.g. ``dgai``).
 SPFresh's workload A shape, at a size this machine runs: the index is built on ``1 - --holdout``
 of the set (seeded permutation); then, for ``--epochs`` epochs, each epoch deletes ``--rate``·n
 random live vectors and inserts ``--rate``·n held-out vectors (new ids), then ``maintain()``. Every
-system sees the same stream and the same memory budget, each in its own subprocess, one after the
-other. At epoch 0, every ``--measure-every`` epochs and at the end it measures recall@k against
+system sees the same stream and the same memory budget (built at ``--memory-budget``, opened at
+``--open-budget``), each in its own subprocess, one after the other. At epoch 0, every ``--measure-every`` epochs and at the end it measures recall@k against
 the exact neighbours of the live set (graph: at ``--L``; partition: at ``--nprobe``), mean reads,
 the P99.9 search latency of the batch, resident memory against the budget, the index's bytes on
 disk and ``check()``'s problems; each epoch's delete, insert and maintain seconds give the insert
@@ -117,7 +117,7 @@ def run_system(system: Dict[str, str], args: argparse.Namespace) -> Dict[str, An
     log(f"{system['name']}: built {n0} of {n} vectors in {build_s:.1f} s")
     points: List[Dict[str, Any]] = []
     epochs: List[Dict[str, Any]] = []
-    with nearline.open(path, threads=args.threads, memory_budget=args.memory_budget) as idx:
+    with nearline.open(path, threads=args.threads, memory_budget=args.open_budget) as idx:
         points.append(measure(idx, path, system, base, live, q, args, metric, 0))
         for e in range(1, args.epochs + 1):
             gone_at = rng.choice(len(live), size=per, replace=False)
@@ -146,7 +146,7 @@ def run_system(system: Dict[str, str], args: argparse.Namespace) -> Dict[str, An
     nearline.build(base[np.sort(live)], fresh_path, ids=np.sort(live).astype(np.int64), progress=False,
                    **opts).close()
     fresh_build_s = time.perf_counter() - t
-    with nearline.open(fresh_path, threads=args.threads, memory_budget=args.memory_budget) as idx:
+    with nearline.open(fresh_path, threads=args.threads, memory_budget=args.open_budget) as idx:
         fresh = measure(idx, fresh_path, system, base, live, q, args, metric, -1)
     shutil.rmtree(fresh_path, ignore_errors=True)
     ins = sum(x["insert_s"] for x in epochs)
@@ -176,6 +176,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--systems", default="spfresh,diskann:in_place,diskann:out_of_place",
                     help="comma list: spfresh or PRESET:STRATEGY")
     ap.add_argument("--memory-budget", default="0.2", help="bytes or a fraction of the raw vectors, for every system")
+    ap.add_argument("--open-budget", default=None,
+                    help="the budget every system is opened with (default --memory-budget): a build's PQ "
+                    "codes fill the build budget, so a larger open budget leaves the update layer room")
     ap.add_argument("--write-ratio", type=float, default=0.2,
                     help="the graph builds' workload hint (keeps a share of the budget for the delta)")
     ap.add_argument("--epochs", type=int, default=20)
@@ -203,6 +206,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not systems:
         ap.error("--systems names no system")
     args.memory_budget = float(args.memory_budget) if "." in args.memory_budget else args.memory_budget
+    if args.open_budget is None:
+        args.open_budget = args.memory_budget
+    elif "." in args.open_budget:
+        args.open_budget = float(args.open_budget)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     if args.one is not None:
         # A child: one system, its result to --out.
