@@ -248,6 +248,8 @@ struct Fixture {
     pq_coded: PathBuf,
     /// Page graph (PageANN: a page's records share its edges).
     page_graph: PathBuf,
+    /// Decoupled layout (DGAI: topology records, then vector pages).
+    decoupled: PathBuf,
     queries: Vec<f32>,
 }
 
@@ -258,9 +260,16 @@ enum Fix {
     Shuffled,
     PqCoded,
     PageGraph,
+    Decoupled,
 }
 
-const FIXES: [Fix; 4] = [Fix::Id, Fix::Shuffled, Fix::PqCoded, Fix::PageGraph];
+const FIXES: [Fix; 5] = [
+    Fix::Id,
+    Fix::Shuffled,
+    Fix::PqCoded,
+    Fix::PageGraph,
+    Fix::Decoupled,
+];
 
 impl Fix {
     fn dir(self) -> &'static Path {
@@ -270,6 +279,7 @@ impl Fix {
             Fix::Shuffled => &f.shuffled,
             Fix::PqCoded => &f.pq_coded,
             Fix::PageGraph => &f.page_graph,
+            Fix::Decoupled => &f.decoupled,
         }
     }
 }
@@ -316,14 +326,22 @@ fn fixture() -> &'static Fixture {
             layout: Some(LayoutKind::PAGE_GRAPH),
             ..opts
         };
-        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        let m = Matrix::from_vec(base.clone(), FX_N, FX_DIM).expect("matrix");
         build(m, &page_graph, &opts, &|_, _, _| {}, &never).expect("build the page_graph fixture");
+        let decoupled = tmp.path().join("decoupled");
+        let opts = BuildOptions {
+            layout: Some(LayoutKind::Decoupled),
+            ..opts
+        };
+        let m = Matrix::from_vec(base, FX_N, FX_DIM).expect("matrix");
+        build(m, &decoupled, &opts, &|_, _, _| {}, &never).expect("build the decoupled fixture");
         Fixture {
             _tmp: tmp,
             id,
             shuffled,
             pq_coded,
             page_graph,
+            decoupled,
             queries: rows::<f32>(3, FX_DIM, 77),
         }
     })
@@ -352,6 +370,9 @@ fn fix_geometry(which: Fix) -> PageGeometry {
         }
         Fix::PageGraph => {
             PageGeometry::page_graph(4096, FX_DIM * 4, 8, FX_N).expect("fixture geometry")
+        }
+        Fix::Decoupled => {
+            PageGeometry::decoupled(4096, FX_DIM * 4, 8, FX_N).expect("fixture geometry")
         }
     }
 }
@@ -1005,6 +1026,15 @@ fn quant_seeds_are_valid() {
 fn read_block(sink: &mut Sink, block: &[u8], block_no: u64, geo: &PageGeometry) {
     match page::verify_block(block, block_no, geo) {
         Err(m) => sink.errors.push(Error::corrupt("pages.bin", m)),
+        Ok(()) if geo.decoupled_vectors() && block_no >= geo.n_blocks => {
+            // A vector page: every vector it claims is the layout's size.
+            for slot in 0..page::block_records(block) {
+                match geo.vector_at(block, slot) {
+                    Ok(x) => assert_eq!(x.len(), geo.split_vector_bytes),
+                    Err(m) => sink.errors.push(Error::corrupt("pages.bin", m)),
+                }
+            }
+        }
         Ok(()) => {
             let nrec = page::block_records(block);
             for slot in 0..nrec {
