@@ -212,11 +212,15 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // memory): the PQ codes take at most half of what the structures
         // leave, the build keeps the smallest size that ranks well, and an
         // adjacency-first cache holds the lists (then vectors), so the
-        // hops it holds read nothing.
+        // hops it holds read nothing. The search is pipelined at width 8
+        // (DGAI is compute-driven): on wordnet at 20% it served 1.16× the
+        // beam's QPS at W 4 for the same reads (docs/benchmarks.md, DGAI).
         Preset::Dgai => PresetDefaults {
             layout: LayoutKind::Decoupled,
             cache: CacheKind::Adjacency,
             adjacency: true,
+            executor: PresetExecutor::Pipeline,
+            width: 8,
             ..BASE
         },
         // SPFresh builds a partition index, planned by `planner::partition`;
@@ -297,13 +301,21 @@ mod tests {
         );
         let d = defaults(Preset::Dgai);
         assert_eq!(
-            (d.layout, d.cache, d.adjacency, d.refine_ratio, d.executor),
+            (
+                d.layout,
+                d.cache,
+                d.adjacency,
+                d.refine_ratio,
+                d.executor,
+                d.width
+            ),
             (
                 LayoutKind::Decoupled,
                 CacheKind::Adjacency,
                 true,
                 DEFAULT_REFINE_RATIO,
-                PresetExecutor::ByRule
+                PresetExecutor::Pipeline,
+                8
             )
         );
         let d = defaults(Preset::Aisaq);
