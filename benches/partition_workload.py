@@ -31,7 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -40,6 +40,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nearline  # noqa: E402
 from graph_updates import exact_knn, log, recall  # noqa: E402
 from nearline.datasets import load_dataset  # noqa: E402
+
+
+
+def stream_setup(args: argparse.Namespace, n: int) -> Tuple[np.random.Generator, np.ndarray, List[int], int]:
+    """The stream's seeded split of ``n`` rows: the generator (it goes on to pick the deletes), the
+    rows built, the held-out rows inserted later, and the inserts (= deletes) per epoch."""
+    rng = np.random.default_rng(args.seed)
+    perm = rng.permutation(n)
+    n0 = int(n * (1 - args.holdout))
+    live, held = perm[:n0].copy(), list(perm[n0:])
+    per = max(1, int(n * args.rate))
+    if per * args.epochs > len(held):
+        raise SystemExit(f"{args.epochs} epochs of {per} inserts need {per * args.epochs} held-out vectors; "
+                         f"--holdout {args.holdout} leaves {len(held)}")
+    return rng, live, held, per
 
 
 def measure(idx: Any, base: np.ndarray, live: np.ndarray, q: np.ndarray, args: argparse.Namespace,
@@ -71,14 +86,8 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
     base, metric = ds.base.astype(np.float32), ds.metric
     q = ds.queries[: args.queries].astype(np.float32)
     n = len(base)
-    rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(n)
-    n0 = int(n * (1 - args.holdout))
-    live, held = perm[:n0].copy(), list(perm[n0:])
-    per = max(1, int(n * args.rate))
-    if per * args.epochs > len(held):
-        raise SystemExit(f"{args.epochs} epochs of {per} inserts need {per * args.epochs} held-out vectors; "
-                         f"--holdout {args.holdout} leaves {len(held)}")
+    rng, live, held, per = stream_setup(args, n)
+    n0 = len(live)
     opts = dict(preset="spfresh", memory_budget=args.memory_budget, threads=args.threads, metric=metric)
     if args.reassign_k is not None:
         opts["reassign_k"] = args.reassign_k

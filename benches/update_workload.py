@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nearline  # noqa: E402
 from graph_updates import exact_knn, log, recall  # noqa: E402
+from partition_workload import stream_setup  # noqa: E402
 from nearline.datasets import load_dataset  # noqa: E402
 
 STRATEGIES = ("in_place", "out_of_place")
@@ -99,14 +100,8 @@ def run_system(system: Dict[str, str], args: argparse.Namespace) -> Dict[str, An
     base, metric = ds.base.astype(np.float32), ds.metric
     q = ds.queries[: args.queries].astype(np.float32)
     n = len(base)
-    rng = np.random.default_rng(args.seed)
-    perm = rng.permutation(n)
-    n0 = int(n * (1 - args.holdout))
-    live, held = perm[:n0].copy(), list(perm[n0:])
-    per = max(1, int(n * args.rate))
-    if per * args.epochs > len(held):
-        raise SystemExit(f"{args.epochs} epochs of {per} inserts need {per * args.epochs} held-out vectors; "
-                         f"--holdout {args.holdout} leaves {len(held)}")
+    rng, live, held, per = stream_setup(args, n)
+    n0 = len(live)
     opts = build_opts(system, args, metric)
     tag = system["name"].replace(":", "-")
     path = workdir / f"{tag}.index"
