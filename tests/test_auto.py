@@ -24,19 +24,37 @@ def _chosen(plan):
     return preset, lost
 
 
-def test_every_list_in_the_budget_picks_gorgeous_else_starling(data64):
+def test_every_list_in_the_budget_picks_dgai_else_starling(data64):
     base, _ = data64
-    # 20k × 64 float32 is 5.12 MB; every list at R 32 fits in all of it.
+    # 20k × 64 float32 is 5.12 MB; every list at R 32 fits in all of it: the list-cache
+    # compositions read the same pages there, and DGAI's served more in every cell measured.
     roomy, lost = _chosen(nearline.plan(base, memory_budget=1.0, R=32, threads=2))
-    assert roomy["value"] == "gorgeous" and roomy["rule"].startswith("auto: Gorgeous")
+    assert roomy["value"] == "dgai" and roomy["rule"].startswith("auto: DGAI")
     assert lost == {}
     # Half of it does not hold every list: several records share a page.
     half, lost = _chosen(nearline.plan(base, memory_budget=0.5, R=32, threads=2))
     assert half["value"] == "starling" and "holds 10 plain records" in half["rule"]
-    assert set(lost) == {"gorgeous", "alayalaser", "pageann"}
+    assert set(lost) == {"dgai", "gorgeous", "alayalaser", "pageann"}
+    # DGAI's lists fit beside shorter codes than gorgeous' (a topology record has no
+    # vector), too short to refine; gorgeous' do not fit at all.
+    assert "every adjacency list fits only beside PQ codes" in lost["dgai"]
     assert "cannot hold every adjacency list" in lost["gorgeous"]
     assert "shuffling co-locates" in lost["alayalaser"]
     assert "write_ratio=0" in lost["pageann"]
+
+
+def test_an_option_dgai_refuses_keeps_gorgeous(data64):
+    base, _ = data64
+    # A disk budget of exactly one plain record slot each (2,000 pages of 10 records):
+    # DGAI's topology and vector pages take one page more, while the replicated layout
+    # meets it by packing no lists, so the same rule keeps gorgeous.
+    budget = 2000 * 4096
+    with pytest.raises(ValueError, match="disk_budget"):
+        nearline.plan(base, preset="dgai", memory_budget=1.0, R=32, threads=2, disk_budget=budget)
+    chosen, lost = _chosen(nearline.plan(base, memory_budget=1.0, R=32, threads=2,
+                                         disk_budget=budget))
+    assert chosen["value"] == "gorgeous" and chosen["rule"].startswith("auto: Gorgeous")
+    assert set(lost) == {"dgai"} and "disk_budget" in lost["dgai"]
 
 
 def test_a_static_collection_gets_a_page_graph(tmp_path, data64):

@@ -9,14 +9,21 @@
 //! The rules, in the order they are tried (docs/benchmarks.md, "The
 //! automatic planner", has the measurements):
 //!
-//! 1. **Every adjacency list fits → `gorgeous`.** Paper: a cache of lists
-//!    turns every hop into a memory access, so only the refine stage reads.
-//!    Here: on wordnet (384-d) at 20% of the raw bytes 5.95× diskannpy and
-//!    2.97× the best other preset; on 1M × 128 at 20%, where half the lists
-//!    stay on disk, 0.79× diskannpy. It fires when the budget holds every
-//!    list beside PQ codes of at least one byte per
-//!    [`GORGEOUS_DIMS_PER_PQ_BYTE`] dimensions (coarser codes rank too
-//!    poorly for the refine stage: wordnet at 5% left 26 bytes, recall 0.79).
+//! 1. **Every adjacency list fits → `dgai`, else `gorgeous`.** Paper: a
+//!    cache of lists turns every hop into a memory access, so only the
+//!    refine stage reads. Here: `gorgeous` on wordnet (384-d) at 20% of the
+//!    raw bytes 5.95× diskannpy and 2.97× the best other preset; on 1M ×
+//!    128 at 20%, where half the lists stay on disk, 0.79× diskannpy. With
+//!    every list in memory the two list-cache compositions read the same
+//!    pages, and DGAI's (vectors in pages of their own, topology apart,
+//!    pipelined) served more in every cell measured: 1.25× / 1.17×
+//!    `gorgeous` at recall 0.90 / 0.95 on wordnet at 20%, 1.20× at 0.95 at
+//!    40%, 1.23× / 1.22× on 100k × 128 at 40%. So `dgai` is tried first and
+//!    `gorgeous` fires on the same test where an option rules DGAI's layout
+//!    out. It fires when the budget holds every list beside PQ codes of at
+//!    least one byte per [`GORGEOUS_DIMS_PER_PQ_BYTE`] dimensions (coarser
+//!    codes rank too poorly for the refine stage: wordnet at 5% left 26
+//!    bytes, recall 0.79).
 //! 2. **One record per page, or PQ codes too short to rank, l2 →
 //!    `alayalaser`.** Paper: with one record a page a shuffle co-locates
 //!    nothing, and codes in the records free the memory PQ takes; where
@@ -56,9 +63,11 @@
 //! preset's default budget (what a build naming that preset would get; a
 //! fixed budget would change the baseline's own PQ rule). An explicit
 //! `layout` names its composition: the preset whose layout it
-//! is. DGAI is not built yet, so no rule can choose it, and AiSAQ has no
-//! rule (above); the partition index (`spfresh`) is the user's choice
-//! (`preset="spfresh"`), never `auto`'s.
+//! is. AiSAQ has no rule (above); the partition index (`spfresh`) is the
+//! user's choice (`preset="spfresh"`), never `auto`'s. Where the lists do
+//! not fit, `dgai` is no rule's choice either: on wordnet at 5% it read
+//! 4–5× diskannpy, and at 10% it tied `alayalaser` and `starling`
+//! (docs/benchmarks.md, DGAI).
 
 use super::options::{BuildOptions, PresetChoice};
 use super::{plan_named, DataFacts, Decision, PlannedBuild};
@@ -105,6 +114,11 @@ fn candidates(opts: &BuildOptions) -> Vec<(Preset, &'static str)> {
     }
     vec![
         (
+            Preset::Dgai,
+            "DGAI: every adjacency list fits in memory, so no hop reads a page; the refine \
+             stage reads vectors from pages that hold vectors only",
+        ),
+        (
             Preset::Gorgeous,
             "Gorgeous: every adjacency list fits in memory, so no hop reads a page and only \
              the refine stage does",
@@ -142,6 +156,35 @@ fn plain_records_per_page(f: &DataFacts, r: usize, page_size: usize) -> Result<u
     )
 }
 
+/// Whether plan `p` holds every adjacency list in memory beside PQ codes
+/// long enough to rank for the refine stage (rules 1 and 2): `Ok(why)` if
+/// so, else `Err(why not)`.
+fn every_list_fits(f: &DataFacts, p: &PlannedBuild) -> std::result::Result<String, String> {
+    let plan = &p.plan;
+    let need = f.dim.div_ceil(GORGEOUS_DIMS_PER_PQ_BYTE).max(1);
+    let fill = match &plan.pq_selection {
+        Some(s) => s.alternative.map(|a| a.fill).max(s.fill),
+        // PQ bytes given: whether the cache share holds every list.
+        None => (p.memory.cache_nodes >= f.n as u64).then_some(plan.pq_bytes),
+    };
+    match fill {
+        Some(m) if m >= need => Ok(format!(
+            "every adjacency list (at R={}) fits in the {}-byte budget beside PQ codes of up to \
+             {m} bytes (at least {need} = dim/{GORGEOUS_DIMS_PER_PQ_BYTE} needed)",
+            plan.r, plan.memory_budget
+        )),
+        Some(m) => Err(format!(
+            "every adjacency list fits only beside PQ codes of {m} bytes, below the {need} \
+             (dim/{GORGEOUS_DIMS_PER_PQ_BYTE}) that rank well enough to refine"
+        )),
+        None => Err(format!(
+            "the {}-byte budget cannot hold every adjacency list (at R={}) beside PQ codes: \
+             hops that miss the cache would read pages",
+            plan.memory_budget, plan.r
+        )),
+    }
+}
+
 /// Whether `preset`'s rule fires on its plan `p`: `Ok(why)` if so, else
 /// `Err(why it lost)`.
 fn fires(
@@ -152,30 +195,23 @@ fn fires(
 ) -> std::result::Result<String, String> {
     let plan = &p.plan;
     match preset {
-        Preset::Gorgeous => {
-            let need = f.dim.div_ceil(GORGEOUS_DIMS_PER_PQ_BYTE).max(1);
-            let fill = match &plan.pq_selection {
-                Some(s) => s.alternative.map(|a| a.fill).max(s.fill),
-                // PQ bytes given: whether the cache share holds every list.
-                None => (p.memory.cache_nodes >= f.n as u64).then_some(plan.pq_bytes),
-            };
-            match fill {
-                Some(m) if m >= need => Ok(format!(
-                    "every adjacency list (at R={}) fits in the {}-byte budget beside PQ codes of \
-                     up to {m} bytes (at least {need} = dim/{GORGEOUS_DIMS_PER_PQ_BYTE} needed)",
-                    plan.r, plan.memory_budget
-                )),
-                Some(m) => Err(format!(
-                    "every adjacency list fits only beside PQ codes of {m} bytes, below the \
-                     {need} (dim/{GORGEOUS_DIMS_PER_PQ_BYTE}) that rank well enough to refine"
-                )),
-                None => Err(format!(
-                    "the {}-byte budget cannot hold every adjacency list (at R={}) beside PQ \
-                     codes: hops that miss the cache would read pages",
-                    plan.memory_budget, plan.r
-                )),
-            }
-        }
+        // DGAI's traversal reads topology pages, which carry no vector, and
+        // its refine stage ranks by the PQ codes alone, so it is chosen only
+        // where it was measured: a budget given (one nearline sizes itself
+        // is split at open with four queries per worker before the lists)
+        // and codes the build's selection keeps (ranking a sample well).
+        Preset::Dgai if opts.memory_budget.is_none() => Err(
+            "no memory_budget given: an open splits a budget nearline sizes itself with four \
+             queries per worker before the lists, so hops would read topology pages, which \
+             carry no vector (gorgeous' pages serve those hops)"
+                .into(),
+        ),
+        Preset::Dgai if opts.pq_bytes.is_some() => Err(
+            "pq_bytes given: DGAI's refine stage ranks by the PQ codes alone, measured only \
+             with the codes the build's selection keeps for ranking a sample well"
+                .into(),
+        ),
+        Preset::Dgai | Preset::Gorgeous => every_list_fits(f, p),
         Preset::Alayalaser => {
             let rpp =
                 plain_records_per_page(f, plan.r, plan.page_size).map_err(|e| e.to_string())?;
@@ -457,16 +493,16 @@ mod tests {
     /// 20% and 40% of the raw bytes, as the rules in this module's doc say.
     #[test]
     fn auto_picks_what_the_rules_say() {
-        use Preset::{Alayalaser as A, Gorgeous as G, Starling as S};
+        use Preset::{Alayalaser as A, Dgai as D, Starling as S};
         // dim: [5%, 20%, 40%]. 50-d at 5% (1 MB): starling does not fit
         // and the `diskann` preset's codes would be 4 bytes; 128-d at 5%:
         // starling's codes would be 5 bytes. So the codes go in the records.
         let table: [(usize, [Preset; 3]); 5] = [
             (50, [A, S, S]),
-            (128, [A, S, G]),
-            (384, [S, G, G]),
-            (768, [A, G, G]),
-            (1536, [A, G, G]),
+            (128, [A, S, D]),
+            (384, [S, D, D]),
+            (768, [A, D, D]),
+            (1536, [A, D, D]),
         ];
         let mut got = Vec::new();
         for (dim, want) in table {
@@ -602,9 +638,9 @@ mod tests {
             (128, 0.2, Preset::Pageann),
             // At 5% the page graph's codes would be 8 bytes: too short to rank.
             (128, 0.05, Preset::Alayalaser),
-            // 384-d: two records a page either way (gorgeous at 20%).
+            // 384-d: two records a page either way (dgai at 20%).
             (384, 0.05, Preset::Starling),
-            (384, 0.2, Preset::Gorgeous),
+            (384, 0.2, Preset::Dgai),
             // One record a page: alayalaser.
             (768, 0.05, Preset::Alayalaser),
         ] {
@@ -632,21 +668,81 @@ mod tests {
 
     #[test]
     fn every_lost_candidate_says_why() {
-        // 768-d at 5%: the lists do not fit (gorgeous loses), one record a
-        // page (alayalaser wins).
+        // 768-d at 5%: the lists do not fit (dgai and gorgeous lose), one
+        // record a page (alayalaser wins).
         let p = plan_build(&auto(0.05), &facts(100_000, 768)).unwrap();
         let lost: Vec<_> = p
             .decisions
             .iter()
             .filter(|d| d.what == "candidate")
             .collect();
-        assert_eq!(lost.len(), 1, "{lost:?}");
-        assert_eq!(lost[0].value, "gorgeous");
+        let names: Vec<_> = lost.iter().map(|d| d.value.as_str()).collect();
+        assert_eq!(names, ["dgai", "gorgeous"], "{lost:?}");
+        for d in lost {
+            assert!(
+                d.rule.contains("cannot hold every adjacency list"),
+                "{}",
+                d.rule
+            );
+        }
+    }
+
+    /// Where every list fits, `dgai` is tried first; where a build option
+    /// rules its layout out (here a disk budget its vector pages exceed,
+    /// which the replicated layout meets by packing fewer lists), the same
+    /// test keeps `gorgeous`.
+    #[test]
+    fn every_list_fitting_keeps_dgai_else_gorgeous() {
+        let f = facts(100_000, 384);
+        let p = plan_build(&auto(0.2), &f).unwrap();
+        assert_eq!(p.plan.preset, Preset::Dgai);
+        let why = preset_rule(&p);
         assert!(
-            lost[0].rule.contains("cannot hold every adjacency list"),
-            "{}",
-            lost[0].rule
+            why.starts_with("auto: DGAI") && why.contains("every adjacency list"),
+            "{why}"
         );
+        // One plain record a page: what the page file takes without lists.
+        let plain = PageGeometry::with_codes(4096, 384 * 4, 64, 0, 0, f.n)
+            .unwrap()
+            .file_bytes();
+        let decoupled = PageGeometry::decoupled(4096, 384 * 4, 64, f.n)
+            .unwrap()
+            .file_bytes();
+        assert!(plain < decoupled);
+        let o = BuildOptions {
+            disk_budget: Some(plain),
+            ..auto(0.2)
+        };
+        let p = plan_build(&o, &f).unwrap();
+        assert_eq!(p.plan.preset, Preset::Gorgeous);
+        assert!(preset_rule(&p).starts_with("auto: Gorgeous"));
+        let lost = p
+            .decisions
+            .iter()
+            .find(|d| d.what == "candidate" && d.value == "dgai")
+            .expect("dgai lost");
+        assert!(lost.rule.contains("disk_budget"), "{}", lost.rule);
+        // Outside what was measured (a budget given, the build's PQ
+        // selection), DGAI loses with the reason and gorgeous' test decides.
+        for (o, why) in [
+            (BuildOptions::default(), "no memory_budget given"),
+            (
+                BuildOptions {
+                    pq_bytes: Some(96),
+                    ..auto(0.4)
+                },
+                "pq_bytes given",
+            ),
+        ] {
+            let p = plan_build(&o, &f).unwrap();
+            assert_eq!(p.plan.preset, Preset::Gorgeous);
+            let lost = p
+                .decisions
+                .iter()
+                .find(|d| d.what == "candidate" && d.value == "dgai")
+                .expect("dgai lost");
+            assert!(lost.rule.contains(why), "{}", lost.rule);
+        }
     }
 
     #[test]
@@ -664,7 +760,10 @@ mod tests {
                 .filter(|d| d.what == "candidate")
                 .map(|d| d.value.as_str())
                 .collect();
-            assert_eq!(lost, ["gorgeous", "alayalaser", "pageann", "starling"]);
+            assert_eq!(
+                lost,
+                ["dgai", "gorgeous", "alayalaser", "pageann", "starling"]
+            );
         }
     }
 

@@ -215,12 +215,16 @@ pub fn defaults(preset: Preset) -> PresetDefaults {
         // hops it holds read nothing. The search is pipelined at width 8
         // (DGAI is compute-driven): on wordnet at 20% it served 1.16× the
         // beam's QPS at W 4 for the same reads (docs/benchmarks.md, DGAI).
+        // Its budget defaults to Gorgeous' 20% of the raw vectors: the
+        // lists need the room, and `auto` plans each candidate at its own
+        // default, so the two list-cache compositions compete on one.
         Preset::Dgai => PresetDefaults {
             layout: LayoutKind::Decoupled,
             cache: CacheKind::Adjacency,
             adjacency: true,
             executor: PresetExecutor::Pipeline,
             width: 8,
+            budget_fraction: 0.2,
             ..BASE
         },
         // SPFresh builds a partition index, planned by `planner::partition`;
@@ -317,6 +321,10 @@ mod tests {
                 PresetExecutor::Pipeline,
                 8
             )
+        );
+        assert_eq!(
+            d.budget_fraction,
+            defaults(Preset::Gorgeous).budget_fraction
         );
         let d = defaults(Preset::Aisaq);
         assert_eq!(
