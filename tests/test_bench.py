@@ -591,6 +591,26 @@ def test_params_key_shares_builds_between_variants():
     assert bench.params_key("nearline", "d", p, None, {"saturate": True}) != plain
 
 
+def test_an_auto_build_is_keyed_by_the_composition_the_rules_pick(tmp_path):
+    # 20k × 64: every list fits in all of the raw bytes (dgai), not in half of them (starling).
+    import nearline
+    from conftest import clustered
+
+    base, _ = clustered(20000, 64, seed=5)
+    f = tmp_path / "base.fbin"
+    nearline.write_vectors(f, base)
+    roomy, tight = peers.Params(R=32, memory_budget=1.0), peers.Params(R=32, memory_budget=0.5)
+    assert peers.planned_auto_preset(f, roomy) == "dgai"
+    assert peers.planned_auto_preset(f, tight) == "starling"
+    assert peers.planned_auto_preset(f, roomy, {"preset": "auto"}) == "dgai"
+    # A named preset is its own key; options the engine refuses leave the key to the build.
+    assert peers.planned_auto_preset(f, roomy, {"preset": "gorgeous"}) is None
+    assert peers.planned_auto_preset(f, peers.Params(R=32, memory_budget=1e-6)) is None
+    # So a cached `auto` build from before a rule change is not reused.
+    keys = [bench.params_key("nearline", "d", roomy, None, {"auto_plans": x}) for x in ("gorgeous", "dgai")]
+    assert keys[0] != keys[1]
+
+
 # --------------------------------------------------------------------------- latency helpers
 
 

@@ -682,7 +682,13 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     by_key: dict[str, dict[str, Any]] = {}
     pq_bytes = cfg.pq_bytes
     for v in variants:
-        key = params_key("nearline", ds.name, p, cfg.pq_bytes, {**v.build, **v.runner})
+        keys = {**v.build, **v.runner}
+        if not v.runner.get("python"):
+            # An `auto` build is keyed by the composition the rules pick now.
+            planned = peers.planned_auto_preset(ds.base_path, p, v.build)
+            if planned is not None:
+                keys["auto_plans"] = planned
+        key = params_key("nearline", ds.name, p, cfg.pq_bytes, keys)
         if key not in by_key:
             by_key[key] = _build_one(cfg, "nearline", key, work, logs, ds, p, cfg.pq_bytes,
                                      v if (v.build or v.runner) else None)

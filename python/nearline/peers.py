@@ -345,10 +345,9 @@ class _NearlineHandle(Handle):
         self.idx.close()
 
 
-def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Optional[dict[str, Any]] = None
-                    ) -> dict[str, Any]:
-    import nearline
-
+def nearline_build_kwargs(p: Params, overrides: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """The keyword arguments of ``nearline.build`` for the shared parameters ``p`` and a
+    variant's build keys ``overrides``."""
     kw: dict[str, Any] = {
         "metric": p.metric, "R": p.R, "build_L": p.build_L, "alpha": p.alpha, "pq_bytes": p.pq_bytes,
         "memory_budget": p.memory_budget,
@@ -369,7 +368,31 @@ def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Opti
                 kw.pop(key, None)
     # Options left at None take the engine's defaults (no memory budget:
     # nearline sizes one).
-    kw = {k: v for k, v in kw.items() if v is not None}
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def planned_auto_preset(base_path: Path, p: Params, overrides: Optional[dict[str, Any]] = None
+                        ) -> Optional[str]:
+    """The composition ``preset="auto"`` plans for this build (by the data's shape, as
+    ``nearline plan`` does), or None when the build names another preset. A cached build
+    is keyed by it, so one made before a change of the rules is not reused as if it were
+    what ``auto`` picks now."""
+    import nearline
+
+    kw = nearline_build_kwargs(p, overrides)
+    if kw.get("preset", "auto") != "auto":
+        return None
+    try:
+        return str(nearline.plan(str(base_path), **kw)["plan"]["preset"])
+    except (ValueError, TypeError):
+        return None  # options the engine refuses: the build reports them
+
+
+def _build_nearline(base_path: Path, index_dir: Path, p: Params, overrides: Optional[dict[str, Any]] = None
+                    ) -> dict[str, Any]:
+    import nearline
+
+    kw = nearline_build_kwargs(p, overrides)
     idx = nearline.build(str(base_path), str(index_dir), overwrite=True, **kw)
     try:
         info = idx.info()
