@@ -20,7 +20,9 @@
 //!    `gorgeous` at recall 0.90 / 0.95 on wordnet at 20%, 1.20× at 0.95 at
 //!    40%, 1.23× / 1.22× on 100k × 128 at 40%. So `dgai` is tried first and
 //!    `gorgeous` fires on the same test where an option rules DGAI's layout
-//!    out. It fires when the budget holds every list beside PQ codes of at
+//!    out, where no `memory_budget` is given or where `pq_bytes` is (outside
+//!    what was measured, [`fires`] says why). It fires when the budget holds
+//!    every list beside PQ codes of at
 //!    least one byte per [`GORGEOUS_DIMS_PER_PQ_BYTE`] dimensions (coarser
 //!    codes rank too poorly for the refine stage: wordnet at 5% left 26
 //!    bytes, recall 0.79).
@@ -157,8 +159,8 @@ fn plain_records_per_page(f: &DataFacts, r: usize, page_size: usize) -> Result<u
 }
 
 /// Whether plan `p` holds every adjacency list in memory beside PQ codes
-/// long enough to rank for the refine stage (rules 1 and 2): `Ok(why)` if
-/// so, else `Err(why not)`.
+/// long enough to rank for the refine stage (rule 1, for `dgai` and
+/// `gorgeous` alike): `Ok(why)` if so, else `Err(why not)`.
 fn every_list_fits(f: &DataFacts, p: &PlannedBuild) -> std::result::Result<String, String> {
     let plan = &p.plan;
     let need = f.dim.div_ceil(GORGEOUS_DIMS_PER_PQ_BYTE).max(1);
