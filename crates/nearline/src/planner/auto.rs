@@ -484,6 +484,15 @@ mod tests {
             .rule
     }
 
+    /// Why candidate `preset` lost in plan `p`.
+    fn lost_rule<'a>(p: &'a PlannedBuild, preset: &str) -> &'a str {
+        &p.decisions
+            .iter()
+            .find(|d| d.what == "candidate" && d.value == preset)
+            .unwrap_or_else(|| panic!("{preset} did not lose"))
+            .rule
+    }
+
     fn auto(budget: f64) -> BuildOptions {
         BuildOptions {
             memory_budget: Some(Budget::Fraction(budget)),
@@ -590,12 +599,8 @@ mod tests {
         assert_eq!(asked.borrow().as_slice(), &[16]);
         let p = with(0.7);
         assert_eq!(p.plan.preset, Preset::Starling);
-        let lost = p
-            .decisions
-            .iter()
-            .find(|d| d.what == "candidate" && d.value == "alayalaser")
-            .unwrap();
-        assert!(lost.rule.contains("recall@10 0.700"), "{}", lost.rule);
+        let lost = lost_rule(&p, "alayalaser");
+        assert!(lost.contains("recall@10 0.700"), "{lost}");
         // The rule the build records for the codes it kept says so too.
         let kept = p.plan.auto_rule.as_deref().unwrap();
         assert_eq!(kept, preset_rule(&p));
@@ -651,12 +656,8 @@ mod tests {
         }
         let p = plan_build(&auto(0.2), &facts(100_000, 128)).unwrap();
         assert_eq!(p.plan.preset, Preset::Starling);
-        let lost = p
-            .decisions
-            .iter()
-            .find(|d| d.what == "candidate" && d.value == "pageann")
-            .expect("pageann lost");
-        assert!(lost.rule.contains("write_ratio=0"), "{}", lost.rule);
+        let lost = lost_rule(&p, "pageann");
+        assert!(lost.contains("write_ratio=0"), "{lost}");
         let p = plan_build(
             &BuildOptions {
                 write_ratio: Some(0.1),
@@ -718,12 +719,8 @@ mod tests {
         let p = plan_build(&o, &f).unwrap();
         assert_eq!(p.plan.preset, Preset::Gorgeous);
         assert!(preset_rule(&p).starts_with("auto: Gorgeous"));
-        let lost = p
-            .decisions
-            .iter()
-            .find(|d| d.what == "candidate" && d.value == "dgai")
-            .expect("dgai lost");
-        assert!(lost.rule.contains("disk_budget"), "{}", lost.rule);
+        let lost = lost_rule(&p, "dgai");
+        assert!(lost.contains("disk_budget"), "{lost}");
         // Outside what was measured (a budget given, the build's PQ
         // selection), DGAI loses with the reason and gorgeous' test decides.
         for (o, why) in [
@@ -738,12 +735,8 @@ mod tests {
         ] {
             let p = plan_build(&o, &f).unwrap();
             assert_eq!(p.plan.preset, Preset::Gorgeous);
-            let lost = p
-                .decisions
-                .iter()
-                .find(|d| d.what == "candidate" && d.value == "dgai")
-                .expect("dgai lost");
-            assert!(lost.rule.contains(why), "{}", lost.rule);
+            let lost = lost_rule(&p, "dgai");
+            assert!(lost.contains(why), "{lost}");
         }
     }
 
